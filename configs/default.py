@@ -1,0 +1,27 @@
+"""Default run: a 2-layer decoder learns to reverse sequences (synthetic, no network, no files).
+
+  python experiments/train.py                          # into a fresh runs/default-<time>/
+  python experiments/train.py --workdir=/tmp/rev --config.train.num_steps=200
+
+Trains on lengths 1..16 and evaluates exact match at 8 and 16 (in distribution) and 24, 32 (length
+generalization, expected to stay near 0 with learned positions). Expected on a 2-core CPU: about
+2 minutes; eval/exact_match@8 and @16 go from 0 at step 0 to > 0.9 by the end.
+"""
+from tfjax.defaults import base_config
+
+
+def get_config(arg=None):
+  del arg
+  config = base_config()
+  config.task = "lm"
+  config.data.update(name="reverse", form="decoder", train_lengths=(1, 16),
+                     test_lengths=(8, 16, 24, 32), num_symbols=16)
+  config.model.update(
+      family="decoder", vocab_size=0, d_model=128, num_layers=2, num_heads=4, d_ff=512,
+      ffn="gelu", norm="layernorm", norm_placement="pre", position="rope", max_len=128,
+      dropout=0.0)
+  config.optimizer.update(name="adamw", lr=3e-3, b2=0.98, weight_decay=0.01, schedule="cosine",
+                          warmup_steps=100, min_lr=1e-4, clip_norm=1.0)
+  config.train.update(num_steps=1000, batch_size=64, eval_batch_size=128, eval_batches=2,
+                      eval_every=250, log_every=50, checkpoint_every=500)
+  return config

@@ -1,0 +1,20 @@
+"""LLaMA-2 7B (Touvron et al. 2023): 6,738,415,616 parameters.
+
+  python -m tfjax.params --config=configs/llama2_7b.py       # last line: total: 6738415616
+  (jax.eval_shape only: nothing is allocated; ~10 s on a laptop)
+
+32 layers x 4096, 32 heads (MHA), SwiGLU d_ff 11008, RMSNorm (eps 1e-5) pre-LN, RoPE (rotate-half
+pairing as in Hugging Face; base 10000), no biases, untied 32000-token output head.
+"""
+from tfjax.defaults import base_config
+
+
+def get_config(arg=None):
+  del arg
+  config = base_config()
+  config.model.update(
+      family="decoder", vocab_size=32000, d_model=4096, num_layers=32, num_heads=32,
+      d_ff=11008, ffn="swiglu", ffn_bias=False, attention_bias=False, norm="rmsnorm",
+      norm_eps=1e-5, norm_placement="pre", position="rope", rope_base=10000.0, max_len=4096,
+      tie_embeddings=False, scan_layers=True, remat="full", dtype="bfloat16")
+  return config

@@ -1,0 +1,40 @@
+"""nanoGPT's shakespeare-char recipe (Karpathy), character-level GPT on Tiny Shakespeare.
+
+GPU (default):
+  python experiments/train.py --config=configs/shakespeare_char.py --workdir=runs/shakespeare
+  6 layers x 384, 6 heads, context 256, batch 64, dropout 0.2, AdamW lr 1e-3 (beta2 0.99, weight
+  decay 0.1 on matrices and embeddings), 100 warmup steps then cosine to 1e-4 at 5000 steps.
+  Published: best val loss 1.4697, about 3 minutes on one A100.
+CPU ("cpu" argument):
+  python experiments/train.py --config=configs/shakespeare_char.py:cpu --workdir=runs/shakespeare_cpu
+  4 layers x 128, 4 heads, context 64, batch 12, 2000 steps, dropout 0, eval on 20 batches.
+  Published val loss ~1.88; see docs/benchmarks.md for our wall-clock on a 2-core CPU.
+
+Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head, eval
+every 250 steps. Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
+"""
+from tfjax.defaults import base_config
+
+
+def get_config(arg=None):
+  if arg not in (None, "", "cpu"):
+    raise ValueError(f"configs/shakespeare_char.py takes no argument or 'cpu', got {arg!r}")
+  cpu = arg == "cpu"
+  config = base_config()
+  config.task = "lm"
+  config.data.update(name="tinyshakespeare", tokenizer="char", seq_len=64 if cpu else 256,
+                     mode="random", eval_mode="random", val_fraction=0.1)
+  config.model.update(
+      family="decoder", vocab_size=0, d_model=128 if cpu else 384, num_layers=4 if cpu else 6,
+      num_heads=4 if cpu else 6, d_ff=512 if cpu else 1536, ffn="gelu", ffn_bias=False,
+      attention_bias=False, norm="layernorm", norm_bias=False, norm_placement="pre",
+      position="learned", max_len=64 if cpu else 256, tie_embeddings=True,
+      dropout=0.0 if cpu else 0.2)
+  config.optimizer.update(name="adamw", lr=1e-3, b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1,
+                          decay_exclude=("norms", "biases"), clip_norm=1.0, schedule="cosine",
+                          warmup_steps=100, min_lr=1e-4)
+  config.train.update(num_steps=2000 if cpu else 5000, batch_size=12 if cpu else 64,
+                      eval_batch_size=12 if cpu else 64, eval_batches=20 if cpu else 200,
+                      eval_every=250, log_every=50 if cpu else 100, checkpoint_every=1000,
+                      sample_tokens=200, sample_prompt="\n")
+  return config

@@ -1,0 +1,277 @@
+"""Attention benchmark: time, throughput and memory of every implementation, forward and fwd+bwd.
+
+Default sweep (the GPU study): bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k
+tokens, L in {512 .. 16k}, head_dim in {64, 128}, causal and not; implementations xla, cudnn,
+the Pallas mha bundled with JAX (a peer, used only here) and ours ('pallas'). Variants 'alibi' and
+'gqa' (causal, with ALiBi / with kv_heads = heads / 4) test that they cost within 10% of causal.
+
+FLOPs counted (the FlashAttention convention): forward 4 * B * L^2 * H * D, halved when causal;
+backward 2.5x forward. Memory: the compiled executable's temporaries + arguments + outputs
+(XLA memory analysis) and, where the device reports it, the process's peak bytes in use.
+
+  python experiments/bench_attention.py --out bench_results/h100
+  python experiments/bench_attention.py --lengths 4096 --head_dims 128 --impls pallas --tune
+  python experiments/bench_attention.py --smoke --out /tmp/bench   # tiny CPU run (tests)
+Writes results.json, results.md and results.png (plus tuning.json with --tune) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=g-import-not-at-top
+import jax.numpy as jnp
+import numpy as np
+
+from tfjax import ops
+from tfjax.kernels import flash_attention
+from tfjax.kernels.flash_attention import KernelTiling, Tilings
+
+VARIANT_TOLERANCE = 1.10  # alibi / gqa may cost at most 10% more than plain causal.
+
+
+def bundled_pallas_mha(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+  """JAX's own Pallas Triton mha (jax.experimental.pallas.ops.gpu), as a peer."""
+  if alibi_slopes is not None or kv_heads_differ:
+    raise NotImplementedError("bundled Pallas mha has no ALiBi / GQA")
+  from jax.experimental.pallas.ops.gpu import attention  # pylint: disable=g-import-not-at-top
+  return attention.mha(q, k, v, None, sm_scale=q.shape[-1] ** -0.5, causal=causal)
+
+
+def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
+  if impl == "mha_bundled":
+    return lambda q, k, v: bundled_pallas_mha(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                              kv_heads_differ=kv_heads_differ)
+  if tilings is not None:
+    return lambda q, k, v: flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                           tilings=tilings)
+  return lambda q, k, v: ops.dot_product_attention(q, k, v, causal=causal,
+                                                   alibi_slopes=alibi_slopes, implementation=impl)
+
+
+def time_ms(fn, args, iters, min_seconds):
+  jax.block_until_ready(fn(*args))  # compile + warm up
+  times = []
+  start = time.perf_counter()
+  while len(times) < iters or (time.perf_counter() - start < min_seconds and len(times) < 100):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append((time.perf_counter() - t0) * 1e3)
+  return statistics.median(times)
+
+
+def memory_mib(jitted, args):
+  """Compiled footprint (temporaries + arguments + outputs) in MiB, or None if not reported."""
+  analysis = jitted.lower(*args).compile().memory_analysis()
+  if analysis is None:
+    return None
+  total = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
+           + analysis.output_size_in_bytes)
+  return total / 2 ** 20
+
+
+def device_peak_mib():
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  return None if peak is None else peak / 2 ** 20
+
+
+def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None):
+  batch = max(1, cfg.tokens // seq_len)
+  heads = cfg.d_model // head_dim
+  kv_heads = max(1, heads // 4) if variant == "gqa" else heads
+  dtype = jnp.dtype(cfg.dtype)
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q = jax.random.normal(keys[0], (batch, seq_len, heads, head_dim), dtype)
+  k = jax.random.normal(keys[1], (batch, seq_len, kv_heads, head_dim), dtype)
+  v = jax.random.normal(keys[2], (batch, seq_len, kv_heads, head_dim), dtype)
+  d_out = jax.random.normal(keys[3], q.shape, dtype)
+  slopes = 2.0 ** (-8.0 * jnp.arange(1, heads + 1) / heads) if variant == "alibi" else None
+  attn = attention_fn(impl, causal, slopes, kv_heads != heads, tilings)
+
+  def fwd_bwd(q, k, v, d_out):
+    _, vjp = jax.vjp(attn, q, k, v)
+    return vjp(d_out)
+
+  fwd_flops = 4 * batch * seq_len ** 2 * heads * head_dim * (0.5 if causal else 1.0)
+  row = dict(impl=impl, variant=variant, seq_len=seq_len, head_dim=head_dim, causal=causal,
+             batch=batch, heads=heads, kv_heads=kv_heads, dtype=dtype.name)
+  try:
+    for name, fn, args, flops in (("fwd", jax.jit(attn), (q, k, v), fwd_flops),
+                                  ("fwd_bwd", jax.jit(fwd_bwd), (q, k, v, d_out), 3.5 * fwd_flops)):
+      ms = time_ms(fn, args, cfg.iters, cfg.min_seconds)
+      row[f"{name}_ms"] = ms
+      row[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
+      row[f"{name}_mem_mib"] = memory_mib(fn, args)
+    row["device_peak_mib"] = device_peak_mib()
+    row["status"] = "ok"
+  except Exception as e:  # pylint: disable=broad-except  # recorded, e.g. OOM or unsupported
+    row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+  print(json.dumps(row), flush=True)
+  return row
+
+
+def variant_checks(rows):
+  """For each (impl, L, D): cost of the alibi / gqa variants relative to plain causal."""
+  base = {(r["impl"], r["seq_len"], r["head_dim"]): r for r in rows
+          if r["variant"] == "base" and r["causal"] and r["status"] == "ok"}
+  checks = []
+  for r in rows:
+    key = (r["impl"], r["seq_len"], r["head_dim"])
+    if r["variant"] == "base" or r["status"] != "ok" or key not in base:
+      continue
+    for metric in ("fwd_ms", "fwd_bwd_ms"):
+      ratio = r[metric] / base[key][metric]
+      checks.append(dict(impl=r["impl"], variant=r["variant"], seq_len=r["seq_len"],
+                         head_dim=r["head_dim"], metric=metric, ratio_to_causal=ratio,
+                         within_10pct=ratio <= VARIANT_TOLERANCE))
+  return checks
+
+
+def fmt(x, spec):
+  return "-" if x is None else format(x, spec)
+
+
+def write_markdown(path, meta, rows, checks):
+  lines = [f"# Attention benchmark ({meta['device']}, JAX {meta['jax']}, {meta['date']})", "",
+           f"dtype {meta['dtype']}, d_model {meta['d_model']}, batch x L = {meta['tokens']} "
+           "tokens. FLOPs: fwd 4BL^2HD (x0.5 causal), bwd 2.5x fwd. Memory: compiled "
+           "temporaries + arguments + outputs.", "",
+           "| impl | variant | L | D | causal | B | H/KV | fwd ms | fwd TFLOP/s | fwd+bwd ms "
+           "| fwd+bwd TFLOP/s | fwd MiB | fwd+bwd MiB | status |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(
+        f"| {r['impl']} | {r['variant']} | {r['seq_len']} | {r['head_dim']} | {r['causal']} "
+        f"| {r['batch']} | {r['heads']}/{r['kv_heads']} | {fmt(r.get('fwd_ms'), '.3f')} "
+        f"| {fmt(r.get('fwd_tflops'), '.3g')} | {fmt(r.get('fwd_bwd_ms'), '.3f')} "
+        f"| {fmt(r.get('fwd_bwd_tflops'), '.3g')} | {fmt(r.get('fwd_mem_mib'), '.1f')} "
+        f"| {fmt(r.get('fwd_bwd_mem_mib'), '.1f')} | {r['status']} |")
+  if checks:
+    lines += ["", f"## Variant cost relative to causal (pass: ratio <= {VARIANT_TOLERANCE})", "",
+              "| impl | variant | L | D | metric | ratio | within 10% |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {c['impl']} | {c['variant']} | {c['seq_len']} | {c['head_dim']} | {c['metric']} "
+              f"| {c['ratio_to_causal']:.3f} | {'yes' if c['within_10pct'] else 'NO'} |"
+              for c in checks]
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def write_plot(path, meta, rows):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  panels = sorted({(r["head_dim"], r["causal"]) for r in rows})
+  fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.8),
+                           squeeze=False)
+  for ax, (head_dim, causal) in zip(axes[0], panels):
+    for impl in sorted({r["impl"] for r in rows}):
+      points = sorted((r["seq_len"], r["fwd_bwd_tflops"]) for r in rows
+                      if r["impl"] == impl and r["variant"] == "base" and r["status"] == "ok"
+                      and r["head_dim"] == head_dim and r["causal"] == causal)
+      if points:
+        ax.plot(*zip(*points), marker="o", label=impl)
+    ax.set_xscale("log", base=2)
+    ax.set_title(f"D={head_dim}, {'causal' if causal else 'full'}")
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel("fwd+bwd TFLOP/s")
+    ax.legend(fontsize=8)
+  fig.suptitle(f"{meta['device']} | JAX {meta['jax']} | {meta['dtype']} | {meta['date']}",
+               fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+TUNE_CANDIDATES = [KernelTiling(bq, bk, w, s) for bq, bk in ((128, 64), (128, 128), (64, 64),
+                                                             (64, 128), (128, 32), (32, 64))
+                   for w in (4, 8) for s in (2, 3)]
+
+
+def tune(cfg, out_dir):
+  """Times our kernels over candidate tilings (forward first, then backward with the best
+  forward) for each head_dim, and writes the winners to tuning.json (for GPU_TILINGS)."""
+  best = {}
+  for head_dim in cfg.head_dims:
+    seq_len = cfg.lengths[-1]
+    timed = []
+    for fwd in TUNE_CANDIDATES:
+      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(fwd, fwd))
+      if r["status"] == "ok":
+        timed.append((r["fwd_ms"], fwd))
+    if not timed:
+      continue
+    best_fwd = min(timed, key=lambda t: t[0])[1]
+    timed = []
+    for bwd in TUNE_CANDIDATES:
+      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(best_fwd, bwd))
+      if r["status"] == "ok":
+        timed.append((r["fwd_bwd_ms"], bwd))
+    best_bwd = min(timed, key=lambda t: t[0])[1]
+    best[f"{head_dim},{cfg.dtype}"] = dict(forward=vars(best_fwd), backward=vars(best_bwd),
+                                          seq_len=seq_len)
+  with open(os.path.join(out_dir, "tuning.json"), "w") as f:
+    json.dump(best, f, indent=1)
+  print(json.dumps(best, indent=1))
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  ints = lambda s: [int(x) for x in s.split(",")]
+  strs = lambda s: s.split(",")
+  p.add_argument("--lengths", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384])
+  p.add_argument("--head_dims", type=ints, default=[64, 128])
+  p.add_argument("--impls", type=strs, default=["xla", "cudnn", "mha_bundled", "pallas"])
+  p.add_argument("--variants", type=strs, default=["alibi", "gqa"],
+                 help="extra causal variants, besides base")
+  p.add_argument("--causal", type=strs, default=["false", "true"])
+  p.add_argument("--tokens", type=int, default=16384, help="batch x L")
+  p.add_argument("--d_model", type=int, default=2048)
+  p.add_argument("--dtype", default="bfloat16")
+  p.add_argument("--iters", type=int, default=10)
+  p.add_argument("--min_seconds", type=float, default=1.0)
+  p.add_argument("--out", default="bench_results")
+  p.add_argument("--tune", action="store_true", help="sweep our tilings instead")
+  p.add_argument("--smoke", action="store_true", help="tiny CPU run: checks the script works")
+  cfg = p.parse_args(argv)
+  if cfg.smoke:
+    cfg.lengths, cfg.head_dims, cfg.impls = [64], [32], ["xla", "chunked", "pallas"]
+    cfg.tokens, cfg.d_model, cfg.dtype, cfg.iters, cfg.min_seconds = 64, 128, "float32", 1, 0.0
+  return cfg
+
+
+def main(argv=None):
+  cfg = parse_args(argv)
+  os.makedirs(cfg.out, exist_ok=True)
+  if cfg.tune:
+    return tune(cfg, cfg.out)
+  device = jax.devices()[0]
+  meta = dict(device=f"{device.platform}:{device.device_kind}", jax=jax.__version__,
+              date=datetime.datetime.now().isoformat(timespec="seconds"), dtype=cfg.dtype,
+              d_model=cfg.d_model, tokens=cfg.tokens, smoke=cfg.smoke)
+  rows = []
+  for head_dim in cfg.head_dims:
+    for seq_len in cfg.lengths:
+      for impl in cfg.impls:
+        for causal in cfg.causal:
+          rows.append(run_config(impl, "base", seq_len, head_dim, causal == "true", cfg))
+        for variant in cfg.variants:
+          rows.append(run_config(impl, variant, seq_len, head_dim, True, cfg))
+  checks = variant_checks(rows)
+  with open(os.path.join(cfg.out, "results.json"), "w") as f:
+    json.dump(dict(meta=meta, rows=rows, variant_checks=checks), f, indent=1)
+  write_markdown(os.path.join(cfg.out, "results.md"), meta, rows, checks)
+  write_plot(os.path.join(cfg.out, "results.png"), meta, rows)
+  print(f"wrote {cfg.out}/results.{{json,md,png}}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,313 @@
+"""KV-cache decoding and generation against full forward passes and exhaustive search."""
+
+import functools
+import importlib.util
+import itertools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfjax import decode
+from tfjax.config import POSITIONS, ModelConfig
+from tfjax.models import build_model
+
+VOCAB = 13
+
+
+def tiny_config(**overrides) -> ModelConfig:
+  # Large init_std and an untied head give peaked, varied logits, so greedy paths are not one
+  # repeated token and argmax ties do not occur.
+  values = dict(family="decoder", vocab_size=VOCAB, d_model=16, num_layers=2, num_heads=4,
+                d_ff=32, position="rope", max_len=32, init_std=0.5, tie_embeddings=False)
+  values.update(overrides)
+  return ModelConfig(**values).validated()
+
+
+@functools.lru_cache(maxsize=None)
+def init_params(cfg: ModelConfig, seed: int = 0):
+  model = build_model(cfg)
+  dummy = jnp.zeros((1, 4), jnp.int32)
+  args = (dummy, dummy) if cfg.family == "encoder_decoder" else (dummy,)
+  return jax.jit(model.init)(jax.random.PRNGKey(seed), *args)["params"]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def full_logits(cfg, params, tokens_BxL, encoder_BxS=None):
+  """Reference: the ordinary (no cache) forward pass."""
+  model = build_model(cfg)
+  if cfg.family == "encoder_decoder":
+    return model.apply({"params": params}, encoder_BxS, tokens_BxL)
+  return model.apply({"params": params}, tokens_BxL)
+
+
+forward_cached = jax.jit(decode.forward_cached, static_argnums=0)
+encode = jax.jit(decode.encode, static_argnums=0)
+
+
+def random_tokens(shape, seed):
+  return np.random.default_rng(seed).integers(1, VOCAB, shape).astype(np.int32)
+
+
+# ---- cache == full forward ----------------------------------------------------------------------
+CACHE_CONFIGS = (
+    [dict(family=f, position=p) for f in ("decoder", "encoder_decoder") for p in POSITIONS]
+    + [dict(num_kv_heads=2, position="rope"),                 # GQA
+       dict(num_kv_heads=1, position="alibi"),                # MQA
+       dict(window=3, position="rope"),                       # ring buffer of 3 < 8 tokens
+       dict(window=3, position="alibi", num_kv_heads=2),
+       dict(family="encoder_decoder", window=3, num_kv_heads=2, position="learned"),
+       dict(scan_layers=True, position="rope_interleaved", window=3)])
+
+
+@pytest.mark.parametrize("overrides", CACHE_CONFIGS,
+                         ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_cached_logits_match_full_forward(overrides):
+  """Prefill + one token per step, with two rows of different prompt lengths (left-padded),
+  reproduces every position of each row's own full forward pass; also pure token-by-token."""
+  cfg = tiny_config(**overrides)
+  params = init_params(cfg)
+  total = 8
+  sequences_BxL = random_tokens((2, total), seed=1)
+  encoder_BxS = random_tokens((2, 5), seed=2) if cfg.family == "encoder_decoder" else None
+  # Row 1 is shorter: beyond its length the reference holds junk, which causality ignores.
+  expected_BxLxV = np.asarray(full_logits(cfg, params, sequences_BxL, encoder_BxS))
+  encoded = None if encoder_BxS is None else encode(cfg, params, encoder_BxS)
+
+  for prompt_lengths in ([1, 1], [4, 2]):
+    lengths_B = np.asarray(prompt_lengths, np.int32)
+    padded_len = int(lengths_B.max())
+    steps = total - padded_len
+    prompts, _ = decode.left_pad([sequences_BxL[b, :n] for b, n in enumerate(lengths_B)])
+    positions, segment_ids = decode.left_padded_positions(jnp.asarray(lengths_B), padded_len)
+    cache = decode.init_cache(cfg, 2, padded_len + steps, encoder_len=5)
+    logits, cache = forward_cached(cfg, params, cache, prompts, positions, segment_ids, encoded)
+    for b, n in enumerate(lengths_B):
+      np.testing.assert_allclose(logits[b, padded_len - n:], expected_BxLxV[b, :n], atol=1e-5)
+    for t in range(steps):
+      position_B = lengths_B + t
+      token_B = sequences_BxL[np.arange(2), position_B]
+      logits, cache = forward_cached(cfg, params, cache, token_B[:, None], position_B[:, None])
+      for b in range(2):
+        np.testing.assert_allclose(logits[b, 0], expected_BxLxV[b, position_B[b]], atol=1e-5,
+                                   err_msg=f"prompt lengths {prompt_lengths}, step {t}, row {b}")
+
+
+def test_cache_is_a_ring_buffer_with_a_window():
+  cfg = tiny_config(window=3)
+  cache = decode.init_cache(cfg, batch=2, max_len=100)
+  key = cache["decoder"]["layers_0"]["self_attention"]["cached_key"]
+  assert key.shape == (2, 3, cfg.kv_heads, cfg.dim_per_head)
+
+
+# ---- generate: greedy, batching, length checks ------------------------------------------------
+def greedy(cfg, prompts, max_new_tokens=5, **kwargs):
+  return decode.generate(cfg, init_params(cfg), prompts, max_new_tokens=max_new_tokens, **kwargs)
+
+
+def test_greedy_matches_argmax_of_full_forward():
+  cfg = tiny_config(position="alibi")
+  prompt = [3, 5, 7]
+  out = greedy(cfg, [prompt], max_new_tokens=6)
+  sequence = list(prompt)
+  for _ in range(6):
+    logits = full_logits(cfg, init_params(cfg), np.asarray([sequence], np.int32))
+    sequence.append(int(np.argmax(logits[0, -1])))
+  assert out.tokens.shape == (1, 1, 6)
+  assert np.asarray(out.tokens[0, 0]).tolist() == sequence[3:]
+  assert int(out.lengths[0, 0]) == 6
+
+
+@pytest.mark.parametrize("family,position,window", [
+    ("decoder", "learned", None), ("decoder", "rope", 3), ("encoder_decoder", "sinusoidal", None)])
+def test_batched_prompts_of_different_lengths_match_each_alone(family, position, window):
+  cfg = tiny_config(family=family, position=position, window=window)
+  prompts = [[4, 8, 2, 9, 1], [6, 3]]
+  encoder = [[5, 2, 7, 7], [9, 1]] if family == "encoder_decoder" else None
+  batched = greedy(cfg, prompts, max_new_tokens=6, encoder_inputs=encoder)
+  for b, prompt in enumerate(prompts):
+    alone = greedy(cfg, [prompt], max_new_tokens=6,
+                   encoder_inputs=None if encoder is None else [encoder[b]])
+    np.testing.assert_array_equal(batched.tokens[b], alone.tokens[0])
+    np.testing.assert_allclose(batched.scores[b], alone.scores[0], atol=1e-5)
+
+
+def test_padded_array_with_lengths_equals_list_of_prompts():
+  cfg = tiny_config()
+  as_list = greedy(cfg, [[4, 8, 2], [6]])
+  as_array = greedy(cfg, np.asarray([[4, 8, 2], [6, 0, 0]]), prompt_lengths=[3, 1])
+  np.testing.assert_array_equal(as_list.tokens, as_array.tokens)
+
+
+def test_prompt_beyond_learned_position_table_raises():
+  cfg = tiny_config(position="learned", max_len=8)
+  with pytest.raises(ValueError, match="learned position table"):
+    greedy(cfg, [[1] * 9], max_new_tokens=1)
+  with pytest.raises(ValueError, match="max_new_tokens=4.*max_len=8"):
+    greedy(cfg, [[1] * 5, [2]], max_new_tokens=4)
+  greedy(cfg, [[1] * 5], max_new_tokens=3)  # exactly fills the table
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(strategy="topk"), "strategy"), (dict(strategy="sample", temperature=0.0), "temperature"),
+    (dict(strategy="sample", top_p=1.5), "top_p"), (dict(strategy="greedy", num_samples=2), "num"),
+    (dict(strategy="beam", beam_size=2, num_samples=3), "beam_size"), (dict(eos_id=VOCAB), "eos")])
+def test_invalid_settings_raise(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    greedy(tiny_config(), [[1, 2]], **kwargs)
+
+
+# ---- EOS ---------------------------------------------------------------------------------------
+def test_eos_stops_rows_independently():
+  cfg = tiny_config()
+  prompts = [[4, 8, 2], [6, 3], [1]]
+  free = np.asarray(greedy(cfg, prompts, max_new_tokens=8).tokens[:, 0])
+  eos = int(free[0, 2])  # row 0 must stop after its third token
+  out = greedy(cfg, prompts, max_new_tokens=8, eos_id=eos, pad_id=0)
+  lengths = []
+  for b in range(len(prompts)):
+    hits = np.flatnonzero(free[b] == eos)
+    n = int(hits[0]) + 1 if hits.size else free.shape[1]
+    expected = np.concatenate([free[b, :n], np.zeros(free.shape[1] - n, np.int32)])
+    np.testing.assert_array_equal(out.tokens[b, 0], expected)
+    assert int(out.lengths[b, 0]) == n
+    lengths.append(n)
+  assert lengths[0] <= 3 and len(set(lengths)) > 1, lengths  # rows really stopped differently
+
+
+# ---- sampling ----------------------------------------------------------------------------------
+def sample(cfg, prompts, **kwargs):
+  kwargs.setdefault("max_new_tokens", 5)
+  return decode.generate(cfg, init_params(cfg), prompts, strategy="sample", **kwargs)
+
+
+def test_top_k_one_and_tiny_temperature_equal_greedy():
+  cfg = tiny_config()
+  prompts = [[4, 8, 2], [6]]
+  expected = greedy(cfg, prompts).tokens
+  np.testing.assert_array_equal(sample(cfg, prompts, top_k=1, rng=3).tokens, expected)
+  np.testing.assert_array_equal(sample(cfg, prompts, temperature=1e-4, rng=4).tokens, expected)
+
+
+def test_seeded_sampling_is_reproducible():
+  cfg = tiny_config()
+  first = sample(cfg, [[4, 8, 2], [6]], num_samples=3, rng=7, top_p=0.9)
+  again = sample(cfg, [[4, 8, 2], [6]], num_samples=3, rng=7, top_p=0.9)
+  other = sample(cfg, [[4, 8, 2], [6]], num_samples=3, rng=8, top_p=0.9)
+  np.testing.assert_array_equal(first.tokens, again.tokens)
+  assert not np.array_equal(first.tokens, other.tokens)
+  assert first.tokens.shape == (2, 3, 5)
+
+
+def numpy_allowed(logits, temperature=1.0, top_k=None, top_p=None):
+  """Set of token ids that temperature/top-k/top-p sampling may return, in float64."""
+  logits = np.asarray(logits, np.float64) / temperature
+  order = np.argsort(-logits)
+  if top_k is not None:
+    order = order[:top_k]
+  probs = np.exp(logits[order] - logits[order].max())
+  probs /= probs.sum()
+  if top_p is not None:
+    # Smallest prefix of the ranked tokens whose probability mass reaches top_p.
+    order = order[:int(np.searchsorted(np.cumsum(probs), top_p) + 1)]
+  return set(order.tolist())
+
+
+@pytest.mark.parametrize("top_k,top_p", [(None, 0.5), (None, 0.9), (4, 0.8)])
+def test_filter_logits_keeps_exactly_the_numpy_nucleus(top_k, top_p):
+  logits = np.random.default_rng(0).normal(size=(200, 17)).astype(np.float32) * 2
+  filtered = np.asarray(decode.filter_logits(jnp.asarray(logits), temperature=0.7, top_k=top_k,
+                                             top_p=top_p))
+  for row, kept in zip(logits, np.isfinite(filtered)):
+    assert set(np.flatnonzero(kept).tolist()) == numpy_allowed(row, 0.7, top_k, top_p)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(None, 0.6), (3, 0.9)])
+def test_top_p_samples_never_leave_the_nucleus(top_k, top_p):
+  """Many seeded draws of the first new token, against the nucleus of the full-forward logits."""
+  cfg = tiny_config()
+  prompts = [[4, 8, 2], [6]]
+  draws = sample(cfg, prompts, max_new_tokens=1, num_samples=300, rng=11, top_k=top_k,
+                 top_p=top_p).tokens[:, :, 0]
+  for b, prompt in enumerate(prompts):
+    logits = full_logits(cfg, init_params(cfg), np.asarray([prompt], np.int32))[0, -1]
+    nucleus = numpy_allowed(logits, top_k=top_k, top_p=top_p)
+    seen = set(np.asarray(draws[b]).tolist())
+    assert seen <= nucleus, (seen, nucleus)
+    assert len(nucleus) == 1 or len(seen) > 1  # it really samples
+
+
+# ---- beam search -------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_beam_size_one_equals_greedy(family):
+  cfg = tiny_config(family=family)
+  prompts = [[4, 8, 2], [6], [1, 2]]
+  encoder = [[5, 2, 7], [9, 1, 3, 3], [2]] if family == "encoder_decoder" else None
+  free = greedy(cfg, prompts, max_new_tokens=6, encoder_inputs=encoder)
+  eos = int(free.tokens[0, 0, 1])  # makes at least row 0 end early
+  expected = greedy(cfg, prompts, max_new_tokens=6, eos_id=eos, encoder_inputs=encoder)
+  beam = decode.generate(cfg, init_params(cfg), prompts, max_new_tokens=6, strategy="beam",
+                         beam_size=1, length_penalty=0.0, eos_id=eos, encoder_inputs=encoder)
+  np.testing.assert_array_equal(beam.tokens, expected.tokens)
+  np.testing.assert_array_equal(beam.lengths, expected.lengths)
+  np.testing.assert_allclose(beam.scores, expected.scores, atol=1e-5)
+
+
+def exhaustive_ranking(cfg, params, prompt, max_new, eos, alpha, encoder=None):
+  """Every finished continuation (ends in EOS, or reaches max_new without one) with its GNMT
+  score, best first, each scored by a full forward pass."""
+  vocab = cfg.vocab_size
+  others = [v for v in range(vocab) if v != eos]
+  candidates = [tuple(body) + (eos,) for n in range(max_new)
+                for body in itertools.product(others, repeat=n)]
+  candidates += list(itertools.product(others, repeat=max_new))
+  total = len(prompt) + max_new
+  batch = np.zeros((len(candidates), total), np.int32)  # right padding: causal, never seen
+  for i, c in enumerate(candidates):
+    batch[i, :len(prompt) + len(c)] = list(prompt) + list(c)
+  enc = None if encoder is None else np.repeat(np.asarray([encoder], np.int32), len(batch), 0)
+  log_probs = np.asarray(jax.nn.log_softmax(full_logits(cfg, params, batch, enc), -1), np.float64)
+  scored = []
+  for i, c in enumerate(candidates):
+    lp = sum(log_probs[i, len(prompt) - 1 + t, tok] for t, tok in enumerate(c))
+    scored.append((lp / ((5.0 + len(c)) / 6.0) ** alpha, c))
+  return sorted(scored, reverse=True)
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_beam_search_finds_the_exhaustive_best(family):
+  """vocab 5, 3 new tokens: 16 beams >= (V-1)^(N-1) keep every live prefix, so beam search is
+  exact and its top hypotheses must equal brute-force enumeration under the same GNMT score."""
+  cfg = tiny_config(family=family, vocab_size=5, init_std=0.3)
+  params = init_params(cfg)
+  prompts = [[1, 3, 2], [4]]
+  encoder = [[2, 4, 1], [3, 3]] if family == "encoder_decoder" else None
+  eos, alpha, max_new = 2, 0.6, 3
+  out = decode.generate(cfg, params, prompts, max_new_tokens=max_new, strategy="beam",
+                        beam_size=16, num_samples=3, length_penalty=alpha, eos_id=eos,
+                        pad_id=0, encoder_inputs=encoder)
+  for b, prompt in enumerate(prompts):
+    ranking = exhaustive_ranking(cfg, params, prompt, max_new, eos, alpha,
+                                 None if encoder is None else encoder[b])
+    for rank in range(3):
+      score, best = ranking[rank]
+      length = int(out.lengths[b, rank])
+      assert tuple(np.asarray(out.tokens[b, rank, :length]).tolist()) == best
+      assert np.all(np.asarray(out.tokens[b, rank, length:]) == 0)
+      assert float(out.scores[b, rank]) == pytest.approx(score, abs=1e-4)
+    assert any(c[-1] == eos for _, c in ranking[:8])  # EOS handling really matters here
+
+
+# ---- benchmark ---------------------------------------------------------------------------------
+def test_bench_decode_smoke(tmp_path):
+  path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "bench_decode.py"
+  spec = importlib.util.spec_from_file_location("bench_decode", path)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  bench.main(["--smoke", f"--out={tmp_path}"])
+  result = json.loads((tmp_path / "bench_decode.json").read_text())
+  assert result["rows"] and all(r["cached_tokens_per_s"] > 0 for r in result["rows"])
+  assert "tokens/s" in (tmp_path / "bench_decode.md").read_text()

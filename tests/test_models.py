@@ -1,0 +1,441 @@
+"""Model-level properties: causality, padding, scan/remat equivalence, positions past training
+length, dropout, config validation, and a pairwise-covering matrix of architecture switches."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config, to_numpy, tokens, unboxed
+from tfjax import ops
+from tfjax.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConfig, \
+    default_model_config
+from tfjax.models import build_model, shift_right
+
+KEY = jax.random.PRNGKey(0)
+B, L = 2, 8
+
+
+def init(cfg, *inputs, **kwargs):
+  model = build_model(cfg)
+  return model, unboxed(model.init(KEY, *inputs, **kwargs))
+
+
+def outputs(model, variables, *inputs, **kwargs):
+  """The model's main output as a NumPy array (Encoder: its MLM logits, else the hidden states)."""
+  out = model.apply(variables, *inputs, **kwargs)
+  if isinstance(out, dict):
+    out = out["mlm_logits"] if "mlm_logits" in out else out["hidden"]
+  return np.asarray(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Causality
+# ------------------------------------------------------------------------------------------------
+CAUSAL_CASES = ([("decoder", pos, None) for pos in POSITIONS]
+                + [("decoder", pos, 2) for pos in POSITIONS]
+                + [("encoder_decoder", pos, None) for pos in POSITIONS]
+                + [("encoder_decoder", "rope", 3)])
+
+
+@pytest.mark.parametrize("family,position,window", CAUSAL_CASES)
+def test_causality(family, position, window):
+  """Perturbing tokens after t leaves logits at <= t unchanged (and does change later ones)."""
+  cfg = tiny_config(family=family, position=position, window=window, num_layers=2)
+  t = 3
+  dec = np.asarray(tokens((B, L), seed=1))
+  perturbed = dec.copy()
+  perturbed[:, t + 1:] = (perturbed[:, t + 1:] + 1 + np.arange(L - t - 1)) % 31
+  src = tokens((B, 6), seed=2)
+  if family == "decoder":
+    model, variables = init(cfg, jnp.asarray(dec))
+    run = lambda d: outputs(model, variables, jnp.asarray(d))
+  else:
+    model, variables = init(cfg, src, jnp.asarray(dec))
+    run = lambda d: outputs(model, variables, src, jnp.asarray(d))
+  base, moved = run(dec), run(perturbed)
+  assert base.shape == (B, L, cfg.vocab_size) and np.all(np.isfinite(base))
+  np.testing.assert_allclose(moved[:, :t + 1], base[:, :t + 1], rtol=0, atol=1e-6)
+  assert np.all(np.abs(moved[:, t + 1:] - base[:, t + 1:]).max(-1) > 1e-4)
+
+
+def test_sliding_window_limits_the_receptive_field():
+  """One layer with window 2 and no absolute positions: logits at t see only tokens t-1 and t."""
+  cfg = tiny_config(position="none", window=2, num_layers=1)
+  dec = np.asarray(tokens((B, L), seed=3))
+  model, variables = init(cfg, jnp.asarray(dec))
+  base = outputs(model, variables, jnp.asarray(dec))
+  perturbed = dec.copy()
+  perturbed[:, 2] = (perturbed[:, 2] + 5) % 31
+  moved = outputs(model, variables, jnp.asarray(perturbed))
+  changed = np.abs(moved - base).max(-1) > 1e-5
+  np.testing.assert_array_equal(changed, np.broadcast_to([0, 0, 1, 1, 0, 0, 0, 0], (B, L)))
+
+
+def test_encoder_decoder_cross_attention_sees_the_whole_source():
+  """Source (7) and target (4) lengths differ; every target position depends on every source
+  token, including ones after it (cross-attention is not causal)."""
+  cfg = tiny_config(family="encoder_decoder", position="sinusoidal", num_decoder_layers=2)
+  src = np.asarray(tokens((B, 7), seed=4))
+  dec = tokens((B, 4), seed=5)
+  model, variables = init(cfg, jnp.asarray(src), dec)
+  base = outputs(model, variables, jnp.asarray(src), dec)
+  assert base.shape == (B, 4, cfg.vocab_size)
+  for s in (0, 6):
+    perturbed = src.copy()
+    perturbed[:, s] = (perturbed[:, s] + 7) % 31
+    moved = outputs(model, variables, jnp.asarray(perturbed), dec)
+    assert np.all(np.abs(moved - base).max(-1) > 1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Padding
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi"])
+def test_outputs_at_real_positions_ignore_pad_tokens(family, position):
+  cfg = tiny_config(family=family, position=position, num_layers=2)
+  if family == "encoder":  # right padding
+    seg = np.array([[1, 1, 1, 1, 1, 0, 0, 0], [1] * 8])
+  else:  # left padding (right padding would be invisible to a causal model anyway)
+    seg = np.array([[0, 0, 0, 1, 1, 1, 1, 1], [1] * 8])
+  real = seg.astype(bool)
+  toks = np.asarray(tokens((B, L), seed=6))
+  other = np.where(real, toks, (toks + 13) % 31)
+  model, variables = init(cfg, jnp.asarray(toks))
+  run = lambda x, **kw: outputs(model, variables, jnp.asarray(x), **kw)
+  a = run(toks, segment_ids=jnp.asarray(seg))
+  b = run(other, segment_ids=jnp.asarray(seg))
+  np.testing.assert_allclose(b[real], a[real], rtol=0, atol=1e-6)
+  assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+  # Without segment ids the pad tokens are attended to and do change real positions.
+  assert not np.allclose(run(toks)[real], run(other)[real], atol=1e-4)
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "alibi"])
+def test_encoder_decoder_padding(position):
+  cfg = tiny_config(family="encoder_decoder", position=position)
+  enc_seg = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+  dec_seg = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+  src = np.asarray(tokens((B, 6), seed=7))
+  dec = np.asarray(tokens((B, 5), seed=8))
+  src2 = np.where(enc_seg > 0, src, (src + 11) % 31)
+  dec2 = np.where(dec_seg > 0, dec, (dec + 11) % 31)
+  model, variables = init(cfg, jnp.asarray(src), jnp.asarray(dec))
+
+  def run(s, d, **kw):
+    kw = {k: jnp.asarray(v) for k, v in kw.items()}
+    return outputs(model, variables, jnp.asarray(s), jnp.asarray(d), **kw)
+
+  # Encoder padding only: every decoder position ignores the encoder's pad tokens.
+  a = run(src, dec, encoder_segment_ids=enc_seg)
+  np.testing.assert_allclose(run(src2, dec, encoder_segment_ids=enc_seg), a, rtol=0, atol=1e-6)
+  assert not np.allclose(run(src2, dec), run(src, dec), atol=1e-4)
+  # Both sides padded: real decoder positions ignore pad tokens on either side.
+  both = dict(encoder_segment_ids=enc_seg, decoder_segment_ids=dec_seg)
+  real = dec_seg.astype(bool)
+  a = run(src, dec, **both)
+  b = run(src2, dec2, **both)
+  np.testing.assert_allclose(b[real], a[real], rtol=0, atol=1e-6)
+  assert np.all(np.isfinite(b))
+
+
+# ------------------------------------------------------------------------------------------------
+# ALiBi in the encoder is bidirectional and symmetric
+# ------------------------------------------------------------------------------------------------
+def test_encoder_alibi_is_symmetric_bidirectional():
+  cfg = tiny_config(family="encoder", position="alibi", num_heads=4)
+  toks = tokens((1, 7), seed=9)
+  model, variables = init(cfg, toks)
+  params = jax.tree_util.tree_map(lambda a: a, variables["params"])
+  query = params["encoder"]["layers_0"]["self_attention"]["query"]
+  # Zero queries: the logits are exactly the ALiBi bias, -m |i - j|.
+  query["kernel"] = jnp.zeros_like(query["kernel"])
+  query["bias"] = jnp.zeros_like(query["bias"])
+  _, state = model.apply({"params": params}, toks, mutable=["intermediates"])
+  (weights,) = state["intermediates"]["encoder"]["layers_0"]["self_attention"][
+      "attention_weights"]
+  weights = np.asarray(weights)[0]  # [H, L, L]
+  i, j = np.arange(7)[:, None], np.arange(7)[None, :]
+  for h, m in enumerate([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]):
+    logits = -m * np.abs(i - j)
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights[h], expected, rtol=1e-5, atol=1e-7)
+  # Bidirectional: keys after the query get weight; symmetric: equal distance, equal weight.
+  assert np.all(weights[:, 3, 4:] > 0)
+  np.testing.assert_allclose(weights[:, 3, 3 + 1:], weights[:, 3, :3][:, ::-1], rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Positions past the training length
+# ------------------------------------------------------------------------------------------------
+def test_learned_positions_past_the_table_raise():
+  cfg = tiny_config(position="learned", max_len=8)
+  model, variables = init(cfg, tokens((1, 8)))
+  with pytest.raises(ValueError, match=r"sequence length 9 exceeds the learned position table "
+                                       r"\(model.max_len=8\)"):
+    model.apply(variables, tokens((1, 9)))
+  ed = tiny_config(family="encoder_decoder", position="learned", max_len=8)
+  model, variables = init(ed, tokens((1, 8)), tokens((1, 8)))
+  with pytest.raises(ValueError, match="max_len=8"):
+    model.apply(variables, tokens((1, 8)), tokens((1, 12)))
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "rope", "rope_interleaved", "alibi", "none"])
+def test_relative_and_fixed_positions_run_at_four_times_training_length(position):
+  cfg = tiny_config(position=position, max_len=8)
+  model, variables = init(cfg, tokens((1, 8)))
+  long = tokens((2, 32), seed=10)
+  logits = outputs(model, variables, long)
+  assert logits.shape == (2, 32, cfg.vocab_size) and np.all(np.isfinite(logits))
+
+
+# ------------------------------------------------------------------------------------------------
+# Scan vs unscanned, remat
+# ------------------------------------------------------------------------------------------------
+def _inputs(family):
+  dec = tokens((B, 6), seed=11)
+  seg = jnp.asarray([[1, 1, 1, 1, 2, 2], [1, 1, 1, 1, 1, 0]])
+  if family == "decoder":
+    return (dec,), dict(segment_ids=seg)
+  if family == "encoder":
+    return (dec,), dict(segment_ids=seg)
+  src = tokens((B, 5), seed=12)
+  return (src, dec), dict(encoder_segment_ids=jnp.asarray([[1, 1, 1, 0, 0], [1] * 5]))
+
+
+def _stack_layers(params, stacks, num):
+  """Unscanned params {stack: {layers_i: p_i}} -> scanned {stack: {layers: {layer: stack(p_i)}}}."""
+  params = dict(params)
+  for stack, n in zip(stacks, num):
+    sub = dict(params[stack])
+    layers = [sub.pop(f"layers_{i}") for i in range(n)]
+    sub["layers"] = {"layer": jax.tree_util.tree_map(lambda *a: np.stack(a), *layers)}
+    params[stack] = sub
+  return params
+
+
+SCAN_FAMILIES = {
+    "decoder": (dict(position="rope", num_layers=3), ("decoder",)),
+    "encoder": (dict(position="learned", num_layers=2, pooler=True, num_classes=3),
+                ("encoder",)),
+    "encoder_decoder": (dict(position="alibi", num_layers=2, num_decoder_layers=3,
+                             norm_placement="post"), ("encoder", "decoder")),
+}
+
+
+@pytest.mark.parametrize("family", list(SCAN_FAMILIES))
+def test_scan_matches_unscanned_with_the_same_weights(family):
+  overrides, stacks = SCAN_FAMILIES[family]
+  cfg = tiny_config(family=family, **overrides)
+  args, kwargs = _inputs(family)
+  model, variables = init(cfg, *args, **kwargs)
+  scanned_cfg = cfg.replace(scan_layers=True)
+  scanned_model, scanned_vars = init(scanned_cfg, *args, **kwargs)
+  num = (cfg.num_layers, cfg.decoder_layers)[:len(stacks)] if len(stacks) == 2 else (
+      cfg.num_layers,)
+  stacked = _stack_layers(to_numpy(variables["params"]), stacks, num)
+  # The mapping reproduces the scanned model's own parameter layout exactly.
+  shapes = lambda t: jax.tree_util.tree_map(np.shape, t)
+  assert shapes(stacked) == shapes(to_numpy(scanned_vars["params"]))
+  stacked = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), stacked)
+  out = model.apply(variables, *args, **kwargs)
+  scanned_out = scanned_model.apply({"params": stacked}, *args, **kwargs)
+  for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(scanned_out)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-5)
+  # Layers differ from each other, so a wrong stacking order would show.
+  first = jax.tree_util.tree_leaves(variables["params"][stacks[-1]]["layers_0"])
+  second = jax.tree_util.tree_leaves(variables["params"][stacks[-1]]["layers_1"])
+  assert not np.allclose(np.asarray(first[0]), np.asarray(second[0]))
+
+
+def _loss_and_grads(model, params, args, kwargs):
+  def loss(p):
+    out = model.apply({"params": p}, *args, **kwargs)
+    out = out["mlm_logits"] if isinstance(out, dict) else out
+    return jnp.mean(jnp.square(out)), out
+  (value, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+  return np.asarray(out), to_numpy(grads)
+
+
+@pytest.mark.parametrize("family,scan", [("decoder", False), ("decoder", True),
+                                         ("encoder_decoder", True)])
+def test_remat_gives_identical_outputs_and_gradients(family, scan):
+  cfg = tiny_config(family=family, num_layers=2, scan_layers=scan, position="rope")
+  args, kwargs = _inputs(family)
+  model, variables = init(cfg, *args, **kwargs)
+  ref_out, ref_grads = _loss_and_grads(model, variables["params"], args, kwargs)
+  assert any(np.abs(g).sum() > 0 for g in jax.tree_util.tree_leaves(ref_grads))
+  for remat in ("full", "dots"):
+    rm = build_model(cfg.replace(remat=remat))
+    out, grads = _loss_and_grads(rm, variables["params"], args, kwargs)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-6, atol=1e-6)
+    jax.tree_util.tree_map(
+        lambda g, r: np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-7), grads, ref_grads)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dropout
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["decoder", "encoder", "encoder_decoder"])
+@pytest.mark.parametrize("rates", [(0.2, 0.0), (0.0, 0.3)])
+def test_dropout_depends_on_rng_only_when_not_deterministic(family, rates):
+  dropout, attention_dropout = rates
+  cfg = tiny_config(family=family, dropout=dropout, attention_dropout=attention_dropout)
+  args, kwargs = _inputs(family)
+  model, variables = init(cfg, *args, **kwargs)
+  train = build_model(cfg.replace(deterministic=False))
+  run = lambda m, seed: outputs(m, variables, *args, rngs={"dropout": jax.random.PRNGKey(seed)},
+                                **kwargs)
+  a, b, a_again = run(train, 1), run(train, 2), run(train, 1)
+  np.testing.assert_array_equal(a, a_again)
+  assert not np.allclose(a, b, atol=1e-5)
+  eval_out = outputs(model, variables, *args, **kwargs)
+  np.testing.assert_array_equal(run(model, 1), eval_out)
+  np.testing.assert_array_equal(run(model, 2), eval_out)
+  assert not np.allclose(a, eval_out, atol=1e-5)
+
+
+def test_attention_dropout_with_a_fused_implementation_raises(monkeypatch):
+  import tfjax.kernels  # noqa: F401  registers whatever kernels exist before we add a stand-in
+  calls = []
+  monkeypatch.setitem(ops._REGISTRY, "chunked", lambda *a, **k: calls.append(1))
+  cfg = tiny_config(attention_dropout=0.1, attention_impl="chunked", deterministic=False)
+  model, variables = init(cfg.replace(deterministic=True), tokens((1, 4)))
+  with pytest.raises(ValueError, match="attention dropout is only supported by implementation="
+                                       "'xla', not 'chunked'"):
+    build_model(cfg).apply(variables, tokens((1, 4)), rngs={"dropout": KEY})
+  assert not calls
+
+
+# ------------------------------------------------------------------------------------------------
+# Config validation
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(d_model=18, num_heads=4), ["model.d_model=18", "model.num_heads=4", "head_dim"]),
+    (dict(num_heads=4, num_kv_heads=3), ["model.num_heads=4", "model.num_kv_heads=3"]),
+    (dict(position="xpos"), ["model.position='xpos'", *POSITIONS]),
+    (dict(norm="batchnorm"), ["model.norm='batchnorm'", *NORMS]),
+    (dict(ffn="swish"), ["model.ffn='swish'", *FFNS]),
+    (dict(family="decoder_only"), ["model.family='decoder_only'", *FAMILIES]),
+    (dict(norm_placement="sandwich"), ["model.norm_placement='sandwich'", *PLACEMENTS]),
+    (dict(remat="some"), ["model.remat='some'", "none", "full", "dots"]),
+    (dict(attention_impl="flash"), ["model.attention_impl='flash'", "xla", "pallas"]),
+    (dict(family="encoder", window=4), ["model.window=4", "model.family='encoder'",
+                                        "model.window=None"]),
+    (dict(window=0), ["model.window=0", "positive"]),
+    (dict(position="rope", d_model=12, num_heads=4), ["model.position='rope'", "even", "3"]),
+    (dict(dropout=1.0), ["model.dropout=1.0", "[0, 1)"]),
+    (dict(num_layers=0), ["model.num_layers=0", "positive"]),
+])
+def test_config_validation_names_key_value_and_choices(overrides, patterns):
+  with pytest.raises(ValueError) as info:
+    tiny_config(**overrides)
+  for pattern in patterns:
+    assert pattern in str(info.value), (pattern, str(info.value))
+  # The same checks guard every other way of building a model.
+  with pytest.raises(ValueError):
+    build_model({**dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32), **overrides})
+  with pytest.raises(ValueError):
+    tiny_config().replace(**overrides)
+
+
+def test_unknown_config_key_is_named_with_the_valid_keys():
+  with pytest.raises(ValueError, match=r"unknown model config key\(s\) \['d_modle'\]; valid keys "
+                                       r"are: .*'d_model'"):
+    ModelConfig.from_config({"d_modle": 16})
+  cfg = default_model_config(d_model=16, num_heads=2)
+  cfg.unlock() if hasattr(cfg, "unlock") else None
+  cfg.nmu_layers = 3
+  with pytest.raises(ValueError, match="nmu_layers"):
+    build_model(cfg)
+  with pytest.raises(ValueError, match="nmu_layers"):
+    default_model_config(nmu_layers=3)
+
+
+def test_config_dict_round_trip_builds_the_same_config():
+  cfg = default_model_config(d_model=16, num_heads=2, num_kv_heads=1, window=3)
+  built = ModelConfig.from_config(cfg)
+  assert built.kv_heads == 1 and built.window == 3 and built.dim_per_head == 8
+  assert ModelConfig.from_config(default_model_config()) == ModelConfig()
+
+
+def test_shift_right():
+  np.testing.assert_array_equal(np.asarray(shift_right(jnp.array([[5, 6, 7], [8, 9, 10]]), 1)),
+                                [[1, 5, 6], [1, 8, 9]])
+
+
+def test_encoder_pooler_and_classifier_match_numpy():
+  cfg = tiny_config(family="encoder", pooler=True, num_classes=3, type_vocab_size=2)
+  toks = tokens((B, 5), seed=13)
+  model, variables = init(cfg, toks)
+  out = model.apply(variables, toks, token_type_ids=jnp.ones_like(toks))
+  assert set(out) == {"hidden", "mlm_logits", "pooled", "class_logits"}
+  p = to_numpy(variables["params"])
+  h = np.asarray(out["hidden"], np.float64)
+  pooled = np.tanh(h[:, 0] @ p["pooler"]["kernel"] + p["pooler"]["bias"])
+  np.testing.assert_allclose(np.asarray(out["pooled"]), pooled, rtol=1e-5, atol=1e-6)
+  logits = pooled @ p["classifier"]["kernel"] + p["classifier"]["bias"]
+  np.testing.assert_allclose(np.asarray(out["class_logits"]), logits, rtol=1e-5, atol=1e-5)
+  assert out["mlm_logits"].shape == (B, 5, cfg.vocab_size)
+
+
+# ------------------------------------------------------------------------------------------------
+# Architecture matrix: every pair of axis values appears in at least one case
+# ------------------------------------------------------------------------------------------------
+AXES = dict(family=FAMILIES, position=POSITIONS, norm=NORMS, norm_placement=PLACEMENTS, ffn=FFNS)
+
+
+def pairwise_cases(axes):
+  """Greedy pairwise covering design (deterministic): ~26 rows instead of the 288 of the product."""
+  names = list(axes)
+  pairs = lambda row: {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2)}
+  candidates = [dict(zip(names, values)) for values in itertools.product(*axes.values())]
+  uncovered = set().union(*(pairs(r) for r in candidates))
+  rows = []
+  while uncovered:
+    best = max(candidates, key=lambda r: len(pairs(r) & uncovered))
+    rows.append(best)
+    uncovered -= pairs(best)
+  return rows
+
+
+MATRIX = pairwise_cases(AXES)
+assert len(MATRIX) <= 30
+
+
+def _matrix_id(row):
+  return "-".join(str(v) for v in row.values())
+
+
+@pytest.mark.parametrize("index", range(len(MATRIX)), ids=[_matrix_id(r) for r in MATRIX])
+def test_architecture_matrix_init_forward_grad_finite(index):
+  row = MATRIX[index]
+  extra = dict(num_layers=1 + index % 2, num_kv_heads=1 if index % 3 == 0 else None)
+  if row["family"] != "encoder" and index % 4 == 1:
+    extra["window"] = 3
+  cfg = tiny_config(**row, **extra, d_ff=16)
+  model = build_model(cfg)
+  toks = tokens((1, 6), seed=index)
+  args = (toks, toks[:, :5]) if cfg.family == "encoder_decoder" else (toks,)
+
+  @jax.jit
+  def step(key):
+    params = unboxed(model.init(key, *args))["params"]
+
+    def loss(p):
+      out = model.apply({"params": p}, *args)
+      out = out["mlm_logits"] if isinstance(out, dict) else out
+      return jnp.mean(jax.nn.logsumexp(out, -1) - out[..., 0]), out
+    (value, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return value, out, grads
+
+  value, out, grads = step(KEY)
+  assert out.shape == (1, args[-1].shape[1], cfg.vocab_size)
+  assert np.isfinite(float(value))
+  assert np.all(np.isfinite(np.asarray(out)))
+  leaves = [np.asarray(g) for g in jax.tree_util.tree_leaves(grads)]
+  assert all(np.all(np.isfinite(g)) for g in leaves)
+  assert sum(float(np.abs(g).sum()) for g in leaves) > 0

@@ -1,0 +1,73 @@
+"""Orbax checkpoints: train state (params, optimizer state, step, rng), data position and config.
+
+Each checkpoint is one orbax step directory (written to a temporary name and renamed when complete,
+so a crash never leaves a half-written step under a final name). Restore tries the newest step
+first; if it is corrupt or partial it warns and falls back to the previous one. Nothing is ever
+deleted here except by `keep` (orbax's max_to_keep) after a successful save.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+import orbax.checkpoint as ocp
+
+_log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+  def __init__(self, workdir: str, keep: int = 3):
+    self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        item_names=("state", "data", "config"))
+
+  def steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, state: Any, data_state: dict, config_dict: dict,
+           force: bool = False) -> None:
+    if step in self._manager.all_steps():
+      return  # already saved (e.g. the final step coincides with a periodic one)
+    self._manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+        config=ocp.args.JsonSave(config_dict)), force=force)
+
+  def wait(self) -> None:
+    self._manager.wait_until_finished()
+
+  def restore_latest(self, abstract_state: Any) -> Optional[tuple[int, Any, dict]]:
+    """(step, state, data_state) of the newest readable checkpoint, or None if there is none.
+
+    `abstract_state` is a tree of jax.ShapeDtypeStruct (with .sharding) giving the layout to
+    restore into, so a checkpoint written on one mesh restores onto another.
+    """
+    steps = self.steps()
+    for step in reversed(steps):
+      try:
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        return step, restored["state"], dict(restored["data"])
+      except Exception as e:  # pylint: disable=broad-except
+        earlier = [s for s in steps if s < step]
+        if not earlier:
+          raise RuntimeError(
+              f"checkpoint step {step} in {self.directory} is unreadable ({type(e).__name__}: "
+              f"{e}) and there is no earlier one; move the workdir aside to start fresh") from e
+        _log.warning("checkpoint step %d in %s is corrupt or partial (%s: %s); falling back "
+                        "to step %d", step, self.directory, type(e).__name__, e, earlier[-1])
+    return None
+
+  def close(self) -> None:
+    self._manager.close()
+
+
+def abstract_like(tree: Any) -> Any:
+  """ShapeDtypeStructs (keeping shardings) describing `tree`, for restoring into its layout."""
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+      tree)

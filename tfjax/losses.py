@@ -1,0 +1,67 @@
+"""Token and classification losses, always computed in float32.
+
+Label smoothing uses optax.smooth_labels' convention: the target distribution is
+  q = (1 - eps) * onehot(target) + eps / V          (V = vocabulary / class count),
+so the true class gets 1 - eps + eps / V. The loss is the plain cross entropy -sum_v q_v log p_v
+against q; its minimum is the entropy of q (> 0 when eps > 0), not 0 — T5 subtracts that constant,
+we do not. Report perplexity from an eps = 0 loss.
+
+Sequence losses return (sum, weight_sum) rather than a mean so that callers can add them up across
+micro-batches and devices before dividing once. Positions with weight 0 (padding) contribute
+nothing, whatever their logits or targets (targets there may even be out of range).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import jax.numpy as jnp
+
+
+def _check_label_smoothing(label_smoothing) -> None:
+  if isinstance(label_smoothing, numbers.Real) and not 0.0 <= label_smoothing < 1.0:
+    raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
+
+
+def _weights_or_ones(weights, targets):
+  if weights is None:
+    return jnp.ones(targets.shape, jnp.float32)
+  return jnp.asarray(weights, jnp.float32)
+
+
+def cross_entropy(logits_BxLxV, targets_BxL, weights_BxL=None, label_smoothing: float = 0.0):
+  """(sum of weight * CE against the smoothed targets, sum of weights), both float32 scalars.
+
+  Works for any leading shape: logits [..., V], targets and weights [...]. weights None = all 1.
+  Never builds a one-hot: -sum_v q_v log p_v = -(1 - eps) log p_target - eps * mean_v log p_v.
+  """
+  _check_label_smoothing(label_smoothing)
+  vocab = logits_BxLxV.shape[-1]
+  log_probs = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
+  # Clamp so padding targets (e.g. -1) still index in range; those positions are zeroed below.
+  safe_targets = jnp.clip(targets_BxL, 0, vocab - 1).astype(jnp.int32)
+  target_log_prob = jnp.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]
+  loss = -target_log_prob
+  if label_smoothing:
+    loss = (1.0 - label_smoothing) * loss - label_smoothing * jnp.mean(log_probs, axis=-1)
+  weights = _weights_or_ones(weights_BxL, targets_BxL)
+  # where, not just *: 0 * inf (an extreme logit at a padded position) would be NaN.
+  loss = jnp.where(weights != 0, loss * weights, 0.0)
+  return jnp.sum(loss), jnp.sum(weights)
+
+
+def token_accuracy(logits_BxLxV, targets_BxL, weights_BxL=None):
+  """(weighted count of positions whose argmax equals the target, sum of weights), float32."""
+  weights = _weights_or_ones(weights_BxL, targets_BxL)
+  correct = jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL
+  return jnp.sum(jnp.where(correct, weights, 0.0)), jnp.sum(weights)
+
+
+def classification_loss(logits_BxC, labels_B, label_smoothing: float = 0.0, weights_B=None):
+  """Weighted mean cross entropy over the batch (0 when every weight is 0), float32 scalar.
+
+  weights_B (None = all 1) lets a padded final eval batch mark its filler rows with 0.
+  """
+  loss_sum, weight_sum = cross_entropy(logits_BxC, labels_B, weights_B, label_smoothing)
+  return loss_sum / jnp.maximum(weight_sum, 1e-8)

@@ -1,0 +1,393 @@
+"""Training and evaluation: state, the jitted steps, and the loop around them.
+
+The step is `jax.jit` with in/out shardings over the device mesh (pjit in today's JAX); the state is
+initialized already sharded. Resuming is exact: batch k is a pure function of (seed, k), dropout
+keys are fold_in(rng, step), and checkpoints hold params, optimizer state, step, rng and the data
+position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from tfjax import checkpoint, data, metrics, params as param_accounting, sharding, tasks
+from tfjax.config import ModelConfig
+from tfjax.models import build_model
+from tfjax.optimizer import make_optimizer
+
+_log = logging.getLogger(__name__)
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  rng: jax.Array
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps
+# ---------------------------------------------------------------------------------------------
+def make_train_step(model, optimizer, schedule, task: str, label_smoothing: float,
+                    grad_accum_steps: int):
+  """state, batch -> state, metrics. With k micro-batches, gradients of the summed loss are added
+  up under lax.scan and divided once by the total weight, so k steps of B/k equal one step of B."""
+
+  def summed_loss(params, batch, rng):
+    stats = tasks.forward(model, params, batch, task, label_smoothing, rngs={"dropout": rng})
+    return stats["loss_sum"], stats
+
+  grad_fn = jax.grad(summed_loss, has_aux=True)
+
+  def train_step(state: TrainState, batch):
+    rng = jax.random.fold_in(state.rng, state.step)
+    if grad_accum_steps == 1:
+      grads, stats = grad_fn(state.params, batch, rng)
+    else:
+      micro = jax.tree.map(
+          lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
+          batch)
+
+      def accumulate(carry, inputs):
+        index, micro_batch = inputs
+        grads, stats = grad_fn(state.params, micro_batch, jax.random.fold_in(rng, index))
+        return jax.tree.map(jnp.add, carry, (grads, _scalars(stats))), None
+
+      zeros = jax.tree.map(jnp.zeros_like, (state.params, _scalars(
+          jax.eval_shape(summed_loss, state.params, jax.tree.map(lambda x: x[0], micro), rng)[1])))
+      (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+    weight = jnp.maximum(stats["weight_sum"], 1.0)
+    grads = jax.tree.map(lambda g: g / weight, grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                              opt_state=opt_state)
+    out = {"train/loss": stats["loss_sum"] / weight,
+           "train/accuracy": stats["correct_sum"] / weight,
+           "train/grad_norm": optax.global_norm(grads), "train/lr": schedule(state.step)}
+    return new_state, out
+
+  return train_step
+
+
+def _scalars(stats):
+  return {k: v for k, v in stats.items() if k in ("loss_sum", "weight_sum", "correct_sum")}
+
+
+def make_eval_step(model, task: str):
+  def eval_step(params, batch):
+    stats = tasks.forward(model, params, batch, task)
+    return {"loss_sum": stats["loss_sum"], "weight_sum": stats["weight_sum"],
+            "correct_sum": stats["correct_sum"],
+            "exact_sum": jnp.sum(stats["row_correct"]), "row_sum": jnp.sum(stats["row_count"])}
+  return eval_step
+
+
+def evaluate(eval_step, params, eval_batches, put_batch) -> dict:
+  """Loss, perplexity, accuracy over all groups; exact_match@L per synthetic test length."""
+  totals, out = {}, {}
+  for name, batch in eval_batches:
+    stats = jax.device_get(eval_step(params, put_batch(batch)))
+    group = totals.setdefault(name, {k: 0.0 for k in stats})
+    for key, value in stats.items():
+      group[key] += float(value)
+  overall = {k: sum(g[k] for g in totals.values()) for k in ("loss_sum", "weight_sum",
+                                                             "correct_sum")}
+  loss = overall["loss_sum"] / max(overall["weight_sum"], 1.0)
+  out["eval/loss"] = loss
+  out["eval/perplexity"] = float(np.exp(min(loss, 50.0)))
+  out["eval/accuracy"] = overall["correct_sum"] / max(overall["weight_sum"], 1.0)
+  for name, group in totals.items():
+    if name.startswith("len_"):
+      out[f"eval/exact_match@{name[4:]}"] = group["exact_sum"] / max(group["row_sum"], 1.0)
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Experiment:
+  """Everything the loop needs, built and validated before the workdir is touched."""
+  config: Any
+  model_config: ModelConfig
+  dataset: Any
+  optimizer: Any
+  schedule: Any
+
+
+def prepare(config, workdir: str | None = None) -> Experiment:
+  """Validates the whole config and builds the data; raises ValueError naming any bad key."""
+  # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
+  existing = workdir if workdir and os.path.isdir(workdir) else None
+  dataset = data.make_dataset(config.data, config.task, workdir=existing)
+  model_cfg = dict(config.model)
+  if model_cfg["vocab_size"] in (0, None):  # 0 = take the vocabulary size from the data
+    model_cfg["vocab_size"] = dataset.vocab_size
+  model_config = ModelConfig.from_config(model_cfg)
+  tasks.check_task(config.task, model_config.family)
+  if model_config.vocab_size < dataset.vocab_size:
+    raise ValueError(
+        f"model.vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
+        f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
+  batch = config.train.batch_size
+  if batch % (config.optimizer.grad_accum_steps * max(1, jax.process_count())):
+    raise ValueError(
+        f"train.batch_size={batch} must divide by optimizer.grad_accum_steps="
+        f"{config.optimizer.grad_accum_steps} and the {jax.process_count()} processes")
+  optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
+                                       model_config.d_model)
+  return Experiment(config, model_config, dataset, optimizer, schedule)
+
+
+def init_state(exp: Experiment, mesh, rules):
+  """TrainState created directly in its sharded layout (never whole on one device)."""
+  model = build_model(exp.model_config)
+  sample = exp.dataset.train_batch(0, 1)
+
+  def init_fn(rng):
+    params_rng, train_rng = jax.random.split(rng)
+    inputs = _model_inputs(sample, exp.config.task)
+    boxed = model.init(params_rng, *inputs[0], **inputs[1])["params"]
+    params = nn.meta.unbox(boxed)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=exp.optimizer.init(params), rng=train_rng)
+
+  abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(exp.config.seed))
+  boxed_params = jax.eval_shape(
+      lambda r: model.init(r, *_model_inputs(sample, exp.config.task)[0],
+                           **_model_inputs(sample, exp.config.task)[1])["params"],
+      jax.random.PRNGKey(0))
+  param_shardings = sharding.logical_shardings(mesh, boxed_params, rules)
+  state_shardings = _state_shardings(abstract, param_shardings, mesh)
+  with sharding.axis_rules(mesh, rules):
+    state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
+  return state, state_shardings
+
+
+def _state_shardings(abstract_state, param_shardings, mesh):
+  """Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp)."""
+  flat_params = {tuple(p): s for p, s in _flatten_with_paths(param_shardings)}
+  replicated = sharding.replicated(mesh)
+
+  def for_leaf(path, leaf):
+    names = tuple(getattr(k, "key", getattr(k, "name", str(k))) for k in path)
+    for size in range(len(names), 0, -1):  # the param path is a suffix of the moment's path
+      match = flat_params.get(names[-size:])
+      if match is not None and len(match.spec) <= len(leaf.shape):
+        return match
+    return replicated
+
+  return jax.tree_util.tree_map_with_path(for_leaf, abstract_state)
+
+
+def _flatten_with_paths(tree):
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return [(tuple(getattr(k, "key", str(k)) for k in path), leaf) for path, leaf in leaves]
+
+
+def _model_inputs(batch, task):
+  """(args, kwargs) for model.init from a sample batch."""
+  if task == "seq2seq":
+    return (batch["encoder_inputs"], batch["decoder_inputs"]), {}
+  kwargs = {"segment_ids": batch.get("segment_ids")}
+  if task in ("mlm", "classification"):
+    kwargs["token_type_ids"] = batch.get("token_type_ids")
+  else:
+    kwargs["positions"] = batch.get("positions")
+  return (batch["inputs"],), kwargs
+
+
+def global_batch_putter(mesh, rules, global_batch_size: int):
+  """Host batch (this process's rows) -> global jax.Array sharded over the data axes."""
+  batch_sharding = sharding.batch_sharding(mesh, rules)
+
+  def put(local_batch):
+    def one(x):
+      x = np.asarray(x)
+      if jax.process_count() == 1:
+        return jax.device_put(x, batch_sharding)
+      global_shape = (x.shape[0] * jax.process_count(),) + x.shape[1:]
+      return jax.make_array_from_process_local_data(batch_sharding, x, global_shape)
+    return {k: one(v) for k, v in local_batch.items()}
+
+  return put
+
+
+def process_rows(global_batch_size: int) -> tuple[int, int]:
+  """The contiguous rows of every global batch that this process reads."""
+  per_process = global_batch_size // jax.process_count()
+  return jax.process_index() * per_process, per_process
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------
+class _StopRequested:
+  """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._previous[sig] = signal.signal(sig, self._handle)
+      except ValueError:  # not the main thread (e.g. tests running the loop in a thread)
+        pass
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signum = signum
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint. Returns the last metrics."""
+  exp = prepare(config, workdir)  # everything validated before anything is written
+  _prepare_workdir(workdir, config, exp)
+  tokenizer = getattr(exp.dataset, "tokenizer", None)
+  if tokenizer is not None and jax.process_index() == 0:
+    tokenizer.save(workdir)  # generate.py and resumed runs read it back
+  train_cfg = config.train
+  mesh = sharding.make_mesh(config.mesh)
+  rules = sharding.rules(config)
+  state, state_shardings = init_state(exp, mesh, rules)
+  ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+  row_start, row_count = process_rows(train_cfg.batch_size)
+  iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
+                               row_count=row_count)
+  restored = ckpt.restore_latest(checkpoint.abstract_like(state))
+  if restored is not None:
+    step, state, data_state = restored
+    iterator.restore(data_state)
+    _log.info("resumed from step %d in %s", step, workdir)
+
+  train_model = build_model(exp.model_config.replace(deterministic=False))
+  eval_model = build_model(exp.model_config)
+  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
+  train_step = jax.jit(
+      make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
+                      train_cfg.label_smoothing, config.optimizer.grad_accum_steps),
+      in_shardings=(state_shardings, batch_shardings),
+      out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
+  eval_step = jax.jit(make_eval_step(eval_model, config.task),
+                      in_shardings=(state_shardings.params, batch_shardings),
+                      out_shardings=sharding.replicated(mesh))
+  put = global_batch_putter(mesh, rules, train_cfg.batch_size)
+  eval_rows = process_rows(train_cfg.eval_batch_size)
+  eval_batches = exp.dataset.eval_batches(train_cfg.eval_batch_size, train_cfg.eval_batches,
+                                          row_start=eval_rows[0], row_count=eval_rows[1])
+  tokens_per_step = train_cfg.batch_size * _sequence_length(eval_batches[0][1], config.task)
+  flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
+                                                     train_cfg.batch_size)
+  peak = param_accounting.peak_flops(train_cfg.peak_flops)
+
+  start_step = int(jax.device_get(state.step))
+  writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, start_step)
+  config_json = json.loads(config.to_json_best_effort())
+  timer, last = metrics.Timer(), {}
+  with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
+    if start_step == 0 and train_cfg.eval_at_start:
+      last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer,
+                                   0))
+    step = start_step
+    while step < train_cfg.num_steps:
+      state, step_metrics = train_step(state, put(iterator.next()))
+      step += 1
+      timer.steps += 1
+      if step % train_cfg.log_every == 0 or step == train_cfg.num_steps:
+        logged = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+        rate = timer.rate(tokens_per_step)
+        logged["train/tokens_per_sec"] = rate
+        if peak:
+          logged["train/mfu"] = rate * flops_per_token / (peak * jax.device_count())
+        writer.write(step, logged)
+        writer.progress(step, logged["train/loss"], logged["train/lr"], rate)
+        timer.reset()
+        last.update(logged)
+      if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
+        last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put,
+                                     writer, step))
+        timer.reset()
+      if (step % train_cfg.checkpoint_every == 0 or step == train_cfg.num_steps
+          or stop.signum is not None):
+        ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
+      if stop.signum is not None:
+        _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+        break
+  ckpt.wait()
+  ckpt.close()
+  writer.close()
+  return last
+
+
+def _eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer, step):
+  out = evaluate(eval_step, state.params, eval_batches, put)
+  writer.write(step, out)
+  if exp.config.task == "lm" and exp.config.train.sample_tokens > 0:
+    sample = _greedy_sample(exp, state.params)
+    if sample is not None:
+      writer.text(step, "sample", sample)
+  return out
+
+
+def _greedy_sample(exp, params):
+  try:
+    from tfjax import decode  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  prompt = exp.config.train.sample_prompt or ""
+  tokenizer = getattr(exp.dataset, "tokenizer", None)
+  if tokenizer is None:
+    return None
+  ids = tokenizer.encode(prompt) if prompt else np.zeros((1,), np.int32)
+  limit = exp.model_config.max_len - len(ids) if exp.model_config.position == "learned" else None
+  new = exp.config.train.sample_tokens if limit is None else min(exp.config.train.sample_tokens,
+                                                                 limit)
+  out = decode.generate(exp.model_config, jax.device_get(params), [list(ids)],
+                        max_new_tokens=new, strategy="greedy")
+  return prompt + tokenizer.decode(np.asarray(out.tokens[0][:out.lengths[0]]).tolist())
+
+
+def _sequence_length(batch, task):
+  key = "decoder_inputs" if task == "seq2seq" else "inputs"
+  return int(np.asarray(batch[key]).shape[1])
+
+
+def _prepare_workdir(workdir: str, config, exp: Experiment) -> None:
+  """Creates the workdir, or checks that an existing run there is the same model."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "config.json")
+  current = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      previous = json.load(f)
+    if previous.get("model") != current.get("model") or previous.get("task") != current.get(
+        "task"):
+      raise ValueError(
+          f"{workdir} holds a run with a different model or task (see {path}); resuming would "
+          "mix them. Use a new --workdir, or restore the original config.")
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(current, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
