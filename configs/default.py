@@ -22,6 +22,6 @@ def get_config(arg=None):
       dropout=0.0)
   config.optimizer.update(name="adamw", lr=3e-3, b2=0.98, weight_decay=0.01, schedule="cosine",
                           warmup_steps=100, min_lr=1e-4, clip_norm=1.0)
-  config.train.update(num_steps=1000, batch_size=64, eval_batch_size=128, eval_batches=2,
-                      eval_every=250, log_every=50, checkpoint_every=500)
+  config.train.update(num_steps=600, batch_size=64, eval_batch_size=128, eval_batches=2,
+                      eval_every=200, log_every=50, checkpoint_every=200)
   return config

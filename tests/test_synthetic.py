@@ -52,7 +52,9 @@ def _decoder_example(batch, i):
 def test_decoder_rows_answers_and_weights(task):
   ds = _dataset(task)
   batch = ds.train_batch(0, 32)
-  assert batch["inputs"].shape == batch["targets"].shape == (32, ds.seq_len)
+  # Training rows are as long as the longest training example needs, no longer.
+  assert batch["inputs"].shape == batch["targets"].shape == (
+      32, ds.row_lengths(ds.train_lengths[1]))
   assert batch["weights"].dtype == np.float32 and batch["inputs"].dtype == np.int32
   for i in range(32):
     prompt, answer = _decoder_example(batch, i)
@@ -70,8 +72,10 @@ def test_decoder_rows_answers_and_weights(task):
 def test_seq2seq_rows(task):
   ds = _dataset(task, form="seq2seq")
   batch = ds.train_batch(1, 16)
-  assert batch["encoder_inputs"].shape == (16, ds.encoder_len)
-  assert batch["decoder_inputs"].shape == batch["targets"].shape == (16, ds.decoder_len)
+  encoder_len, decoder_len = ds.row_lengths(ds.train_lengths[1])
+  assert (encoder_len, decoder_len) <= (ds.encoder_len, ds.decoder_len)
+  assert batch["encoder_inputs"].shape == (16, encoder_len)
+  assert batch["decoder_inputs"].shape == batch["targets"].shape == (16, decoder_len)
   for i in range(16):
     p = int(batch["encoder_segment_ids"][i].sum())
     a = int(batch["decoder_segment_ids"][i].sum())
@@ -120,7 +124,8 @@ def test_train_and_test_lengths():
   groups = ds.eval_batches(5, num_batches=2)
   assert [name for name, _ in groups] == ["len_3", "len_3", "len_8", "len_8"]
   for name, batch in groups:
-    assert batch["inputs"].shape == (5, ds.seq_len)  # one shape for train and eval: one compile
+    # Each group's rows fit its length: one eval compile per test length, none wasted on padding.
+    assert batch["inputs"].shape == (5, ds.row_lengths(int(name[4:])))
     for i in range(5):
       assert len(_decoder_example(batch, i)[0]) == int(name[4:])
 

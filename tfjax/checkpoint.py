@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import time
 from typing import Any, Optional
 
 import jax
@@ -21,10 +23,26 @@ _log = logging.getLogger(__name__)
 class Checkpointer:
   def __init__(self, workdir: str, keep: int = 3):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    self._manager = ocp.CheckpointManager(
+    self._keep = keep
+    self._manager = self._open()
+
+  def _open(self):
+    return ocp.CheckpointManager(
         self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True),
         item_names=("state", "data", "config"))
+
+  def _quarantine(self, step: int) -> str:
+    """Moves an unreadable step out of the way (kept for inspection, never deleted), so the run
+    can write that step number again."""
+    target = os.path.join(os.path.dirname(self.directory), "checkpoints_unreadable",
+                          f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if jax.process_index() == 0:
+      shutil.move(os.path.join(self.directory, str(step)), target)
+    self._manager.close()
+    self._manager = self._open()
+    return target
 
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -55,11 +73,12 @@ class Checkpointer:
       except Exception as e:  # pylint: disable=broad-except
         earlier = [s for s in steps if s < step]
         if not earlier:
-          raise RuntimeError(
+          raise ValueError(
               f"checkpoint step {step} in {self.directory} is unreadable ({type(e).__name__}: "
               f"{e}) and there is no earlier one; move the workdir aside to start fresh") from e
-        _log.warning("checkpoint step %d in %s is corrupt or partial (%s: %s); falling back "
-                        "to step %d", step, self.directory, type(e).__name__, e, earlier[-1])
+        moved = self._quarantine(step)
+        _log.warning("checkpoint step %d is corrupt or partial (%s: %s); moved it to %s and "
+                     "falling back to step %d", step, type(e).__name__, e, moved, earlier[-1])
     return None
 
   def close(self) -> None:

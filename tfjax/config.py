@@ -128,8 +128,8 @@ class ModelConfig:
         raise ValueError(f"model.window={self.window} must be a positive number of keys or None")
       if self.family == "encoder":
         raise ValueError(
-            "model.window is a causal sliding window and model.family='encoder' is bidirectional; "
-            "set model.window=None")
+            f"model.window={self.window} is a causal sliding window and model.family='encoder' is "
+            "bidirectional; set model.window=None")
     for key in ("dropout", "attention_dropout"):
       if not 0.0 <= getattr(self, key) < 1.0:
         raise ValueError(f"model.{key}={getattr(self, key)} must be in [0, 1)")

@@ -182,19 +182,19 @@ def _as_batch(ids, lengths, pad_id, what):
 
 
 # ---- token selection --------------------------------------------------------------------------
-def filter_logits(logits_BxV, *, temperature: float = 1.0, top_k: Optional[int] = None,
-                  top_p: Optional[float] = None):
+def filter_logits(logits_BxV, *, temperature=1.0, top_k: Optional[int] = None, top_p=None):
   """Temperature, then top-k, then top-p (nucleus) on the top-k survivors; removed tokens -> -inf.
 
   top-p keeps the smallest set of most likely tokens whose probability reaches p (the most likely
-  token is always kept; tokens tied with the last kept one are kept too).
+  token is always kept; tokens tied with the last kept one are kept too). temperature and top_p
+  may be traced; top_k is static.
   """
   logits_BxV = logits_BxV.astype(jnp.float32) / temperature
   vocab = logits_BxV.shape[-1]
   if top_k is not None and top_k < vocab:
     kth_largest_Bx1 = jax.lax.top_k(logits_BxV, top_k)[0][:, -1:]
     logits_BxV = jnp.where(logits_BxV < kth_largest_Bx1, -jnp.inf, logits_BxV)
-  if top_p is not None and top_p < 1.0:
+  if top_p is not None:
     sorted_BxV = jax.lax.top_k(logits_BxV, vocab)[0]  # descending
     probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
     mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
@@ -204,28 +204,29 @@ def filter_logits(logits_BxV, *, temperature: float = 1.0, top_k: Optional[int] 
   return logits_BxV
 
 
-def gnmt_length_penalty(length, alpha: float):
+def gnmt_length_penalty(length, alpha):
   """Wu et al. (2016): ((5 + length) / 6) ** alpha; beam scores are log-prob / penalty."""
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
 @dataclasses.dataclass(frozen=True)
-class _Settings:
-  """Everything static about one generate call (jit recompiles when it changes)."""
+class _Plan:
+  """What shapes the compiled program (jit recompiles when it changes)."""
   strategy: str
   max_new_tokens: int
-  temperature: float
-  top_k: Optional[int]
-  top_p: Optional[float]
   num_samples: int
   beam_size: int
-  length_penalty: float
-  eos_id: Optional[int]
-  pad_id: int
+  top_k: Optional[int]
+  use_top_p: bool
 
 
-def _is_eos(tokens, eos_id):
-  return jnp.zeros(tokens.shape, bool) if eos_id is None else tokens == eos_id
+class _Knobs(NamedTuple):
+  """Scalars passed as traced values, so changing them reuses the compiled program."""
+  temperature: jax.Array
+  top_p: jax.Array
+  length_penalty: jax.Array
+  eos_id: jax.Array  # -1 = no EOS
+  pad_id: jax.Array
 
 
 # ---- greedy / sampling loop -------------------------------------------------------------------
@@ -239,39 +240,40 @@ class _SampleState(NamedTuple):
   rng: jax.Array
 
 
-def _choose(state: _SampleState, logits_RxV, s: _Settings) -> _SampleState:
+def _choose(state: _SampleState, logits_RxV, plan: _Plan, knobs: _Knobs) -> _SampleState:
   """Picks token `state.step` of every row; finished rows emit pad_id."""
   rng, key = jax.random.split(state.rng)
-  if s.strategy == "greedy":
+  if plan.strategy == "greedy":
     token_R = jnp.argmax(logits_RxV, axis=-1).astype(jnp.int32)
   else:
-    filtered = filter_logits(logits_RxV, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    filtered = filter_logits(logits_RxV, temperature=knobs.temperature, top_k=plan.top_k,
+                             top_p=knobs.top_p if plan.use_top_p else None)
     token_R = jax.random.categorical(key, filtered, axis=-1).astype(jnp.int32)
-  token_R = jnp.where(state.done_R, s.pad_id, token_R)
+  token_R = jnp.where(state.done_R, knobs.pad_id, token_R)
   logprob_R = jnp.take_along_axis(jax.nn.log_softmax(logits_RxV, axis=-1), token_R[:, None], -1)
   live_R = ~state.done_R
   return state._replace(
       step=state.step + 1, tokens_RxN=state.tokens_RxN.at[:, state.step].set(token_R),
-      done_R=state.done_R | _is_eos(token_R, s.eos_id), lengths_R=state.lengths_R + live_R,
+      done_R=state.done_R | (token_R == knobs.eos_id), lengths_R=state.lengths_R + live_R,
       logprob_R=state.logprob_R + jnp.where(live_R, logprob_R[:, 0], 0.0), rng=rng)
 
 
-def _sample_loop(step_fn, cache, first_logits_RxV, prompt_lengths_R, rng, s: _Settings):
+def _sample_loop(step_fn, cache, first_logits_RxV, prompt_lengths_R, rng, plan, knobs):
   rows = first_logits_RxV.shape[0]
   state = _SampleState(
       step=jnp.zeros((), jnp.int32), cache=cache,
-      tokens_RxN=jnp.full((rows, s.max_new_tokens), s.pad_id, jnp.int32),
+      tokens_RxN=jnp.full((rows, plan.max_new_tokens), knobs.pad_id, jnp.int32),
       done_R=jnp.zeros((rows,), bool), lengths_R=jnp.zeros((rows,), jnp.int32),
       logprob_R=jnp.zeros((rows,), jnp.float32), rng=rng)
-  state = _choose(state, first_logits_RxV, s)  # token 0 comes from the prefill logits
+  state = _choose(state, first_logits_RxV, plan, knobs)  # token 0 comes from the prefill logits
 
   def keep_going(st):
-    return (st.step < s.max_new_tokens) & ~jnp.all(st.done_R)
+    return (st.step < plan.max_new_tokens) & ~jnp.all(st.done_R)
 
   def body(st):
     last_R = st.tokens_RxN[:, st.step - 1]
     logits_Rx1xV, cache = step_fn(st.cache, last_R, prompt_lengths_R + st.step - 1)
-    return _choose(st._replace(cache=cache), logits_Rx1xV[:, 0], s)
+    return _choose(st._replace(cache=cache), logits_Rx1xV[:, 0], plan, knobs)
 
   state = jax.lax.while_loop(keep_going, body, state)
   return state.tokens_RxN, state.lengths_R, state.logprob_R
@@ -290,11 +292,11 @@ class _BeamState(NamedTuple):
   done_B: jax.Array
 
 
-def _beam_choose(state: _BeamState, logits_BxKxV, s: _Settings) -> _BeamState:
+def _beam_choose(state: _BeamState, logits_BxKxV, plan: _Plan, knobs: _Knobs) -> _BeamState:
   """Extends every alive beam by every token, keeps the best `beam_size` unfinished extensions
-  alive and merges the ones that end (EOS or max length) into the finished set."""
+  alive and merges the best-ranked ones that end (EOS or max length) into the finished set."""
   batch, beams, vocab = logits_BxKxV.shape
-  step = state.step
+  step, alpha = state.step, knobs.length_penalty
   candidate_BxKxV = (state.alive_logprob_BxK[:, :, None]
                      + jax.nn.log_softmax(logits_BxKxV.astype(jnp.float32), axis=-1))
   # 2K candidates guarantee K non-EOS ones survive even if K of them end with EOS.
@@ -303,16 +305,19 @@ def _beam_choose(state: _BeamState, logits_BxKxV, s: _Settings) -> _BeamState:
   cand_parent_BxC, cand_token_BxC = flat_BxC // vocab, (flat_BxC % vocab).astype(jnp.int32)
   cand_seq_BxCxN = jnp.take_along_axis(state.alive_BxKxN, cand_parent_BxC[:, :, None], axis=1)
   cand_seq_BxCxN = cand_seq_BxCxN.at[:, :, step].set(cand_token_BxC)
-  ends_BxC = _is_eos(cand_token_BxC, s.eos_id) | (step + 1 >= s.max_new_tokens)
+  ends_BxC = (cand_token_BxC == knobs.eos_id) | (step + 1 >= plan.max_new_tokens)
 
   alive_logprob_BxK, pick_BxK = jax.lax.top_k(
       jnp.where(ends_BxC, -jnp.inf, cand_logprob_BxC), beams)
   alive_BxKxN = jnp.take_along_axis(cand_seq_BxCxN, pick_BxK[:, :, None], axis=1)
   parents_BxK = jnp.take_along_axis(cand_parent_BxC, pick_BxK, axis=1)
 
+  # As in fairseq, a hypothesis is finalized only if it ranks among the top K candidates (it
+  # would have taken a beam); that makes beam_size=1 exactly greedy search.
+  finalized_BxC = ends_BxC & (jnp.arange(num_candidates) < beams)[None, :]
   length = step + 1
   ended_score_BxC = jnp.where(
-      ends_BxC, cand_logprob_BxC / gnmt_length_penalty(length, s.length_penalty), -jnp.inf)
+      finalized_BxC, cand_logprob_BxC / gnmt_length_penalty(length, alpha), -jnp.inf)
   all_score = jnp.concatenate([state.finished_score_BxK, ended_score_BxC], axis=1)
   all_seq = jnp.concatenate([state.finished_BxKxN, cand_seq_BxCxN], axis=1)
   all_len = jnp.concatenate(
@@ -327,35 +332,35 @@ def _beam_choose(state: _BeamState, logits_BxKxV, s: _Settings) -> _BeamState:
   finished_BxKxN = jnp.where(frozen_B[:, None, None], state.finished_BxKxN, finished_BxKxN)
 
   # Log-probs only fall as beams grow, so an alive beam's best possible final score is its
-  # log-prob over the most favourable penalty still reachable; when even that cannot beat the
-  # worst kept hypothesis the row's result is final.
-  best_len = s.max_new_tokens if s.length_penalty >= 0 else jnp.minimum(length + 1,
-                                                                        s.max_new_tokens)
-  optimistic_B = alive_logprob_BxK[:, 0] / gnmt_length_penalty(best_len, s.length_penalty)
-  done_B = state.done_B | (finished_score_BxK[:, -1] >= optimistic_B) | jnp.isneginf(
-      alive_logprob_BxK[:, 0])
+  # log-prob over the most favourable penalty still reachable (the longest length for alpha >= 0,
+  # the shortest for alpha < 0); when even that cannot beat the worst kept hypothesis the row's
+  # result is final.
+  best_len = jnp.where(alpha >= 0, plan.max_new_tokens,
+                       jnp.minimum(length + 1, plan.max_new_tokens))
+  optimistic_B = alive_logprob_BxK[:, 0] / gnmt_length_penalty(best_len, alpha)
+  done_B = (state.done_B | (finished_score_BxK[:, -1] >= optimistic_B)
+            | jnp.isneginf(alive_logprob_BxK[:, 0]))
   return _BeamState(
       step=step + 1, cache=state.cache, parents_BxK=parents_BxK, alive_BxKxN=alive_BxKxN,
-      alive_logprob_BxK=alive_logprob_BxK,
-      finished_BxKxN=finished_BxKxN, finished_score_BxK=finished_score_BxK,
-      finished_len_BxK=finished_len_BxK, done_B=done_B)
+      alive_logprob_BxK=alive_logprob_BxK, finished_BxKxN=finished_BxKxN,
+      finished_score_BxK=finished_score_BxK, finished_len_BxK=finished_len_BxK, done_B=done_B)
 
 
-def _beam_loop(cfg, step_fn, cache_BK, first_logits_BxV, prompt_lengths_B, s: _Settings):
+def _beam_loop(cfg, step_fn, cache_BK, first_logits_BxV, prompt_lengths_B, plan, knobs):
   batch, vocab = first_logits_BxV.shape
-  beams, n = s.beam_size, s.max_new_tokens
+  beams, n = plan.beam_size, plan.max_new_tokens
   # All beams start as copies of the prompt; only beam 0 is live so the first step does not pick
   # the same token K times.
   state = _BeamState(
       step=jnp.zeros((), jnp.int32), cache=cache_BK,
       parents_BxK=jnp.zeros((batch, beams), jnp.int32),
-      alive_BxKxN=jnp.full((batch, beams, n), s.pad_id, jnp.int32),
+      alive_BxKxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
       alive_logprob_BxK=jnp.full((batch, beams), -jnp.inf).at[:, 0].set(0.0),
-      finished_BxKxN=jnp.full((batch, beams, n), s.pad_id, jnp.int32),
+      finished_BxKxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
       finished_score_BxK=jnp.full((batch, beams), -jnp.inf),
       finished_len_BxK=jnp.zeros((batch, beams), jnp.int32), done_B=jnp.zeros((batch,), bool))
   first_BxKxV = jnp.broadcast_to(first_logits_BxV[:, None], (batch, beams, vocab))
-  state = _beam_choose(state, first_BxKxV, s)
+  state = _beam_choose(state, first_BxKxV, plan, knobs)
   positions_BK = jnp.repeat(prompt_lengths_B, beams)
 
   def keep_going(st):
@@ -366,26 +371,27 @@ def _beam_loop(cfg, step_fn, cache_BK, first_logits_BxV, prompt_lengths_B, s: _S
     cache = take_cache_rows(cfg, st.cache, rows_BK)
     last_BK = st.alive_BxKxN[:, :, st.step - 1].reshape(-1)
     logits_BKx1xV, cache = step_fn(cache, last_BK, positions_BK + st.step - 1)
-    return _beam_choose(st._replace(cache=cache), logits_BKx1xV.reshape(batch, beams, -1), s)
+    return _beam_choose(st._replace(cache=cache), logits_BKx1xV.reshape(batch, beams, -1), plan,
+                        knobs)
 
   state = jax.lax.while_loop(keep_going, body, state)
-  top = s.num_samples
+  top = plan.num_samples
   return (state.finished_BxKxN[:, :top], state.finished_len_BxK[:, :top],
           state.finished_score_BxK[:, :top])
 
 
 # ---- generate ---------------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=("cfg", "s"))
-def _generate_jit(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_lengths_B, rng, *,
-                  cfg: ModelConfig, s: _Settings):
+@functools.partial(jax.jit, static_argnames=("cfg", "plan"))
+def _generate_jit(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_lengths_B, rng,
+                  knobs: _Knobs, *, cfg: ModelConfig, plan: _Plan):
   batch, padded_len = prompt_BxP.shape
-  copies = s.beam_size if s.strategy == "beam" else s.num_samples
+  copies = plan.beam_size if plan.strategy == "beam" else plan.num_samples
   encoded = encoder_ids = None
   if cfg.family == "encoder_decoder":
     encoder_ids = (jnp.arange(encoder_BxE.shape[1])[None, :]
                    < encoder_lengths_B[:, None]).astype(jnp.int32)
     encoded = encode(cfg, params, encoder_BxE, encoder_ids)
-  cache = init_cache(cfg, batch, padded_len + s.max_new_tokens,
+  cache = init_cache(cfg, batch, padded_len + plan.max_new_tokens,
                      None if encoder_BxE is None else encoder_BxE.shape[1])
   positions_BxP, segment_ids_BxP = left_padded_positions(prompt_lengths_B, padded_len)
   logits_BxPxV, cache = forward_cached(cfg, params, cache, prompt_BxP, positions_BxP,
@@ -398,35 +404,34 @@ def _generate_jit(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_len
     return forward_cached(cfg, params, cache, token_R[:, None], position_R[:, None])
 
   last_logits_BxV = logits_BxPxV[:, -1]  # left padding: the last column is every row's last token
-  if s.strategy == "beam":
-    tokens, lengths, scores = _beam_loop(cfg, step_fn, cache, last_logits_BxV, prompt_lengths_B, s)
-    return tokens, lengths, scores
+  if plan.strategy == "beam":
+    return _beam_loop(cfg, step_fn, cache, last_logits_BxV, prompt_lengths_B, plan, knobs)
   tokens_RxN, lengths_R, logprob_R = _sample_loop(
-      step_fn, cache, last_logits_BxV[rows_R], prompt_lengths_B[rows_R], rng, s)
+      step_fn, cache, last_logits_BxV[rows_R], prompt_lengths_B[rows_R], rng, plan, knobs)
   return (tokens_RxN.reshape(batch, copies, -1), lengths_R.reshape(batch, copies),
           logprob_R.reshape(batch, copies))
 
 
-def _check_settings(cfg: ModelConfig, s: _Settings):
-  if s.strategy not in STRATEGIES:
-    raise ValueError(f"strategy={s.strategy!r} is invalid; choose one of {STRATEGIES}")
-  if s.max_new_tokens < 1:
-    raise ValueError(f"max_new_tokens={s.max_new_tokens} must be at least 1")
-  if not s.temperature > 0:
-    raise ValueError(f"temperature={s.temperature} must be > 0 (use strategy='greedy' for argmax)")
-  if s.top_k is not None and not 1 <= s.top_k:
-    raise ValueError(f"top_k={s.top_k} must be a positive integer or None")
-  if s.top_p is not None and not 0.0 < s.top_p <= 1.0:
-    raise ValueError(f"top_p={s.top_p} must be in (0, 1] or None")
-  if s.num_samples < 1:
-    raise ValueError(f"num_samples={s.num_samples} must be at least 1")
-  if s.strategy == "greedy" and s.num_samples != 1:
+def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top_k, top_p,
+                    num_samples, beam_size, eos_id, pad_id):
+  if strategy not in STRATEGIES:
+    raise ValueError(f"strategy={strategy!r} is invalid; choose one of {STRATEGIES}")
+  if max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+  if not temperature > 0:
+    raise ValueError(f"temperature={temperature} must be > 0 (use strategy='greedy' for argmax)")
+  if top_k is not None and not 1 <= top_k:
+    raise ValueError(f"top_k={top_k} must be a positive integer or None")
+  if top_p is not None and not 0.0 < top_p <= 1.0:
+    raise ValueError(f"top_p={top_p} must be in (0, 1] or None")
+  if num_samples < 1:
+    raise ValueError(f"num_samples={num_samples} must be at least 1")
+  if strategy == "greedy" and num_samples != 1:
     raise ValueError("greedy decoding is deterministic: num_samples must be 1")
-  if s.strategy == "beam" and not 1 <= s.num_samples <= s.beam_size:
-    raise ValueError(f"beam search returns at most beam_size={s.beam_size} hypotheses per "
-                     f"prompt; got num_samples={s.num_samples}")
-  for name in ("eos_id", "pad_id"):
-    value = getattr(s, name)
+  if strategy == "beam" and not 1 <= num_samples <= beam_size:
+    raise ValueError(f"beam search returns at most beam_size={beam_size} hypotheses per "
+                     f"prompt; got num_samples={num_samples}")
+  for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
     if value is not None and not 0 <= value < cfg.vocab_size:
       raise ValueError(f"{name}={value} is outside the vocabulary [0, {cfg.vocab_size})")
 
@@ -462,13 +467,14 @@ def generate(model_config: ModelConfig, params,
   rng: PRNG key or int seed for sampling (same seed, same inputs => same samples).
   encoder_inputs / encoder_lengths: encoder-decoder source, list or right-padded array.
   Returns GenerateOutput(tokens [B, S, N], lengths [B, S], scores [B, S]).
+  Compiles once per model config, batch/prompt/encoder shape, strategy, max_new_tokens,
+  num_samples, beam_size, top_k and top_p-on/off; other settings are traced.
   """
   cfg = inference_config(model_config)
   if cfg.family == "encoder":
     raise ValueError("model.family='encoder' is bidirectional and cannot generate")
-  settings = _Settings(strategy, int(max_new_tokens), float(temperature), top_k, top_p,
-                       int(num_samples), int(beam_size), float(length_penalty), eos_id, pad_id)
-  _check_settings(cfg, settings)
+  _check_settings(cfg, strategy, max_new_tokens, temperature, top_k, top_p, num_samples,
+                  beam_size, eos_id, pad_id)
   prompts_BxP, prompt_lengths_B = _as_batch(prompt_ids, prompt_lengths, pad_id, "prompt")
   prompts_BxP = _right_to_left_padded(prompts_BxP, prompt_lengths_B, pad_id)
   encoder_BxE = encoder_lengths_B = None
@@ -481,15 +487,20 @@ def generate(model_config: ModelConfig, params,
       raise ValueError(f"{encoder_BxE.shape[0]} encoder inputs for {prompts_BxP.shape[0]} prompts")
   elif encoder_inputs is not None:
     raise ValueError("encoder_inputs are only used by family='encoder_decoder'")
-  _check_lengths(cfg, prompt_lengths_B, settings.max_new_tokens,
+  _check_lengths(cfg, prompt_lengths_B, max_new_tokens,
                  None if encoder_BxE is None else encoder_BxE.shape[1])
   if rng is None:
     rng = 0
   if isinstance(rng, (int, np.integer)):
     rng = jax.random.PRNGKey(int(rng))
+  plan = _Plan(strategy, int(max_new_tokens), int(num_samples), int(beam_size),
+               None if top_k is None else int(top_k), top_p is not None and top_p < 1.0)
+  knobs = _Knobs(jnp.float32(temperature), jnp.float32(1.0 if top_p is None else top_p),
+                 jnp.float32(length_penalty), jnp.int32(-1 if eos_id is None else eos_id),
+                 jnp.int32(pad_id))
   tokens, lengths, scores = _generate_jit(
       params, jnp.asarray(prompts_BxP), jnp.asarray(prompt_lengths_B),
       None if encoder_BxE is None else jnp.asarray(encoder_BxE),
-      None if encoder_lengths_B is None else jnp.asarray(encoder_lengths_B), rng,
-      cfg=cfg, s=settings)
+      None if encoder_lengths_B is None else jnp.asarray(encoder_lengths_B), rng, knobs,
+      cfg=cfg, plan=plan)
   return GenerateOutput(tokens, lengths, scores)

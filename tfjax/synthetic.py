@@ -211,15 +211,25 @@ class SyntheticDataset:
       raise ValueError("seeds must be non-negative")
     self.seed, self.eval_seed = int(seed), int(eval_seed)
     self.vocab_size = NUM_SPECIAL + self._task.num_symbols
-    longest = max(hi, *self.test_lengths)
-    p, a = self._task.prompt_len(longest), self._task.answer_len(longest)
+    # Attributes describe the longest rows (all test lengths included); training batches are only
+    # as long as the longest training example and each eval group as long as its test length, so
+    # short-sequence training does not pay for long-sequence evaluation.
     if form == "decoder":
-      self.seq_len = p + a + 2  # [BOS] p [SEP] a [EOS] has p+a+3 tokens; inputs drop the last
+      self.seq_len = self.row_lengths(max(hi, *self.test_lengths))
     elif form == "seq2seq":
-      self.encoder_len, self.decoder_len = p, a + 1
+      self.encoder_len, self.decoder_len = self.row_lengths(max(hi, *self.test_lengths))
     else:
-      self.seq_len = p + 1  # [BOS] as [CLS], then the sequence
+      self.seq_len = self.row_lengths(max(hi, *self.test_lengths))
       self.num_classes = self._task.num_symbols
+
+  def row_lengths(self, n: int):
+    """Row length(s) that fit a task instance of length n in this form."""
+    p, a = self._task.prompt_len(n), self._task.answer_len(n)
+    if self.form == "decoder":
+      return p + a + 2  # [BOS] p [SEP] a [EOS] has p+a+3 tokens; inputs drop the last
+    if self.form == "seq2seq":
+      return p, a + 1
+    return p + 1  # [BOS] as [CLS], then the sequence
 
   # --- batches --------------------------------------------------------------------------------
 
@@ -233,7 +243,7 @@ class SyntheticDataset:
       rng = np.random.default_rng([self.seed, _TRAIN_STREAM, index, r])
       n = int(rng.integers(lo, hi + 1))
       examples.append(self._task.generate(rng, n))
-    return self._layout(examples)
+    return self._layout(examples, self.row_lengths(hi))
 
   def eval_batches(self, batch_size: int, num_batches: int = 1, *, row_start: int = 0,
                    row_count: Optional[int] = None) -> list:
@@ -244,13 +254,13 @@ class SyntheticDataset:
       for b in range(num_batches):
         rngs = [np.random.default_rng([self.eval_seed, _EVAL_STREAM, n, b, r]) for r in rows]
         examples = [self._task.generate(rng, n) for rng in rngs]
-        out.append((f"len_{n}", self._layout(examples)))
+        out.append((f"len_{n}", self._layout(examples, self.row_lengths(n))))
     return out
 
-  def _layout(self, examples) -> dict:
+  def _layout(self, examples, lengths) -> dict:
     rows = len(examples)
     if self.form == "decoder":
-      batch = _zeros(rows, self.seq_len, "inputs", "targets", "weights", "segment_ids")
+      batch = _zeros(rows, lengths, "inputs", "targets", "weights", "segment_ids")
       for i, (prompt, answer) in enumerate(examples):
         p, a = len(prompt), len(answer)
         tokens = np.concatenate([[BOS], prompt + NUM_SPECIAL, [SEP], answer + NUM_SPECIAL, [EOS]])
@@ -261,8 +271,9 @@ class SyntheticDataset:
         batch["weights"][i, p + 1:p + a + 2] = 1  # inputs SEP..last answer token predict answer+EOS
       return batch
     if self.form == "seq2seq":
-      batch = {**_zeros(rows, self.encoder_len, "encoder_inputs", "encoder_segment_ids"),
-               **_zeros(rows, self.decoder_len, "decoder_inputs", "targets", "weights",
+      encoder_len, decoder_len = lengths
+      batch = {**_zeros(rows, encoder_len, "encoder_inputs", "encoder_segment_ids"),
+               **_zeros(rows, decoder_len, "decoder_inputs", "targets", "weights",
                         "decoder_segment_ids")}
       for i, (prompt, answer) in enumerate(examples):
         p, a = len(prompt), len(answer)
@@ -273,7 +284,7 @@ class SyntheticDataset:
         batch["weights"][i, :a + 1] = 1
         batch["decoder_segment_ids"][i, :a + 1] = 1
       return batch
-    batch = _zeros(rows, self.seq_len, "inputs", "segment_ids")
+    batch = _zeros(rows, lengths, "inputs", "segment_ids")
     batch["labels"] = np.zeros(rows, np.int32)
     batch["weights"] = np.ones(rows, np.float32)
     for i, (sequence, label) in enumerate(examples):

@@ -46,7 +46,7 @@ def logits_and_targets(model, variables, batch, task: str, rngs=None):
   if task == "mlm":
     return out["mlm_logits"], batch["targets"], batch["weights"]
   labels = batch["labels"]
-  weights = batch.get("label_weights", jnp.ones(labels.shape, jnp.float32))
+  weights = batch.get("weights", jnp.ones(labels.shape, jnp.float32))
   return out["class_logits"][:, None], labels[:, None], weights[:, None]
 
 

@@ -261,8 +261,12 @@ class _StopRequested:
       signal.signal(sig, handler)
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains `config` in `workdir`, resuming from its latest checkpoint. Returns the last metrics."""
+def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = None) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint. Returns the last metrics.
+
+  `stop_after_step` behaves like a SIGTERM arriving during that step (checkpoint, then return): it
+  is how tests and the sweep launcher interrupt a run deterministically.
+  """
   exp = prepare(config, workdir)  # everything validated before anything is written
   _prepare_workdir(workdir, config, exp)
   tokenizer = getattr(exp.dataset, "tokenizer", None)
@@ -297,7 +301,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   eval_rows = process_rows(train_cfg.eval_batch_size)
   eval_batches = exp.dataset.eval_batches(train_cfg.eval_batch_size, train_cfg.eval_batches,
                                           row_start=eval_rows[0], row_count=eval_rows[1])
-  tokens_per_step = train_cfg.batch_size * _sequence_length(eval_batches[0][1], config.task)
+  tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
+                                                            config.task)
   flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
                                                      train_cfg.batch_size)
   peak = param_accounting.peak_flops(train_cfg.peak_flops)
@@ -329,6 +334,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put,
                                      writer, step))
         timer.reset()
+      if stop_after_step is not None and step >= stop_after_step:
+        stop.signum = stop.signum or signal.SIGTERM
       if (step % train_cfg.checkpoint_every == 0 or step == train_cfg.num_steps
           or stop.signum is not None):
         ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)

@@ -87,9 +87,8 @@ class _Tiles:
 
   def __init__(self, cfg, q, k, aux):
     self.cfg, self.aux = cfg, aux
-    batch, _, heads, self.head_dim = q.shape
     self.kv_heads = k.shape[2]
-    self.groups = heads // self.kv_heads
+    self.groups = q.shape[2] // self.kv_heads
 
   def rows(self, x, i):  # [B, Tp, H, D] -> [B, bq, K, G, D]
     x = lax.dynamic_slice_in_dim(x, i * self.cfg.block_q, self.cfg.block_q, 1)
@@ -108,7 +107,8 @@ class _Tiles:
 
 
 def _forward(cfg, q, k, v, slopes_BxH, aux):
-  """Output [B, Tp, H, D] (q.dtype) and lse [nq, B, K, G, bq] (fp32; +inf on rows seeing nothing)."""
+  """Output [B, Tp, H, D] (q.dtype) and lse [nq, B, K, G, bq] (fp32; +inf where a row sees
+  no key)."""
   batch, q_len, heads, head_dim = q.shape
   tiles = _Tiles(cfg, q, k, aux)
   kv_heads, groups = tiles.kv_heads, tiles.groups
@@ -242,8 +242,8 @@ def chunked_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_i
   q_ids, kv_ids = _common.kernel_segment_ids(
       q_segment_ids, kv_segment_ids, batch=batch, q_len=q_len, kv_len=kv_len,
       q_len_padded=q_len_p, kv_len_padded=kv_len_p)
-  aux = (_positions(q_positions, default_q, q_len_p), _positions(kv_positions, default_kv, kv_len_p),
-         q_ids, kv_ids)
+  aux = (_positions(q_positions, default_q, q_len_p),
+         _positions(kv_positions, default_kv, kv_len_p), q_ids, kv_ids)
   slopes = (None if alibi_slopes is None
             else _common.alibi_slopes_BxH(alibi_slopes, batch, heads))
   cfg = _Config(scale=float(head_dim ** -0.5 if scale is None else scale),

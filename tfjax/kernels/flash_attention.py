@@ -7,12 +7,13 @@ Three kernels, each over a grid of (block, batch, query head):
            (FlashAttention-2, Dao 2023, Alg. 2):  dV += p^T dO,  dS = p * (dO V^T - delta),
            dK += scale * dS^T Q,  where delta = rowsum(dO * O).
   dQ       one query block; loops over key blocks: dQ += scale * dS K (and the ALiBi slope grad).
-Loops run only over the blocks the causal rule / sliding window can reach. Masks (causal, window,
-segment ids, padding) and the ALiBi bias are computed in-kernel from block offsets. GQA: the
-index_map reads kv head h // G for query head h; K/V are never repeated (dK/dV are written per
-query head, fp32, and summed over each group afterwards).
-Inputs stay in their [B, L, heads, D] layout (the BlockSpecs squeeze the head axis); lengths are
-padded to a block multiple and head_dim to a power of two >= 16, as Triton tiles require.
+Loops run only over the blocks the causal rule / sliding window can reach, and tiles known to be
+fully visible skip the mask. Masks (causal, window, segment ids, padded keys) and the ALiBi bias
+are computed in-kernel from block offsets. GQA: the index_map reads kv head h // G for query
+head h, so K/V are never repeated (dK/dV are written per query head, in fp32, then summed over
+each group). Inputs keep their [B, L, heads, D] layout (the BlockSpecs squeeze the head axis:
+no transposes); lengths are padded to a block multiple and head_dim to a power of two >= 16, as
+Triton tiles require.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slope_ref, dq_ref, *d_slope_ref = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slope_ref, dq_ref, *d_slope_rows_ref = _split_refs(cfg, refs)
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
   q_block = pl.program_id(0)
   q_start = q_block * block_q
@@ -281,7 +282,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
   dq, d_slope = _masked_loop(ranges, body, init)
   dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
   if cfg.has_alibi:
-    d_slope_ref[0][...] = d_slope
+    d_slope_rows_ref[0][...] = d_slope
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,10 +313,10 @@ def _optional_specs(cfg, q_ids, kv_ids, slopes, q_rows, kv_rows, row_index, kv_i
 
 def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
   batch, q_len, heads, head_dim = q.shape
-  kv_len, groups = k.shape[1], cfg.groups
-  block_q = cfg.forward.block_q
+  kv_len, block_q = k.shape[1], cfg.forward.block_q
+  kv_head = lambda h: lax.div(h, cfg.groups)  # GQA: query head h reads kv head h // G.
   q_spec = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
-  kv_spec = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, lax.div(h, groups), 0))
+  kv_spec = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, kv_head(h), 0))
   row_spec = pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))
   extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, kv_len,
                                             lambda i: i, lambda i: 0)

@@ -1,0 +1,114 @@
+"""Training throughput: compile time, steady-state step time, tokens/s, FLOPs per token and MFU.
+
+  python experiments/bench_train.py --config=configs/shakespeare_char.py:cpu --out=bench_results
+  python experiments/bench_train.py --config=configs/shakespeare_char.py:cpu --full_run
+      # also times the whole recipe (all steps, evals included) through train_and_evaluate
+
+Writes OUT/bench_train.json and OUT/bench_train.md stamped with device, JAX version and date.
+MFU = tokens/s x FLOPs/token / (peak FLOP/s x devices); the peak comes from --peak_flops or the
+table in tfjax/params.py (none for CPUs: MFU is then omitted).
+"""
+
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file to benchmark.")
+_STEPS = flags.DEFINE_integer("steps", 50, "Timed steps after warm-up.")
+_WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps after compilation.")
+_PEAK = flags.DEFINE_float("peak_flops", 0.0, "Per-device peak FLOP/s (0: look up the device).")
+_FULL_RUN = flags.DEFINE_bool("full_run", False, "Also time the whole run (train_and_evaluate).")
+_OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
+
+
+def measure_steps(config, steps: int, warmup: int) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax import params as accounting, sharding, train  # pylint: disable=import-outside-toplevel
+  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+
+  exp = train.prepare(config)
+  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
+  state, state_shardings = train.init_state(exp, mesh, rules)
+  model = build_model(exp.model_config.replace(deterministic=False))
+  step_fn = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, config.task,
+                                          config.train.label_smoothing,
+                                          config.optimizer.grad_accum_steps),
+                    in_shardings=(state_shardings, sharding.batch_sharding(mesh, rules)),
+                    out_shardings=(state_shardings, sharding.replicated(mesh)),
+                    donate_argnums=(0,))
+  put = train.global_batch_putter(mesh, rules, config.train.batch_size)
+  batches = [put(exp.dataset.train_batch(i, config.train.batch_size))
+             for i in range(warmup + steps + 1)]
+  with sharding.axis_rules(mesh, rules):
+    start = time.perf_counter()
+    compiled = step_fn.lower(state, batches[0]).compile()
+    compile_s = time.perf_counter() - start
+    for batch in batches[:warmup + 1]:
+      state, metrics = compiled(state, batch)
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for batch in batches[warmup + 1:]:
+      state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+    step_s = (time.perf_counter() - start) / steps
+  key = "decoder_inputs" if config.task == "seq2seq" else "inputs"
+  seq_len = batches[0][key].shape[1]
+  tokens_per_s = config.train.batch_size * seq_len / step_s
+  flops = accounting.flops_per_token(exp.model_config, seq_len)
+  peak = accounting.peak_flops(_PEAK.value)
+  return {
+      "params": accounting.analytic_count(exp.model_config),
+      "batch_size": config.train.batch_size, "seq_len": int(seq_len),
+      "compile_s": compile_s, "step_ms": step_s * 1e3, "tokens_per_s": tokens_per_s,
+      "flops_per_token": flops,
+      "mfu": tokens_per_s * flops / (peak * jax.device_count()) if peak else None,
+      "peak_flops_per_device": peak or None,
+  }
+
+
+def measure_full_run(config) -> dict:
+  from tfjax import train  # pylint: disable=import-outside-toplevel
+  with tempfile.TemporaryDirectory() as workdir:
+    start = time.perf_counter()
+    final = train.train_and_evaluate(config, workdir)
+    wall = time.perf_counter() - start
+  return {"full_run_s": wall, "num_steps": config.train.num_steps,
+          "final_eval_loss": final.get("eval/loss")}
+
+
+def main(argv):
+  del argv
+  import jax  # pylint: disable=import-outside-toplevel
+  config = _CONFIG.value
+  result = {
+      "config": flags.FLAGS["config"].config_filename,
+      "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
+      "backend": jax.default_backend(), "jax": jax.__version__, "cpu_count": os.cpu_count(),
+      "host": platform.processor() or platform.machine(),
+      "date": datetime.datetime.now().isoformat(timespec="seconds"),
+      "command": " ".join(sys.argv),
+  }
+  result.update(measure_steps(config, _STEPS.value, _WARMUP.value))
+  if _FULL_RUN.value:
+    result.update(measure_full_run(config))
+  os.makedirs(_OUT.value, exist_ok=True)
+  with open(os.path.join(_OUT.value, "bench_train.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  rows = [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+          for k, v in result.items()]
+  with open(os.path.join(_OUT.value, "bench_train.md"), "w") as f:
+    f.write("| metric | value |\n| --- | --- |\n" + "\n".join(rows) + "\n")
+  print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+  from tfjax.main import setup_logging  # pylint: disable=import-outside-toplevel
+  setup_logging()
+  app.run(main)

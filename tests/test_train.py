@@ -1,0 +1,219 @@
+"""The experiment system end to end: training, exact resume, checkpoints, CLI errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tfjax import train
+from tfjax.defaults import base_config
+from tfjax.models import build_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(num_steps=8, **train_overrides):
+  """A 1-layer decoder on the synthetic copy task: compiles and steps in seconds."""
+  config = base_config()
+  config.data.update(name="copy", form="decoder", train_lengths=(1, 6), test_lengths=(4, 8),
+                     num_symbols=8)
+  config.model.update(family="decoder", vocab_size=0, d_model=32, num_layers=1, num_heads=2,
+                      d_ff=64, position="rope", max_len=64)
+  config.optimizer.update(lr=3e-3, warmup_steps=2, min_lr=1e-4)
+  config.train.update(num_steps=num_steps, batch_size=8, eval_batch_size=8, eval_batches=1,
+                      eval_every=4, log_every=1, checkpoint_every=4, eval_at_start=False)
+  config.train.update(**train_overrides)
+  return config
+
+
+def read_metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def train_losses(workdir):
+  return {m["step"]: m["train/loss"] for m in read_metrics(workdir) if "train/loss" in m}
+
+
+def test_default_config_trains_and_writes_outputs(tmp_path):
+  sys.path.insert(0, REPO)
+  from configs import default  # pylint: disable=import-outside-toplevel
+  config = default.get_config()
+  config.train.update(num_steps=40, eval_every=20, log_every=1, batch_size=16,
+                      eval_batch_size=16, eval_batches=1, checkpoint_every=20)
+  config.optimizer.warmup_steps = 5  # the full run warms up over 100 of its 1000 steps
+  workdir = str(tmp_path / "run")
+  final = train.train_and_evaluate(config, workdir)
+  records = read_metrics(workdir)
+  losses = [m["train/loss"] for m in records if "train/loss" in m]
+  # It learns: from ~ln(vocab=20) at step 1 to below ln(16 symbols) (the plateau of guessing).
+  assert losses[0] > 2.9 and np.mean(losses[-5:]) < 2.7, losses
+  last_train = [m for m in records if "train/loss" in m][-1]
+  for key in ("train/lr", "train/grad_norm", "train/tokens_per_sec", "train/accuracy"):
+    assert np.isfinite(last_train[key])
+  for key in ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/exact_match@8",
+              "eval/exact_match@32"):
+    assert key in final
+  assert records[0]["step"] == 0 and "eval/loss" in records[0]  # eval at start, like nanoGPT
+  assert os.path.exists(os.path.join(workdir, "config.json"))
+  assert any(n.startswith("events") for n in os.listdir(os.path.join(workdir, "tensorboard")))
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["20", "40"]
+
+
+def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path):
+  config = tiny_config(num_steps=8)
+  straight = str(tmp_path / "straight")
+  train.train_and_evaluate(config, straight)
+  resumed = str(tmp_path / "resumed")
+  train.train_and_evaluate(config, resumed, stop_after_step=3)  # like SIGTERM during step 3
+  assert sorted(os.listdir(os.path.join(resumed, "checkpoints"))) == ["3"]
+  train.train_and_evaluate(config, resumed)
+  expected, got = train_losses(straight), train_losses(resumed)
+  assert sorted(got) == list(range(1, 9))
+  for step in range(4, 9):  # bitwise equal after the restart
+    assert got[step] == expected[step], (step, got[step], expected[step])
+
+
+def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
+  config = tiny_config(num_steps=8)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(config, workdir, stop_after_step=8)
+  expected = train_losses(workdir)
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  assert sorted(os.listdir(ckpt_dir)) == ["4", "8"]
+  # Corrupt step 8: truncate every file of its state item.
+  for root, _, files in os.walk(os.path.join(ckpt_dir, "8", "state")):
+    for name in files:
+      open(os.path.join(root, name), "w").close()
+  config.train.num_steps = 10
+  with caplog.at_level("WARNING"):
+    train.train_and_evaluate(config, workdir)
+  assert "corrupt or partial" in caplog.text
+  quarantined = os.listdir(os.path.join(workdir, "checkpoints_unreadable"))
+  assert len(quarantined) == 1 and quarantined[0].startswith("8-")
+  assert sorted(os.listdir(ckpt_dir), key=int)[-1] == "10"
+  # Steps 5..8 were retrained from step 4 and gave the same losses as the first time.
+  retrained = [m for m in read_metrics(workdir) if "train/loss" in m][-6:]
+  assert [m["step"] for m in retrained] == [5, 6, 7, 8, 9, 10]
+  for m in retrained[:4]:
+    assert m["train/loss"] == expected[m["step"]]
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+  config = tiny_config()
+  exp = train.prepare(config)
+  model = build_model(exp.model_config)
+  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+  mesh = sharding.make_mesh(config.mesh)
+  state, _ = train.init_state(exp, mesh, sharding.rules(config))
+  batch = {k: jnp.asarray(v) for k, v in exp.dataset.train_batch(0, 8).items()}
+  one = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 1))
+  four = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4))
+  # Rows carry different numbers of answer tokens, so a mean of micro-batch means would differ.
+  weights = np.asarray(batch["weights"]).sum(1)
+  assert len(set(weights.tolist())) > 1
+  state_one, metrics_one = one(state, batch)
+  state_four, metrics_four = four(state, batch)
+  np.testing.assert_allclose(metrics_one["train/loss"], metrics_four["train/loss"], rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               state_one.params, state_four.params)
+
+
+@pytest.mark.parametrize("task,data,model", [
+    ("seq2seq", dict(name="reverse", form="seq2seq"), dict(family="encoder_decoder")),
+    ("mlm", dict(name="text"), dict(family="encoder", mlm_head=True)),
+    ("classification", dict(name="majority"), dict(family="encoder", pooler=True,
+                                                   num_classes=2, mlm_head=False)),
+])
+def test_every_task_trains(tmp_path, task, data, model):
+  config = tiny_config(num_steps=30, eval_every=30, log_every=30, checkpoint_every=30)
+  config.task = task
+  if data["name"] == "text":
+    path = tmp_path / "corpus.txt"
+    rng = np.random.default_rng(0)
+    path.write_text(" ".join("".join(rng.choice(list("abcde"), 4)) for _ in range(800)))
+    data = dict(data, path=str(path), tokenizer="char", seq_len=32)
+  config.data.update(**data)
+  config.model.update(**model)
+  if task == "classification":
+    config.model.num_classes = 2
+  final = train.train_and_evaluate(config, str(tmp_path / task))
+  losses = [m["train/loss"] for m in read_metrics(str(tmp_path / task)) if "train/loss" in m]
+  assert np.isfinite(final["eval/loss"]) and np.isfinite(losses[-1])
+
+
+def _run_cli(args, cwd, timeout=120):
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "train.py"), *args],
+                        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.model.no_such_key=1", "no_such_key"),
+    ("--config.model.position=fourier", "model.position='fourier' is invalid"),
+    ("--config.model.num_heads=5", "not divisible by model.num_heads=5"),
+    ("--config.optimizer.schedule=cos", "schedule"),
+])
+def test_cli_rejects_bad_config_without_making_a_workdir(tmp_path, override, message):
+  workdir = tmp_path / "run"
+  result = _run_cli([f"--workdir={workdir}", override], cwd=tmp_path)
+  assert result.returncode != 0
+  assert message in result.stderr, result.stderr[-2000:]
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("content,message", [("", "empty"), ("abc\n" * 5, "too short")])
+def test_empty_or_short_text_file_is_a_clear_error(tmp_path, content, message):
+  path = tmp_path / "tiny.txt"
+  path.write_text(content)
+  workdir = tmp_path / "run"
+  result = _run_cli([f"--workdir={workdir}", "--config.data.name=text",
+                     f"--config.data.path={path}", "--config.data.seq_len=64"], cwd=tmp_path)
+  assert result.returncode == 2
+  assert message in result.stderr.lower() and str(path) in result.stderr, result.stderr[-2000:]
+  assert not workdir.exists()
+
+
+def test_resuming_with_a_different_model_is_refused(tmp_path):
+  config = tiny_config(num_steps=2)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(config, workdir)
+  before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+  config.model.d_model = 48
+  with pytest.raises(ValueError, match="different model"):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
+
+
+def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
+       "--config.train.num_steps=100000", "--config.train.log_every=1",
+       "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
+       "--config.model.num_layers=1", "--config.model.d_model=32"],
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    metrics = workdir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
+      time.sleep(0.5)
+    assert metrics.exists(), "training never logged a step"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  steps = [int(s) for s in os.listdir(workdir / "checkpoints")]
+  assert len(steps) == 1 and steps[0] >= 1
+  assert proc.returncode == 0
