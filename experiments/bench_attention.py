@@ -18,6 +18,7 @@ Writes results.json, results.md and results.png (plus tuning.json with --tune) u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -29,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
-import numpy as np
 
 from tfjax import ops
 from tfjax.kernels import flash_attention
@@ -84,7 +84,8 @@ def device_peak_mib():
   return None if peak is None else peak / 2 ** 20
 
 
-def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None):
+def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
+               phases=("fwd", "fwd_bwd")):
   batch = max(1, cfg.tokens // seq_len)
   heads = cfg.d_model // head_dim
   kv_heads = max(1, heads // 4) if variant == "gqa" else heads
@@ -107,6 +108,8 @@ def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None):
   try:
     for name, fn, args, flops in (("fwd", attn, (q, k, v), fwd_flops),
                                   ("fwd_bwd", fwd_bwd, (q, k, v, d_out), 3.5 * fwd_flops)):
+      if name not in phases:
+        continue
       compiled = jax.jit(fn).lower(*args).compile()
       ms = time_ms(compiled, args, cfg.iters, cfg.min_seconds)
       row[f"{name}_ms"] = ms
@@ -206,7 +209,7 @@ def tune(cfg, out_dir):
     seq_len = cfg.lengths[-1]
     timed = []
     for fwd in TUNE_CANDIDATES:
-      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(fwd, fwd))
+      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(fwd, fwd), ["fwd"])
       if r["status"] == "ok":
         timed.append((r["fwd_ms"], fwd))
     if not timed:
@@ -217,9 +220,11 @@ def tune(cfg, out_dir):
       r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(best_fwd, bwd))
       if r["status"] == "ok":
         timed.append((r["fwd_bwd_ms"], bwd))
+    if not timed:
+      continue
     best_bwd = min(timed, key=lambda t: t[0])[1]
-    best[f"{head_dim},{cfg.dtype}"] = dict(forward=vars(best_fwd), backward=vars(best_bwd),
-                                          seq_len=seq_len)
+    best[f"{head_dim},{cfg.dtype}"] = dict(forward=dataclasses.asdict(best_fwd),
+                                          backward=dataclasses.asdict(best_bwd), seq_len=seq_len)
   with open(os.path.join(out_dir, "tuning.json"), "w") as f:
     json.dump(best, f, indent=1)
   print(json.dumps(best, indent=1))

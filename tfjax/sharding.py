@@ -2,19 +2,34 @@
 
 Every parameter is created with logical axis names (`nn.with_logical_partitioning`) and activations
 carry `nn.with_logical_constraint`; `config.sharding_rules` maps those names onto the mesh axes
-('data', 'fsdp', 'tensor'). The defaults give data parallelism over data x fsdp, ZeRO-3 style
-parameter/optimizer sharding over fsdp, and Megatron-style tensor parallelism (heads and mlp split)
-over tensor; any mix follows from the mesh shape alone.
+('data', 'fsdp', 'tensor'). The defaults give
+  * data parallelism over data x fsdp: 'batch' -> ('data', 'fsdp'), every device its own rows;
+  * ZeRO-3 / FSDP over fsdp: 'embed' -> 'fsdp' splits every weight matrix (all of them have an
+    embed axis) and, through `tfjax.train._state_shardings`, the Adam moments with it. XLA
+    all-gathers a layer's weights just before use and reduce-scatters its gradients. Activations
+    never split 'embed' over fsdp: 'batch' comes first in the rules and already uses that axis;
+  * Megatron tensor parallelism over tensor: 'heads', 'kv_heads' and 'mlp' -> 'tensor' make W_Q,
+    W_K, W_V and W_in column-parallel and W_O and W_out row-parallel, so each attention and FFN
+    sublayer ends in one all-reduce; 'vocab' -> 'tensor' splits the embedding table and logits.
+Any mix follows from the mesh shape alone. Rules are ordered: a logical name takes its mesh axes
+only if no earlier name of the same array already took them (flax's `logical_to_mesh_axes`).
+
+A parameter dimension that its mesh axes do not divide (e.g. 1 KV head of MQA on tensor=4) is
+replicated instead: jit needs even shardings for its inputs and outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 
 import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+_log = logging.getLogger(__name__)
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -51,6 +66,11 @@ def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
+  """Mesh over `devices` (default: all, in jax.devices() order, i.e. grouped by process).
+
+  Reshaped row-major, so 'data' is the outermost axis (it spans hosts first) and 'tensor' the
+  innermost (its devices are neighbours on one host: NVLink for the all-reduce of every sublayer).
+  """
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(mesh_config, len(devices))
   return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
@@ -61,19 +81,114 @@ def rules(config) -> tuple:
   return tuple(tuple(r) for r in custom) if custom else DEFAULT_RULES
 
 
+def _use_mesh(mesh: Mesh):
+  """The mesh as the current mesh. flax >= 0.11 resolves logical constraints only against
+  `jax.sharding.get_abstract_mesh()`, which the old `with mesh:` does not set (the constraints
+  would silently do nothing), so prefer jax.set_mesh / use_mesh."""
+  for name in ("set_mesh", "use_mesh"):
+    fn = getattr(jax, name, None) or getattr(jax.sharding, name, None)
+    if fn is not None:
+      return fn(mesh)
+  return mesh  # old JAX: the Mesh context manager
+
+
 @contextlib.contextmanager
 def axis_rules(mesh: Mesh, logical_rules):
   """Activates the mesh and rules so nn.with_logical_constraint resolves inside jit."""
-  with mesh, nn.logical_axis_rules(logical_rules):
+  with _use_mesh(mesh), nn.logical_axis_rules(logical_rules):
     yield
+
+
+def axis_sizes(mesh_or_sizes) -> dict:
+  """{'data': n, 'fsdp': n, 'tensor': n} from a Mesh or a (data, fsdp, tensor) tuple/dict."""
+  if isinstance(mesh_or_sizes, Mesh):
+    return dict(mesh_or_sizes.shape)
+  if isinstance(mesh_or_sizes, dict):
+    return dict(mesh_or_sizes)
+  return dict(zip(MESH_AXES, (int(s) for s in mesh_or_sizes)))
+
+
+def _axes(entry) -> tuple:
+  if entry is None:
+    return ()
+  return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+_WARNED = set()
+
+
+def partition_spec(shape, logical_axes, logical_rules, sizes: dict) -> PartitionSpec:
+  """Mesh PartitionSpec of an array with these logical axes, replicating any dimension whose
+  mesh axes do not divide it evenly."""
+  spec = nn.logical_to_mesh_axes(tuple(logical_axes), logical_rules)
+  out = []
+  for dim, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+    axes = tuple(a for a in _axes(entry) if sizes.get(a, 1) > 1)  # size-1 axes split nothing
+    ways = math.prod(sizes[a] for a in axes)
+    if ways > 1 and dim % ways:
+      key = (tuple(logical_axes), dim, axes)
+      if key not in _WARNED:
+        _WARNED.add(key)
+        _log.warning("logical axes %s: dimension of size %d does not split %d ways over mesh "
+                     "axes %s; that dimension is replicated instead", logical_axes, dim, ways,
+                     axes)
+      axes = ()
+    out.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+  return PartitionSpec(*out)
+
+
+def shard_shape(shape, spec: PartitionSpec, sizes: dict) -> tuple:
+  """Per-device block shape of an array with this (evenly dividing) spec."""
+  entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+  return tuple(d // math.prod(sizes.get(a, 1) for a in _axes(e)) for d, e in zip(shape, entries))
+
+
+def _is_boxed(x):
+  return isinstance(x, nn.LogicallyPartitioned)
+
+
+def logical_specs(boxed_tree, logical_rules, sizes) -> object:
+  """PartitionSpecs for a tree whose leaves may be nn.LogicallyPartitioned boxes (of arrays or
+  ShapeDtypeStructs); unboxed leaves are replicated. `sizes`: mesh axis sizes (axis_sizes())."""
+  sizes = axis_sizes(sizes)
+
+  def one(leaf):
+    if _is_boxed(leaf):
+      return partition_spec(leaf.value.shape, leaf.names, logical_rules, sizes)
+    return PartitionSpec()
+
+  return jax.tree.map(one, boxed_tree, is_leaf=_is_boxed)
 
 
 def logical_shardings(mesh: Mesh, boxed_tree, logical_rules):
   """NamedShardings for a tree whose leaves may be nn.LogicallyPartitioned boxes."""
-  specs = nn.get_partition_spec(boxed_tree)
-  mesh_specs = nn.logical_to_mesh(specs, logical_rules)
-  return jax.tree.map(lambda spec: NamedSharding(mesh, spec), mesh_specs,
+  specs = logical_specs(boxed_tree, logical_rules, mesh)
+  return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                       is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def follow_params(tree, param_tree, default, is_leaf=None):
+  """For every leaf of `tree` (e.g. a train or optimizer state), the leaf of `param_tree`
+  (shardings or specs) whose path is the longest suffix of the leaf's path, if its rank fits;
+  else `default`. So Adam's mu/nu of a parameter share its layout: FSDP shards them too."""
+  flat = {_path_names(p): s for p, s in jax.tree_util.tree_flatten_with_path(
+      param_tree, is_leaf=is_leaf)[0]}
+
+  def for_leaf(path, leaf):
+    names = _path_names(path)
+    for size in range(len(names), 0, -1):  # the param path is a suffix of the moment's path
+      match = flat.get(names[-size:])
+      if match is not None:
+        spec = match.spec if isinstance(match, NamedSharding) else match
+        if len(spec) <= len(leaf.shape):
+          return match
+    return default
+
+  return jax.tree_util.tree_map_with_path(for_leaf, tree)
+
+
+def _path_names(path) -> tuple:
+  return tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def batch_sharding(mesh: Mesh, logical_rules) -> NamedSharding:
@@ -82,5 +197,55 @@ def batch_sharding(mesh: Mesh, logical_rules) -> NamedSharding:
   return NamedSharding(mesh, spec)
 
 
+def batch_shards(sizes, logical_rules) -> int:
+  """Into how many row blocks the rules split a batch on a mesh of these axis sizes."""
+  sizes = axis_sizes(sizes)
+  spec = nn.logical_to_mesh_axes(("batch",), logical_rules)
+  return math.prod(sizes.get(a, 1) for a in _axes(spec[0] if len(spec) else None))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
+
+
+def _row_blocks(sharding: NamedSharding, rows: int) -> list[tuple[int, int]]:
+  """Sorted distinct [start, stop) row blocks of this process's devices."""
+  blocks = set()
+  for index in sharding.addressable_devices_indices_map((rows,)).values():
+    s = index[0]
+    blocks.add((s.start or 0, rows if s.stop is None else s.stop))
+  return sorted(blocks)
+
+
+def process_rows(sharding: NamedSharding, global_rows: int) -> tuple[int, int]:
+  """(row_start, row_count): the rows of a global batch that this process's devices hold.
+
+  Computed from the sharding itself (not from jax.process_index()), so it is right for any mesh:
+  with 'batch' split over data x fsdp and devices in process order each process holds one
+  contiguous block; when 'batch' is replicated across processes (e.g. tensor spanning hosts)
+  several processes read the same rows.
+  """
+  shards = batch_shards(sharding.mesh, _rules_of(sharding))
+  if global_rows % shards:
+    raise ValueError(f"a batch of {global_rows} rows does not split evenly over the {shards} "
+                     "batch shards of the mesh")
+  blocks = _row_blocks(sharding, global_rows)
+  start, stop = blocks[0][0], blocks[-1][1]
+  if sum(b - a for a, b in blocks) != stop - start:
+    raise ValueError(
+        f"this process's devices hold the non-contiguous row blocks {blocks} of the batch; build "
+        "the mesh with sharding.make_mesh (devices in process order)")
+  return start, stop - start
+
+
+def _rules_of(sharding: NamedSharding):
+  # batch_sharding's spec has one entry: the mesh axes of 'batch'. Rebuild a rule from it.
+  entry = sharding.spec[0] if len(sharding.spec) else None
+  return (("batch", entry),)
+
+
+def global_rows(sharding: NamedSharding, local_rows: int) -> int:
+  """Rows of the global batch of which this process holds `local_rows` (see process_rows)."""
+  shards = batch_shards(sharding.mesh, _rules_of(sharding))
+  local_blocks = len(_row_blocks(sharding, shards))
+  return local_rows * shards // local_blocks

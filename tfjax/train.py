@@ -59,9 +59,10 @@ def make_train_step(model, optimizer, schedule, task: str, label_smoothing: floa
     if grad_accum_steps == 1:
       grads, stats = grad_fn(state.params, batch, rng)
     else:
+      # Micro-batch i = rows i, i+k, i+2k, ...: each one stays split evenly over the devices.
       micro = jax.tree.map(
-          lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
-          batch)
+          lambda x: x.reshape(x.shape[0] // grad_accum_steps, grad_accum_steps,
+                              *x.shape[1:]).swapaxes(0, 1), batch)
 
       def accumulate(carry, inputs):
         index, micro_batch = inputs
@@ -149,9 +150,24 @@ def prepare(config, workdir: str | None = None) -> Experiment:
     raise ValueError(
         f"train.batch_size={batch} must divide by optimizer.grad_accum_steps="
         f"{config.optimizer.grad_accum_steps} and the {jax.process_count()} processes")
+  _check_mesh(config)
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_config.d_model)
   return Experiment(config, model_config, dataset, optimizer, schedule)
+
+
+def _check_mesh(config) -> None:
+  """The mesh fits the devices and every batch splits evenly over its batch shards."""
+  sizes = sharding.mesh_shape(config.mesh, jax.device_count())
+  shards = sharding.batch_shards(sizes, sharding.rules(config))
+  micro = config.train.batch_size // config.optimizer.grad_accum_steps
+  for key, rows in (("train.batch_size / optimizer.grad_accum_steps", micro),
+                    ("train.eval_batch_size", config.train.eval_batch_size)):
+    if rows % shards:
+      raise ValueError(
+          f"{key} = {rows} rows do not split over the {shards} batch shards of mesh "
+          f"{dict(zip(sharding.MESH_AXES, sizes))} (rules put 'batch' on "
+          f"{dict(sharding.rules(config)).get('batch')}); use a multiple of {shards}")
 
 
 def init_state(exp: Experiment, mesh, rules):
@@ -174,30 +190,15 @@ def init_state(exp: Experiment, mesh, rules):
       jax.random.PRNGKey(0))
   param_shardings = sharding.logical_shardings(mesh, boxed_params, rules)
   state_shardings = _state_shardings(abstract, param_shardings, mesh)
-  with sharding.axis_rules(mesh, rules):
-    state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
+  # out_shardings alone place the state; no mesh context here: flax's DenseGeneral constrains its
+  # flattened 2-D kernel with the 3-D logical spec when one is active, which fails.
+  state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
   return state, state_shardings
 
 
 def _state_shardings(abstract_state, param_shardings, mesh):
   """Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp)."""
-  flat_params = {tuple(p): s for p, s in _flatten_with_paths(param_shardings)}
-  replicated = sharding.replicated(mesh)
-
-  def for_leaf(path, leaf):
-    names = tuple(getattr(k, "key", getattr(k, "name", str(k))) for k in path)
-    for size in range(len(names), 0, -1):  # the param path is a suffix of the moment's path
-      match = flat_params.get(names[-size:])
-      if match is not None and len(match.spec) <= len(leaf.shape):
-        return match
-    return replicated
-
-  return jax.tree_util.tree_map_with_path(for_leaf, abstract_state)
-
-
-def _flatten_with_paths(tree):
-  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-  return [(tuple(getattr(k, "key", str(k)) for k in path), leaf) for path, leaf in leaves]
+  return sharding.follow_params(abstract_state, param_shardings, sharding.replicated(mesh))
 
 
 def _model_inputs(batch, task):
@@ -212,6 +213,23 @@ def _model_inputs(batch, task):
   return (batch["inputs"],), kwargs
 
 
+def jit_steps(exp: Experiment, mesh, rules, state_shardings):
+  """(train_step, eval_step) jitted with their in/out shardings; the train step donates the
+  state. Call them inside `sharding.axis_rules(mesh, rules)` so activation constraints apply."""
+  config = exp.config
+  train_model = build_model(exp.model_config.replace(deterministic=False))
+  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
+  train_step = jax.jit(
+      make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
+                      config.train.label_smoothing, config.optimizer.grad_accum_steps),
+      in_shardings=(state_shardings, batch_shardings),
+      out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
+  eval_step = jax.jit(make_eval_step(build_model(exp.model_config), config.task),
+                      in_shardings=(state_shardings.params, batch_shardings),
+                      out_shardings=sharding.replicated(mesh))
+  return train_step, eval_step
+
+
 def global_batch_putter(mesh, rules, global_batch_size: int):
   """Host batch (this process's rows) -> global jax.Array sharded over the data axes."""
   batch_sharding = sharding.batch_sharding(mesh, rules)
@@ -221,15 +239,21 @@ def global_batch_putter(mesh, rules, global_batch_size: int):
       x = np.asarray(x)
       if jax.process_count() == 1:
         return jax.device_put(x, batch_sharding)
-      global_shape = (x.shape[0] * jax.process_count(),) + x.shape[1:]
+      global_shape = (sharding.global_rows(batch_sharding, x.shape[0]),) + x.shape[1:]
       return jax.make_array_from_process_local_data(batch_sharding, x, global_shape)
     return {k: one(v) for k, v in local_batch.items()}
 
   return put
 
 
-def process_rows(global_batch_size: int) -> tuple[int, int]:
-  """The contiguous rows of every global batch that this process reads."""
+def process_rows(global_batch_size: int, batch_sharding=None) -> tuple[int, int]:
+  """(row_start, row_count): the contiguous rows of every global batch that this process reads.
+
+  With `batch_sharding`, exactly the rows its devices hold (sharding.process_rows: right for any
+  mesh, including 'batch' replicated across processes); without, an equal share per process.
+  """
+  if batch_sharding is not None:
+    return sharding.process_rows(batch_sharding, global_batch_size)
   per_process = global_batch_size // jax.process_count()
   return jax.process_index() * per_process, per_process
 
@@ -277,7 +301,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   rules = sharding.rules(config)
   state, state_shardings = init_state(exp, mesh, rules)
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
-  row_start, row_count = process_rows(train_cfg.batch_size)
+  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
+  row_start, row_count = process_rows(train_cfg.batch_size, batch_shardings)
   iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
   restored = ckpt.restore_latest(checkpoint.abstract_like(state))
@@ -286,19 +311,10 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     iterator.restore(data_state)
     _log.info("resumed from step %d in %s", step, workdir)
 
-  train_model = build_model(exp.model_config.replace(deterministic=False))
   eval_model = build_model(exp.model_config)
-  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
-  train_step = jax.jit(
-      make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
-                      train_cfg.label_smoothing, config.optimizer.grad_accum_steps),
-      in_shardings=(state_shardings, batch_shardings),
-      out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
-  eval_step = jax.jit(make_eval_step(eval_model, config.task),
-                      in_shardings=(state_shardings.params, batch_shardings),
-                      out_shardings=sharding.replicated(mesh))
+  train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules, train_cfg.batch_size)
-  eval_rows = process_rows(train_cfg.eval_batch_size)
+  eval_rows = process_rows(train_cfg.eval_batch_size, batch_shardings)
   eval_batches = exp.dataset.eval_batches(train_cfg.eval_batch_size, train_cfg.eval_batches,
                                           row_start=eval_rows[0], row_count=eval_rows[1])
   tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
@@ -314,7 +330,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
     if start_step == 0 and train_cfg.eval_at_start:
       last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer,
-                                   0))
+                                   0, mesh))
     step = start_step
     while step < train_cfg.num_steps:
       state, step_metrics = train_step(state, put(iterator.next()))
@@ -332,7 +348,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
         last.update(logged)
       if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
         last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put,
-                                     writer, step))
+                                     writer, step, mesh))
         timer.reset()
       if stop_after_step is not None and step >= stop_after_step:
         stop.signum = stop.signum or signal.SIGTERM
@@ -348,11 +364,15 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   return last
 
 
-def _eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer, step):
+def _eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer, step, mesh):
   out = evaluate(eval_step, state.params, eval_batches, put)
   writer.write(step, out)
   if exp.config.task == "lm" and exp.config.train.sample_tokens > 0:
-    sample = _greedy_sample(exp, state.params)
+    # Decoding runs on one device: gather the (possibly multi-host) params onto every device first,
+    # and switch the sharding rules off for its single-row batch.
+    params = jax.jit(lambda p: p, out_shardings=sharding.replicated(mesh))(state.params)
+    with nn.logical_axis_rules(()):
+      sample = _greedy_sample(exp, params)
     if sample is not None:
       writer.text(step, "sample", sample)
   return out
@@ -394,6 +414,8 @@ def _prepare_workdir(workdir: str, config, exp: Experiment) -> None:
       raise ValueError(
           f"{workdir} holds a run with a different model or task (see {path}); resuming would "
           "mix them. Use a new --workdir, or restore the original config.")
+  if jax.process_index() != 0:
+    return  # one writer on a shared filesystem
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump(current, f, indent=2, sort_keys=True)

@@ -1,0 +1,42 @@
+"""The character-level Tiny Shakespeare LM that the ffn, heads and norm ablations vary.
+
+Not a sweep itself: the ablations load it with tfjax.sweep.load_module and change one thing.
+  smoke  2 layers x 64, 4 heads, context 64, batch 16, 300 steps: a few seconds of training per
+         point on a 2-core CPU (compilation dominates), enough to rank clear differences only
+  full   nanoGPT's shakespeare-char model (6 layers x 384, 6 heads, context 256, batch 64, dropout
+         0.2) for 3000 steps: one GPU, minutes per point
+Pre-LN LayerNorm, GELU, learned positions, tied embeddings, AdamW with cosine decay (as
+configs/shakespeare_char.py).
+"""
+from tfjax.defaults import base_config
+
+SCALES = ("smoke", "full")
+
+
+def check_scale(scale, module: str) -> str:
+  scale = scale or "smoke"
+  if scale not in SCALES:
+    raise ValueError(f"{module} takes scale 'smoke' or 'full', got {scale!r}")
+  return scale
+
+
+def char_lm(scale: str):
+  smoke = scale == "smoke"
+  config = base_config()
+  config.task = "lm"
+  config.data.update(name="tinyshakespeare", tokenizer="char", seq_len=64 if smoke else 256,
+                     mode="random", eval_mode="random", val_fraction=0.1)
+  config.model.update(
+      family="decoder", vocab_size=0, d_model=64 if smoke else 384, num_layers=2 if smoke else 6,
+      num_heads=4 if smoke else 6, d_ff=256 if smoke else 1536, ffn="gelu", norm="layernorm",
+      norm_placement="pre", position="learned", max_len=64 if smoke else 256,
+      tie_embeddings=True, dropout=0.0 if smoke else 0.2)
+  config.optimizer.update(name="adamw", lr=3e-3 if smoke else 1e-3, b2=0.99, weight_decay=0.1,
+                          decay_exclude=("norms", "biases"), clip_norm=1.0, schedule="cosine",
+                          warmup_steps=30 if smoke else 100, min_lr=3e-4 if smoke else 1e-4)
+  config.train.update(
+      num_steps=300 if smoke else 3000, batch_size=16 if smoke else 64,
+      eval_batch_size=32 if smoke else 64, eval_batches=8 if smoke else 50,
+      eval_every=100 if smoke else 500, log_every=25 if smoke else 100,
+      checkpoint_every=300 if smoke else 1000, keep_checkpoints=1)
+  return config

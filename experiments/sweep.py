@@ -1,0 +1,76 @@
+"""Run a sweep (a config module with get_sweep) and aggregate its results.
+
+  python experiments/sweep.py --config=configs/ablations/ffn.py --workdir=runs/ffn --scale=smoke
+  python experiments/sweep.py ... --parallel=2        # points in 2 child processes at a time
+  python experiments/sweep.py ... --report_only       # rewrite results.* and plots, train nothing
+  python experiments/sweep.py ... --list              # print the points and exit
+
+Each point trains into WORKDIR/<point name>/. Running the same command again skips finished points
+and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
+after failures) it writes WORKDIR/results.csv (one row per point), results_summary.csv and
+results.md (mean ± std over seeds per variant) and PNG plots. Exit status 1 if any point failed.
+See tfjax/sweep.py for the config-module interface.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+_CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs/ablations/ffn.py "
+                              "(PATH:SCALE also accepted).", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirectory per point).",
+                               required=True)
+_SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep: smoke | full.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (> 1: child processes).")
+_ONLY = flags.DEFINE_list("only", [], "Run only these point names.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only aggregate existing results.")
+_LIST = flags.DEFINE_bool("list", False, "Print the point names and overrides, then exit.")
+_CACHE = flags.DEFINE_string(
+    "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
+    "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from tfjax import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
+  path, _, scale = _CONFIG.value.partition(":")
+  scale = _SCALE.value or scale or None
+  try:
+    sweep = sweep_lib.load_sweep(path, scale)  # every point checked before anything runs
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  root = _WORKDIR.value
+  if _LIST.value:
+    for point in sweep.points:
+      print(f"{point.name}\t{point.overrides}")
+    return
+  statuses = {}
+  if not _REPORT_ONLY.value:
+    cache = _CACHE.value or os.path.join(root, ".jax_cache")
+    try:
+      statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=_ONLY.value,
+                                     compilation_cache=None if cache == "none" else cache)
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+    except KeyboardInterrupt:
+      print("interrupted; run the same command again to resume", file=sys.stderr)
+      sys.exit(130)
+  title = f"Sweep {os.path.relpath(path)}" + (f" (scale {scale})" if scale else "")
+  result = sweep_report.write_report(root, sweep.points, sweep.report, title=title)
+  counts = {s: sum(v == s for v in statuses.values()) for s in set(statuses.values())}
+  print(f"points: {counts or 'none run'}; results: {os.path.join(root, 'results.md')}; "
+        f"{len(result['plots'])} plots")
+  failed = [r["name"] for r in result["rows"] if r["status"] == "failed"]
+  if failed:
+    print(f"failed points ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  from tfjax.sweep import setup_logging  # pylint: disable=g-import-not-at-top
+  setup_logging()
+  app.run(main)

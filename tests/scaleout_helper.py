@@ -1,0 +1,110 @@
+"""Runs the 8-device scale-out checks in ONE process and prints one JSON line (last on stdout).
+
+  JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+      python tests/scaleout_helper.py WORKDIR
+
+Started as a subprocess by tests/test_sharding.py so the rest of the suite keeps one device.
+Reports, for tests/scaleout_config.py:
+  losses[mesh]   5 training-step losses on each mesh (data, fsdp, tensor), and on one device ('1');
+  shards[mesh]   per-device shard shapes of a few parameters and their Adam moments;
+  resumed        losses of steps 4, 5 after saving at step 3 on (8,1,1) and resuming on (2,2,2).
+"""
+
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tfjax import checkpoint, sharding, train  # pylint: disable=wrong-import-position
+import scaleout_config  # pylint: disable=wrong-import-position
+
+MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4))
+# Less XLA:CPU compile effort (about half the compile time); the tests compile ~a dozen programs.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+_T0 = time.time()
+
+
+def _tick(what):
+  print(f"[{time.time() - _T0:6.1f}s] {what}", file=sys.stderr, flush=True)
+
+
+def config_for(mesh):
+  config = scaleout_config.get_config()
+  config.mesh.update(data=mesh[0], fsdp=mesh[1], tensor=mesh[2])
+  return config
+
+
+def run_steps(config, mesh, num_steps):
+  """The loop's own pieces (init_state, jit_steps, process_rows, global_batch_putter) for
+  `num_steps` steps on `mesh`; returns the losses and the final state."""
+  exp = train.prepare(config)
+  rules = sharding.rules(config)
+  state, state_shardings = train.init_state(exp, mesh, rules)
+  train_step, _ = train.jit_steps(exp, mesh, rules, state_shardings)
+  batch_size = config.train.batch_size
+  rows = train.process_rows(batch_size, sharding.batch_sharding(mesh, rules))
+  put = train.global_batch_putter(mesh, rules, batch_size)
+  losses = []
+  with sharding.axis_rules(mesh, rules):
+    for index in range(num_steps):
+      state, metrics = train_step(state, put(exp.dataset.train_batch(index, batch_size, *rows)))
+      losses.append(float(metrics["train/loss"]))
+  return losses, state
+
+
+def shard_shapes(state):
+  """{path: [global shape, [shard shapes of every device]]} of params and Adam moments."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    name = "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+    out[name] = [list(leaf.shape), [list(s.data.shape) for s in leaf.addressable_shards]]
+  return out
+
+
+def read_losses(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return {r["step"]: r["train/loss"] for r in map(json.loads, f) if "train/loss" in r}
+
+
+def main(workdir):
+  assert jax.device_count() == 8, "run with XLA_FLAGS=--xla_force_host_platform_device_count=8"
+  # Identical computations compiled twice (run_steps, then the same mesh in train_and_evaluate)
+  # compile once.
+  jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  report = {"losses": {}, "shards": {}}
+  single = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  config = config_for((8, 1, 1))
+  report["losses"]["1"], _ = run_steps(config, single, config.train.num_steps)
+  _tick("one device")
+  for mesh in MESHES:
+    config = config_for(mesh)
+    name = ",".join(map(str, mesh))
+    report["losses"][name], state = run_steps(config, sharding.make_mesh(config.mesh),
+                                              config.train.num_steps)
+    report["shards"][name] = shard_shapes(state)
+    _tick(name)
+  config = config_for((1, 8, 1))  # pure FSDP: where the parameters and moments live
+  exp = train.prepare(config)
+  state, _ = train.init_state(exp, sharding.make_mesh(config.mesh), sharding.rules(config))
+  report["shards"]["1,8,1"] = shard_shapes(state)
+  _tick("1,8,1 init")
+  # Checkpoint written on (8,1,1), restored onto (2,2,2), training continues.
+  run = os.path.join(workdir, "resume")
+  train.train_and_evaluate(config_for((8, 1, 1)), run, stop_after_step=3)
+  report["saved_steps"] = sorted(os.listdir(os.path.join(run, "checkpoints")))
+  _tick("saved on 8,1,1")
+  train.train_and_evaluate(config_for((2, 2, 2)), run)
+  report["resumed"] = read_losses(run)
+  _tick("resumed on 2,2,2")
+  print(json.dumps(report))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])

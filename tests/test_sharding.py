@@ -1,0 +1,197 @@
+"""Mesh, sharding rules, 8-device training equivalence, cross-mesh restore, memory planning.
+
+The 8-device checks run in ONE subprocess (tests/scaleout_helper.py with
+XLA_FLAGS=--xla_force_host_platform_device_count=8) so this process keeps its single device.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from tfjax import params as param_accounting
+from tfjax import sharding
+from tfjax.config import ModelConfig
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+sys.path.insert(0, TESTS)
+
+import scaleout_config  # pylint: disable=wrong-import-position
+from scaleout_helper import FAST_COMPILE, MESHES  # pylint: disable=wrong-import-position
+
+RULES = sharding.DEFAULT_RULES
+
+
+def spec(axes, shape, mesh):
+  return sharding.partition_spec(shape, axes, RULES, sharding.axis_sizes(mesh))
+
+
+# ---- Rules and mesh (no devices needed) ---------------------------------------------------------
+def test_default_rules_give_fsdp_and_megatron_layouts():
+  mesh = (2, 2, 2)
+  # Weights: embed over fsdp (ZeRO-3), heads / mlp / vocab over tensor (Megatron).
+  assert spec(("embed", "heads", "head_dim"), (32, 4, 8), mesh) == P("fsdp", "tensor", None)
+  assert spec(("heads", "head_dim", "embed"), (4, 8, 32), mesh) == P("tensor", None, "fsdp")
+  assert spec(("embed", "mlp"), (32, 64), mesh) == P("fsdp", "tensor")
+  assert spec(("mlp", "embed"), (64, 32), mesh) == P("tensor", "fsdp")
+  assert spec(("vocab", "embed"), (16, 32), mesh) == P("tensor", "fsdp")
+  assert spec(("layers", "embed", "mlp"), (2, 32, 64), mesh) == P(None, "fsdp", "tensor")
+  # Activations: batch takes data x fsdp first, so embed is not split over fsdp again.
+  assert spec(("batch", "length", "embed"), (8, 4, 32), mesh) == P(("data", "fsdp"), None, None)
+  assert spec(("batch", "length", "heads", "head_dim"), (8, 4, 4, 8), mesh) == P(
+      ("data", "fsdp"), None, "tensor", None)
+  assert spec(("batch", "length", "mlp"), (8, 4, 64), mesh) == P(("data", "fsdp"), None, "tensor")
+
+
+def test_indivisible_dimensions_are_replicated_and_size_one_axes_dropped():
+  # MQA: one KV head cannot split over tensor=4.
+  assert spec(("embed", "kv_heads", "head_dim"), (32, 1, 8), (1, 2, 4)) == P("fsdp", None, None)
+  assert spec(("vocab", "embed"), (10, 32), (1, 1, 4)) == P(None, None)
+  assert spec(("embed", "mlp"), (32, 64), (8, 1, 1)) == P(None, None)
+
+
+def test_mesh_shape_fills_and_validates():
+  assert sharding.mesh_shape({"data": -1, "fsdp": 2, "tensor": 2}, 8) == (2, 2, 2)
+  assert sharding.mesh_shape({"data": 1, "fsdp": -1, "tensor": 1}, 8) == (1, 8, 1)
+  with pytest.raises(ValueError, match="at most one axis"):
+    sharding.mesh_shape({"data": -1, "fsdp": -1, "tensor": 1}, 8)
+  with pytest.raises(ValueError, match="does not divide"):
+    sharding.mesh_shape({"data": 3, "fsdp": 1, "tensor": 1}, 8)
+  assert sharding.batch_shards((2, 2, 2), RULES) == 4
+  assert sharding.batch_shards((1, 1, 8), RULES) == 1
+
+
+def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
+  from tfjax import train  # pylint: disable=import-outside-toplevel
+  config = scaleout_config.get_config()
+  config.train.batch_size = 12
+  config.mesh.update(data=8, fsdp=1, tensor=1)
+  monkeypatch.setattr("jax.device_count", lambda: 8)
+  with pytest.raises(ValueError, match="12 rows do not split over the 8 batch shards"):
+    train.prepare(config)
+
+
+# ---- 8 devices, in one subprocess -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def eight_devices(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("eight"))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
+  result = subprocess.run([sys.executable, os.path.join(TESTS, "scaleout_helper.py"), workdir],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+  assert result.returncode == 0, result.stderr[-5000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_mesh_trains_like_one_device(eight_devices):
+  expected = eight_devices["losses"]["1"]
+  assert len(expected) == 5 and expected[-1] < expected[0]
+  for mesh in MESHES:
+    got = eight_devices["losses"][",".join(map(str, mesh))]
+    np.testing.assert_allclose(got, expected, rtol=2e-5, err_msg=str(mesh))
+
+
+def _shards(report, mesh):
+  return {k: (tuple(g), [tuple(s) for s in shards])
+          for k, (g, shards) in report["shards"][mesh].items()}
+
+
+def test_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(eight_devices):
+  shards = _shards(eight_devices, "1,8,1")
+  weights = [k for k in shards if k.startswith("params/")]
+  moments = [k for k in shards if "/mu/" in k or "/nu/" in k]
+  assert len(weights) == 2 * 9 + 3 and len(moments) == 2 * len(weights)  # 9 per layer
+  for name in weights + moments:
+    full, per_device = shards[name]
+    assert len(per_device) == 8
+    for shard in per_device:
+      assert math.prod(shard) * 8 == math.prod(full), (name, full, shard)
+
+
+def test_tensor_parallel_splits_heads_and_mlp(eight_devices):
+  for mesh, t, f in (("2,2,2", 2, 2), ("1,2,4", 4, 2)):
+    shards = _shards(eight_devices, mesh)
+    layer = "decoder/layers_0/"
+    expect = {
+        layer + "self_attention/query/kernel": (32 // f, 4 // t, 8),
+        layer + "self_attention/key/kernel": (32 // f, 4 // t, 8),
+        layer + "self_attention/out/kernel": (4 // t, 8, 32 // f),
+        layer + "ffn/wi/kernel": (32 // f, 64 // t),
+        layer + "ffn/wi_gate/kernel": (32 // f, 64 // t),
+        layer + "ffn/wo/kernel": (64 // t, 32 // f),
+        "embed/tokens/embedding": (16 // t, 32 // f),
+        "lm_head/kernel": (32 // f, 16 // t),
+    }
+    for name, shape in expect.items():
+      for prefix in ("params/", "opt_state/1/mu/", "opt_state/1/nu/"):
+        assert set(_shards(eight_devices, mesh)[prefix + name][1]) == {shape}, (mesh, name)
+  # Pure data parallelism: everything whole on every device.
+  for name, (full, per_device) in _shards(eight_devices, "8,1,1").items():
+    assert set(per_device) == {full}, name
+
+
+def test_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
+  assert eight_devices["saved_steps"] == ["3"]  # written on (8, 1, 1)
+  resumed = eight_devices["resumed"]  # steps 1-3 on (8, 1, 1), 4-5 restored onto (2, 2, 2)
+  assert sorted(resumed, key=int) == ["1", "2", "3", "4", "5"]
+  np.testing.assert_allclose([resumed[str(s)] for s in range(1, 6)],
+                             eight_devices["losses"]["1"], rtol=2e-5)
+
+
+# ---- Memory planning ---------------------------------------------------------------------------
+def _hand_activations(cfg, rows, seq, tensor):
+  """The documented formula (tfjax/params.py) for a decoder, remat none, xla attention."""
+  d, h, kv, dh, f, v = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.dim_per_head, cfg.d_ff, \
+      cfg.vocab_size
+  tokens = rows * seq
+  layer = (4 * d + (2 * h * dh + 2 * kv * dh + 3 * f) / tensor) * tokens * 4
+  layer += h / tensor * seq * seq * rows * 4
+  return cfg.num_layers * layer + 2 * v / tensor * tokens * 4
+
+
+def test_memory_plan_matches_hand_arithmetic():
+  config = scaleout_config.get_config()
+  cfg = ModelConfig.from_config(config.model)
+  from tfjax.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  optimizer, _ = make_optimizer(config.optimizer, 5, cfg.d_model)
+  n = param_accounting.analytic_count(cfg)
+  for mesh, rows, tensor in (((1, 1, 1), 8, 1), ((1, 4, 1), 2, 1), ((2, 1, 2), 4, 2)):
+    plan = param_accounting.memory_plan(cfg, mesh, batch_size=8, seq_len=16, optimizer=optimizer)
+    if tensor == 1:  # every weight has an embed axis: fsdp divides all of them
+      assert plan["params"] == 4 * n // mesh[1]
+      assert 2 * plan["params"] <= plan["optimizer state"] <= 2 * plan["params"] + 64
+    assert plan["activations"] == _hand_activations(cfg, rows, 16, tensor), mesh
+  remat = param_accounting.memory_plan(cfg.replace(remat="full"), (1, 1, 1), batch_size=8,
+                                       seq_len=16)
+  none = param_accounting.memory_plan(cfg, (1, 1, 1), batch_size=8, seq_len=16)
+  per_layer = (none["activations"] - 2 * 16 * 8 * 16 * 4) / 2
+  assert remat["activations"] == 2 * 32 * 8 * 16 * 4 + per_layer + 2 * 16 * 8 * 16 * 4
+
+
+def test_params_cli_prints_per_device_memory_and_ends_with_total():
+  result = subprocess.run(
+      [sys.executable, "-m", "tfjax.params", f"--config={TESTS}/scaleout_config.py",
+       "--mesh=1,4,1", "--seq_len=16"],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = result.stdout.strip().splitlines()
+  total = int(re.fullmatch(r"total: (\d+)", lines[-1]).group(1))
+  cfg = ModelConfig.from_config(scaleout_config.get_config().model)
+  assert total == param_accounting.analytic_count(cfg)
+  got = {m.group(1): int(m.group(2).replace(",", "")) for m in (
+      re.match(r"\s+([a-z ]+):\s+([\d,]+) bytes", line) for line in lines) if m}
+  assert got["params"] == total * 4 // 4  # float32, split 4 ways by fsdp
+  assert got["gradients"] == got["params"]
+  assert 2 * got["params"] <= got["optimizer state"] <= 2 * got["params"] + 64  # Adam mu, nu
+  assert got["activations"] == _hand_activations(cfg, rows=8 // 4, seq=16, tensor=1)
+  assert got["sum"] == sum(got[k] for k in ("params", "gradients", "optimizer state",
+                                            "activations"))
+  assert "mesh data=1 fsdp=4 tensor=1" in result.stdout
