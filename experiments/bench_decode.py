@@ -124,8 +124,9 @@ def bench(args, argv):
     print(f"N={new_tokens:5d}  cached {cached_ms:8.3f} ms/token  "
           f"recompute {recompute_ms:8.3f} ms/token  x{recompute_ms / cached_ms:.1f}", flush=True)
   device = jax.devices()[0]
+  command = " ".join(["python experiments/bench_decode.py"] + argv)
   return dict(
-      date=datetime.date.today().isoformat(), command=" ".join(["python experiments/bench_decode.py"] + argv),
+      date=datetime.date.today().isoformat(), command=command,
       jax_version=jax.__version__, backend=jax.default_backend(),
       device=f"{device.platform}: {device.device_kind}", host_cpus=os.cpu_count(),
       python=platform.python_version(), args=vars(args),

@@ -31,18 +31,11 @@ _OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
 def measure_steps(config, steps: int, warmup: int) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax import params as accounting, sharding, train  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
 
   exp = train.prepare(config)
   mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
   state, state_shardings = train.init_state(exp, mesh, rules)
-  model = build_model(exp.model_config.replace(deterministic=False))
-  step_fn = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, config.task,
-                                          config.train.label_smoothing,
-                                          config.optimizer.grad_accum_steps),
-                    in_shardings=(state_shardings, sharding.batch_sharding(mesh, rules)),
-                    out_shardings=(state_shardings, sharding.replicated(mesh)),
-                    donate_argnums=(0,))
+  step_fn, _ = train.jit_steps(exp, mesh, rules, state_shardings)
   put = train.global_batch_putter(mesh, rules, config.train.batch_size)
   batches = [put(exp.dataset.train_batch(i, config.train.batch_size))
              for i in range(warmup + steps + 1)]

@@ -5,7 +5,8 @@
 
 Started as a subprocess by tests/test_sharding.py so the rest of the suite keeps one device.
 Reports, for tests/scaleout_config.py:
-  losses[mesh]   5 training-step losses on each mesh (data, fsdp, tensor), and on one device ('1');
+  losses[mesh]   5 training-step losses on each mesh (data, fsdp, tensor), on one device ('1'), and
+                 on (2,2,2) with 2 micro-batches ('2,2,2/accum2');
   shards[mesh]   per-device shard shapes of a few parameters and their Adam moments;
   resumed        losses of steps 4, 5 after saving at step 3 on (8,1,1) and resuming on (2,2,2).
 """
@@ -90,6 +91,11 @@ def main(workdir):
                                               config.train.num_steps)
     report["shards"][name] = shard_shapes(state)
     _tick(name)
+  config = config_for((2, 2, 2))  # 2 micro-batches of 4 rows, each split over the 4 batch shards
+  config.optimizer.grad_accum_steps = 2
+  report["losses"]["2,2,2/accum2"], _ = run_steps(config, sharding.make_mesh(config.mesh),
+                                                  config.train.num_steps)
+  _tick("2,2,2 grad accumulation")
   config = config_for((1, 8, 1))  # pure FSDP: where the parameters and moments live
   exp = train.prepare(config)
   state, _ = train.init_state(exp, sharding.make_mesh(config.mesh), sharding.rules(config))

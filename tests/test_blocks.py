@@ -181,6 +181,63 @@ def test_ffn_matches_numpy(kind, ffn_bias):
     assert not np.allclose(y, np_ffn(x, swapped, kind), rtol=1e-3, atol=1e-3)
 
 
+def np_act_and_derivative(kind, z):
+  if kind == "relu":
+    return np.maximum(z, 0.0), (z > 0).astype(np.float64)
+  if kind in ("gelu", "geglu"):  # d/dz z Phi(z) = Phi(z) + z phi(z)
+    phi = np.exp(-z ** 2 / 2) / np.sqrt(2 * np.pi)
+    return np_gelu(z), 0.5 * (1 + _erf(z / np.sqrt(2))) + z * phi
+  sig = 1 / (1 + np.exp(-z))  # silu: d/dz z sig(z) = sig (1 + z (1 - sig))
+  return z * sig, sig * (1 + z * (1 - sig))
+
+
+def np_ffn_grads(x, p, kind, dy):
+  """Backward pass of the FFN written out, for loss = sum(y * dy)."""
+  x = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
+  dy = np.asarray(dy, np.float64).reshape(-1, dy.shape[-1])
+  pre = x @ p["wi"]["kernel"] + p["wi"]["bias"]
+  grads = {}
+  if kind in ("swiglu", "geglu"):
+    gate = x @ p["wi_gate"]["kernel"] + p["wi_gate"]["bias"]
+    act, dact = np_act_and_derivative(kind, gate)
+    a = act * pre
+  else:
+    act, dact = np_act_and_derivative(kind, pre)
+    a = act
+  grads["wo"] = {"kernel": a.T @ dy, "bias": dy.sum(0)}
+  da = dy @ p["wo"]["kernel"].T
+  if kind in ("swiglu", "geglu"):
+    dpre, dgate = da * act, da * pre * dact
+    grads["wi_gate"] = {"kernel": x.T @ dgate, "bias": dgate.sum(0)}
+    dx = dpre @ p["wi"]["kernel"].T + dgate @ p["wi_gate"]["kernel"].T
+  else:
+    dpre = da * dact
+    dx = dpre @ p["wi"]["kernel"].T
+  grads["wi"] = {"kernel": x.T @ dpre, "bias": dpre.sum(0)}
+  return dx, grads
+
+
+@pytest.mark.parametrize("kind", ["relu", "gelu", "swiglu", "geglu"])
+def test_ffn_gradients_match_numpy(kind):
+  """The activations carry a custom VJP on CPU (tfjax.cpu_fusion): check it against the
+  derivative written out."""
+  cfg = tiny_config(ffn=kind)
+  x = rand((2, 3, 16), seed=22, scale=1.5)
+  dy = rand((2, 3, 16), seed=23)
+  module = FeedForward(cfg)
+  params = random_params(module, x, seed=24, scale=0.5)
+  loss = lambda p, x: jnp.sum(module.apply({"params": p}, x) * dy)
+  dparams, dx = jax.grad(loss, argnums=(0, 1))(params, jnp.asarray(x))
+  expected_dx, expected = np_ffn_grads(x, to_numpy(params), kind, dy)
+  np.testing.assert_allclose(np.asarray(dx).reshape(expected_dx.shape), expected_dx,
+                             rtol=1e-4, atol=1e-4)
+  got = to_numpy(dparams)
+  assert set(got) == set(expected)
+  for name in expected:
+    for leaf in ("kernel", "bias"):
+      np.testing.assert_allclose(got[name][leaf], expected[name][leaf], rtol=1e-4, atol=1e-4)
+
+
 # ------------------------------------------------------------------------------------------------
 # Positions
 # ------------------------------------------------------------------------------------------------
@@ -448,3 +505,30 @@ def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cr
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
   other = np_layer(p, x, placement="post" if placement == "pre" else "pre", **common)
   assert not np.allclose(y, other, atol=1e-2)
+
+
+@pytest.mark.parametrize("placement,ffn", [("pre", "gelu"), ("post", "swiglu")])
+def test_transformer_layer_gradients_match_finite_differences(placement, ffn):
+  """Directional derivatives of the layer (residual and activation gradients go through custom
+  VJPs on CPU) agree with central differences along random directions."""
+  cfg = tiny_config(norm_placement=placement, ffn=ffn, num_heads=4, num_kv_heads=2)
+  x = jnp.asarray(rand((2, 5, 16), seed=25))
+  cot = jnp.asarray(rand((2, 5, 16), seed=26))
+  layer = TransformerLayer(cfg, causal=True)
+  params = random_params(layer, x, seed=27, scale=0.3)
+  f = lambda p, x: jnp.sum(layer.apply({"params": p}, x) * cot)
+  grads = jax.grad(f, argnums=(0, 1))(params, x)
+  rng = np.random.default_rng(28)
+  for _ in range(3):
+    direction = jax.tree_util.tree_map(
+        lambda a: jnp.asarray(rng.normal(size=a.shape), jnp.float32), (params, x))
+
+    def central(eps):
+      plus = jax.tree_util.tree_map(lambda a, d: a + eps * d, (params, x), direction)
+      minus = jax.tree_util.tree_map(lambda a, d: a - eps * d, (params, x), direction)
+      return (float(f(*plus)) - float(f(*minus))) / (2 * eps)
+
+    numeric = (4 * central(5e-3) - central(1e-2)) / 3  # Richardson: O(eps^4) truncation error
+    analytic = sum(float(jnp.sum(g * d)) for g, d in zip(jax.tree_util.tree_leaves(grads),
+                                                         jax.tree_util.tree_leaves(direction)))
+    assert analytic == pytest.approx(numeric, rel=5e-3, abs=5e-2)

@@ -79,23 +79,26 @@ def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
 
 
 # ---- 8 devices, in one subprocess -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def eight_devices(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("eight"))
+def test_eight_devices_train_like_one_shard_by_the_rules_and_resume_across_meshes(tmp_path):
+  """One test (one subprocess, whatever pytest-xdist does): every check on its report."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
              XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
-  result = subprocess.run([sys.executable, os.path.join(TESTS, "scaleout_helper.py"), workdir],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+  result = subprocess.run([sys.executable, os.path.join(TESTS, "scaleout_helper.py"),
+                           str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=400)
   assert result.returncode == 0, result.stderr[-5000:]
-  return json.loads(result.stdout.strip().splitlines()[-1])
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  check_every_mesh_trains_like_one_device(report)
+  check_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(report)
+  check_tensor_parallel_splits_heads_and_mlp(report)
+  check_checkpoint_from_one_mesh_resumes_on_another(report)
 
 
-def test_every_mesh_trains_like_one_device(eight_devices):
+def check_every_mesh_trains_like_one_device(eight_devices):
   expected = eight_devices["losses"]["1"]
   assert len(expected) == 5 and expected[-1] < expected[0]
-  for mesh in MESHES:
-    got = eight_devices["losses"][",".join(map(str, mesh))]
-    np.testing.assert_allclose(got, expected, rtol=2e-5, err_msg=str(mesh))
+  for name in [",".join(map(str, mesh)) for mesh in MESHES] + ["2,2,2/accum2"]:
+    np.testing.assert_allclose(eight_devices["losses"][name], expected, rtol=2e-5, err_msg=name)
 
 
 def _shards(report, mesh):
@@ -103,7 +106,7 @@ def _shards(report, mesh):
           for k, (g, shards) in report["shards"][mesh].items()}
 
 
-def test_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(eight_devices):
+def check_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(eight_devices):
   shards = _shards(eight_devices, "1,8,1")
   weights = [k for k in shards if k.startswith("params/")]
   moments = [k for k in shards if "/mu/" in k or "/nu/" in k]
@@ -115,7 +118,7 @@ def test_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(eight_dev
       assert math.prod(shard) * 8 == math.prod(full), (name, full, shard)
 
 
-def test_tensor_parallel_splits_heads_and_mlp(eight_devices):
+def check_tensor_parallel_splits_heads_and_mlp(eight_devices):
   for mesh, t, f in (("2,2,2", 2, 2), ("1,2,4", 4, 2)):
     shards = _shards(eight_devices, mesh)
     layer = "decoder/layers_0/"
@@ -137,7 +140,7 @@ def test_tensor_parallel_splits_heads_and_mlp(eight_devices):
     assert set(per_device) == {full}, name
 
 
-def test_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
+def check_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
   assert eight_devices["saved_steps"] == ["3"]  # written on (8, 1, 1)
   resumed = eight_devices["resumed"]  # steps 1-3 on (8, 1, 1), 4-5 restored onto (2, 2, 2)
   assert sorted(resumed, key=int) == ["1", "2", "3", "4", "5"]

@@ -158,7 +158,8 @@ def left_padded_positions(lengths_B, padded_len: int):
 
 def _as_batch(ids, lengths, pad_id, what):
   """(list of lists) or (array [B, L] right-padded, optional lengths) -> numpy rows + lengths."""
-  if isinstance(ids, (list, tuple)) and (not ids or isinstance(ids[0], (list, tuple, np.ndarray))):
+  if isinstance(ids, (list, tuple)) and (
+      not ids or isinstance(ids[0], (list, tuple, np.ndarray, jax.Array))):
     if lengths is not None:
       raise ValueError(f"{what}_lengths is only used with a padded array of {what}s")
     rows = [list(np.asarray(r, np.int64).reshape(-1)) for r in ids]

@@ -71,6 +71,8 @@ def main(argv):
     print("error: a multi-process run needs --workdir (on a filesystem all processes share)",
           file=sys.stderr)
     sys.exit(2)
+  if jax.process_index() != 0:  # one copy of the INFO lines; warnings still from every process
+    logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
   try:

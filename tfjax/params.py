@@ -3,6 +3,12 @@
 Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
 on a laptop) and are checked against `analytic_count`, a closed-form count from the config alone.
 The last line printed is `total: N`.
+
+  python -m tfjax.params --config=configs/NAME.py --mesh=DATA,FSDP,TENSOR [--seq_len=L]
+
+also prints, before that line, the per-device bytes of parameters, gradients, optimizer state and
+activations when training on that mesh (simulated from the mesh sizes and the sharding rules; no
+devices needed). See "Per-device memory planning" below and docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -27,9 +33,15 @@ def _dummy_inputs(cfg: ModelConfig, length: int = 4):
   return (x, x) if cfg.family == "encoder_decoder" else (x,)
 
 
+def _shape_model(cfg: ModelConfig):
+  # Parameter shapes do not depend on the attention kernel; 'xla' traces on any backend (a
+  # 'cudnn' config is planned on a laptop).
+  return build_model(cfg.replace(attention_impl="xla"))
+
+
 def param_shapes(cfg: ModelConfig):
   """The (unboxed) parameter tree as ShapeDtypeStructs, without allocating anything."""
-  model = build_model(cfg)
+  model = _shape_model(cfg)
   variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *_dummy_inputs(cfg)))
   return nn.meta.unbox(variables["params"])
 
@@ -157,7 +169,7 @@ def peak_flops(configured: float = 0.0) -> float:
 
 def boxed_param_shapes(cfg: ModelConfig):
   """The parameter tree with its nn.LogicallyPartitioned boxes (names), as ShapeDtypeStructs."""
-  model = build_model(cfg)
+  model = _shape_model(cfg)
   return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *_dummy_inputs(cfg)))["params"]
 
 
@@ -334,6 +346,13 @@ if __name__ == "__main__":
 
   def _main(argv):
     del argv
+    try:
+      _plan_and_print()
+    except ValueError as e:  # a bad --mesh or config: one clear line, no traceback
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  def _plan_and_print():
     config = _CONFIG.value
     cfg = _model_config(config)
     text = report(cfg)

@@ -3,8 +3,10 @@
 Per point (ROOT/<name>/): the last value of every metric in metrics.jsonl, except
 train/tokens_per_sec, which is the median over log events after the first (the first one includes
 compilation); everything in point_metrics.json (evaluate_point hooks); and `diverged` = 1 when the
-final train or eval loss is not finite or the final eval loss is above the step-0 eval loss (the
-run got worse than its initialization), else 0.
+final train or eval loss is not finite or the final training loss is above the loss of the
+untrained model (the step-0 eval loss, else the first logged training loss), else 0. (Training,
+not eval, loss: on length-generalization tasks a model that learned the training lengths can have
+a final eval loss far above the initial one.)
 
 Points differing only in SEED_KEYS form one group; results.md shows per group the mean ± sample
 standard deviation (ddof=1) over the seeds whose value is finite ('[k of n]' when some were not),
@@ -22,6 +24,7 @@ A config module may set REPORT = dict(metrics=[...], plots=[...]). `metrics` lis
   lines   override keys telling lines (bars) apart; points equal in these are pooled (mean ± std).
           Default: every override key except seeds and x.
   panels  an override key: one subplot per value
+  xlabel  x-axis label (default: the x key; 'N (metric@N)' for families)
   logx, logy  log scales of the x axis / the metric axis (default: log when the positive values
           span a factor >= 8 (x) or >= 30 (metric); bar charts: metric axis linear)
   title, file
@@ -48,7 +51,7 @@ DEFAULT_METRICS = ("eval/loss", "eval/perplexity", "eval/exact_match", "diverged
 # ---------------------------------------------------------------------------------------------
 def read_point(workdir: str) -> dict:
   """{'status', 'metrics', 'curves', 'error'} of one point directory."""
-  metrics, curves, rates, first_eval = {}, {}, [], None
+  metrics, curves, rates, initial_loss = {}, {}, [], None
   path = os.path.join(workdir, "metrics.jsonl")
   if os.path.exists(path):
     with open(path, encoding="utf-8") as f:
@@ -65,11 +68,13 @@ def read_point(workdir: str) -> dict:
         if "train/tokens_per_sec" in record:
           rates.append(record["train/tokens_per_sec"])
         if step == 0 and "eval/loss" in record:
-          first_eval = record["eval/loss"]
+          initial_loss = record["eval/loss"]
+        elif initial_loss is None and "train/loss" in record:
+          initial_loss = record["train/loss"]
   if len(rates) > 1:
     metrics["train/tokens_per_sec"] = statistics.median(rates[1:])
   if "eval/loss" in metrics or "train/loss" in metrics:
-    metrics["diverged"] = float(_diverged(metrics, first_eval))
+    metrics["diverged"] = float(_diverged(metrics, initial_loss))
   extra = os.path.join(workdir, sweep_lib.POINT_METRICS_FILE)
   if os.path.exists(extra):
     metrics.update(sweep_lib.read_json(extra))
@@ -84,11 +89,12 @@ def read_point(workdir: str) -> dict:
   return {"status": status, "metrics": metrics, "curves": curves, "error": error}
 
 
-def _diverged(metrics: dict, first_eval: Optional[float]) -> bool:
+def _diverged(metrics: dict, initial_loss: Optional[float]) -> bool:
   losses = [metrics[k] for k in ("train/loss", "eval/loss") if k in metrics]
   if any(not math.isfinite(v) for v in losses):
     return True
-  return first_eval is not None and "eval/loss" in metrics and metrics["eval/loss"] > first_eval
+  return (initial_loss is not None and "train/loss" in metrics
+          and metrics["train/loss"] > initial_loss)
 
 
 def collect(root: str, points: Sequence[sweep_lib.Point]) -> list[dict]:
@@ -214,7 +220,7 @@ def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
                                                         for m in scalars] for e in summary])
     lines.append("")
   for prefix, members in families(metrics).items():
-    lines += [f"## {prefix} by length (@N)", ""]
+    lines += [f"## {prefix}@N", ""]
     lines += _md_table([k.split(".")[-1] for k in keys] + [f"@{n}" for n, _ in members],
                        [label(e) + [format_stat(e["stats"][key]) for _, key in members]
                         for e in summary])
@@ -278,10 +284,13 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   spec = {**spec, "lines": tuple(spec.get("lines") or
                                  [k for k in variant_keys(done) if k not in excluded])}
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
-  fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
-  for ax, ((panel_value,), members) in zip(axes[0], panels):
-    series = _series(members, spec, metric_keys)
-    if spec.get("x") is None and "curve" not in spec:
+  series = [_series(members, spec, metric_keys) for _, members in panels]
+  bars = spec.get("x") is None and "curve" not in spec
+  height = 1.5 + 0.3 * max(len(s) for s in series) if bars else 4.2  # room for every bar label
+  fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), max(3.0, height)),
+                           squeeze=False)
+  for ax, ((panel_value,), _), series in zip(axes[0], panels, series):
+    if bars:
       _bars(ax, series, spec)
     else:
       _lines(ax, series, spec)
@@ -309,7 +318,7 @@ def _lines(ax, series, spec):
     ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
     all_x += xs
     all_y += ys
-  xlabel = {"@": "length (@N)", None: "step"}.get(spec.get("x"), spec.get("x"))
+  xlabel = spec.get("xlabel") or {"@": "N (metric@N)"}.get(spec.get("x"), spec.get("x"))
   ax.set_xlabel("step" if "curve" in spec else xlabel)
   ax.set_ylabel(spec.get("curve") or spec["metric"])
   numeric_x = all(isinstance(x, (int, float)) for x in all_x)

@@ -59,10 +59,9 @@ def make_train_step(model, optimizer, schedule, task: str, label_smoothing: floa
     if grad_accum_steps == 1:
       grads, stats = grad_fn(state.params, batch, rng)
     else:
-      # Micro-batch i = rows i, i+k, i+2k, ...: each one stays split evenly over the devices.
       micro = jax.tree.map(
-          lambda x: x.reshape(x.shape[0] // grad_accum_steps, grad_accum_steps,
-                              *x.shape[1:]).swapaxes(0, 1), batch)
+          lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
+          batch)
 
       def accumulate(carry, inputs):
         index, micro_batch = inputs

@@ -1,8 +1,8 @@
-"""The character-level Tiny Shakespeare LM that the ffn, heads and norm ablations vary.
+"""The character-level Tiny Shakespeare LM that the ffn, heads, norm and position ablations vary.
 
 Not a sweep itself: the ablations load it with tfjax.sweep.load_module and change one thing.
-  smoke  2 layers x 64, 4 heads, context 64, batch 16, 300 steps: a few seconds of training per
-         point on a 2-core CPU (compilation dominates), enough to rank clear differences only
+  smoke  2 layers x 64, 4 heads, context 64, batch 16, 600 steps: 10-30 s per point on a 2-core CPU
+         (about half of it compilation), enough to rank clear differences only
   full   nanoGPT's shakespeare-char model (6 layers x 384, 6 heads, context 256, batch 64, dropout
          0.2) for 3000 steps: one GPU, minutes per point
 Pre-LN LayerNorm, GELU, learned positions, tied embeddings, AdamW with cosine decay (as
@@ -35,8 +35,8 @@ def char_lm(scale: str):
                           decay_exclude=("norms", "biases"), clip_norm=1.0, schedule="cosine",
                           warmup_steps=30 if smoke else 100, min_lr=3e-4 if smoke else 1e-4)
   config.train.update(
-      num_steps=300 if smoke else 3000, batch_size=16 if smoke else 64,
+      num_steps=600 if smoke else 3000, batch_size=16 if smoke else 64,
       eval_batch_size=32 if smoke else 64, eval_batches=8 if smoke else 50,
-      eval_every=100 if smoke else 500, log_every=25 if smoke else 100,
-      checkpoint_every=300 if smoke else 1000, keep_checkpoints=1)
+      eval_every=200 if smoke else 500, log_every=25 if smoke else 100,
+      checkpoint_every=600 if smoke else 1000, keep_checkpoints=1)
   return config

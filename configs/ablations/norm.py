@@ -3,8 +3,10 @@ grid, at two depths (Xiong et al. 2020; Zhang & Sennrich 2019).
 
   python experiments/sweep.py --config=configs/ablations/norm.py --scale=smoke --workdir=runs/norm
 
-Reported per variant: final eval loss, divergence rate (share of seeds whose final loss is not
-finite or above the step-0 loss), training steps/s (median over log intervals; compare rmsnorm with
+Reported per variant: final eval loss; divergence rate (share of seeds whose final loss is not
+finite or above the untrained model's); failure rate (diverged, or a final eval loss no better than
+`unigram/loss`, the loss of predicting every character from the training split's character
+frequencies alone: nothing learned from context); training steps/s (median over log intervals; compare rmsnorm with
 layernorm only from a sweep run with --parallel=1 on an otherwise idle machine), and per-layer
 gradient norms at initialization (experiments/init_grad_norms.py; init/grad_norm_ffn_wo@i is the
 FFN output matrix of layer i, the quantity of Xiong et al.'s figure 3).
@@ -24,24 +26,34 @@ from tfjax import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 GRID = {
-    "smoke": dict(layers=(2, 6), lr=(3e-3, 2e-2), warmup=(0, 50), seeds=(0, 1)),
-    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=(0, 500), seeds=(0, 1, 2)),
+    # smoke: 150 steps (warmup 40, about a quarter of them), depth 4 rather than 6: the 64
+    # points must fit in 15 minutes on 2 CPU cores
+    "smoke": dict(layers=(2, 4), lr=(3e-3, 3e-2), warmup=(0, 40), seeds=(0, 1), steps=150),
+    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=(0, 500), seeds=(0, 1, 2),
+                 steps=3000),
 }
 _LINES = ("model.norm_placement", "model.norm", "optimizer.warmup_steps")
 REPORT = dict(
-    metrics=["eval/loss", "diverged", "train/steps_per_sec", "init/grad_norm_ffn_wo"],
+    metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
+             "init/grad_norm_ffn_wo"],
     plots=[
-        {"metric": "eval/loss", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers"},
-        {"metric": "diverged", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers"},
+        {"metric": "eval/loss", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers",
+         "logx": True},
+        {"metric": "failed", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers",
+         "logx": True, "logy": False},
         {"metric": "init/grad_norm_ffn_wo", "x": "@", "panels": "model.num_layers",
-         "lines": ("model.norm_placement", "model.norm"), "logy": True,
+         "lines": ("model.norm_placement", "model.norm"), "logy": True, "xlabel": "layer",
          "title": "gradient norm of the FFN output matrix at initialization, by layer"},
         {"metric": "train/steps_per_sec", "lines": ("model.norm", "model.num_layers")},
     ])
 
 
 def get_config(scale=None):
-  return _lm.char_lm(_lm.check_scale(scale, "norm.py"))
+  scale = _lm.check_scale(scale, "norm.py")
+  config = _lm.char_lm(scale)
+  steps = GRID[scale]["steps"]
+  config.train.update(num_steps=steps, checkpoint_every=steps, eval_every=steps // 2)
+  return config
 
 
 def get_sweep(scale=None):
@@ -52,10 +64,24 @@ def get_sweep(scale=None):
       "optimizer.warmup_steps": grid["warmup"], "seed": grid["seeds"]})
 
 
+def unigram_loss(config, workdir) -> float:
+  """Cross-entropy on the validation split of the training split's character frequencies."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from tfjax import data  # pylint: disable=import-outside-toplevel
+  dataset = data.make_dataset(config.data, config.task, workdir)
+  counts = np.bincount(dataset.train_tokens, minlength=dataset.vocab_size) + 1.0  # add-one
+  log_p = np.log(counts / counts.sum())
+  return float(-log_p[dataset.val_tokens].mean())
+
+
 def evaluate_point(config, workdir):
   from tfjax import sweep_report  # pylint: disable=import-outside-toplevel
   out = sweep.import_experiment("init_grad_norms").per_layer_grad_norms(config)
-  tokens_per_sec = sweep_report.read_point(workdir)["metrics"].get("train/tokens_per_sec")
-  if tokens_per_sec:
-    out["train/steps_per_sec"] = tokens_per_sec / (config.train.batch_size * config.data.seq_len)
+  metrics = sweep_report.read_point(workdir)["metrics"]
+  if metrics.get("train/tokens_per_sec"):
+    out["train/steps_per_sec"] = metrics["train/tokens_per_sec"] / (
+        config.train.batch_size * config.data.seq_len)
+  out["unigram/loss"] = unigram_loss(config, workdir)
+  learned = metrics.get("eval/loss", float("inf")) < out["unigram/loss"]  # NaN compares False
+  out["failed"] = float(metrics.get("diverged", 1.0) > 0 or not learned)
   return out

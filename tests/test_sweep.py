@@ -1,0 +1,344 @@
+"""Sweeps and the research scripts: point naming, validation, skip / resume / failure handling,
+aggregation checked against hand-computed numbers, a 2-point sweep through the CLI, the sqrt(d_k)
+demo, length evaluation and attention maps of a tiny trained run."""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfjax import sweep, sweep_report, train
+from tfjax.defaults import base_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# A sweep config module: a 1-layer decoder on the synthetic copy task, a few steps.
+TINY_SWEEP = '''
+from tfjax import sweep
+from tfjax.defaults import base_config
+
+def get_config(scale=None):
+  config = base_config()
+  config.data.update(name="copy", form="decoder", train_lengths=(1, 4), test_lengths=(4, 8),
+                     num_symbols=8)
+  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=1, num_heads=2,
+                      d_ff=32, position="rope", max_len=32)
+  config.optimizer.update(lr=3e-3, warmup_steps=1)
+  config.train.update(num_steps={steps}, batch_size=8, eval_batch_size=8, eval_batches=1,
+                      eval_every={steps}, log_every=2, checkpoint_every={steps},
+                      eval_at_start=True)
+  return config
+
+def get_sweep(scale=None):
+  return {points}
+'''
+
+
+def write_sweep_module(tmp_path, points, steps=4, name="tiny_sweep.py"):
+  path = tmp_path / name
+  path.write_text(TINY_SWEEP.format(steps=steps, points=points))
+  return str(path)
+
+
+def png_ok(path):
+  with open(path, "rb") as f:
+    return os.path.getsize(path) > 2000 and f.read(8) == PNG_MAGIC
+
+
+# ---------------------------------------------------------------------------------------------
+# Defining points
+# ---------------------------------------------------------------------------------------------
+def test_product_order_and_readable_names():
+  points = sweep.product({"model.position": ["rope", "alibi"], "optimizer.lr": [3e-4],
+                          "seed": [0, 1]})
+  assert points == [
+      {"model.position": "rope", "optimizer.lr": 3e-4, "seed": 0},
+      {"model.position": "rope", "optimizer.lr": 3e-4, "seed": 1},
+      {"model.position": "alibi", "optimizer.lr": 3e-4, "seed": 0},
+      {"model.position": "alibi", "optimizer.lr": 3e-4, "seed": 1}]
+  assert sweep.point_names(points) == [
+      "position=rope,lr=0.0003,seed=0", "position=rope,lr=0.0003,seed=1",
+      "position=alibi,lr=0.0003,seed=0", "position=alibi,lr=0.0003,seed=1"]
+  # Deterministic: the same overrides always give the same names.
+  assert sweep.point_names(points) == sweep.point_names([dict(p) for p in points])
+
+
+def test_names_keep_full_keys_when_short_ones_clash_and_stay_filesystem_safe():
+  names = sweep.point_names([{"seed": 1, "data.seed": 2, "data.train_lengths": (1, 8)},
+                             {"seed": 1, "data.seed": 3, "data.path": "a b/c:d"}])
+  assert names == ["seed=1,data.seed=2,train_lengths=1-8", "seed=1,data.seed=3,path=a_b_c_d"]
+  long_points = [{"data.path": "x" * 300 + str(i)} for i in range(2)]
+  long_names = sweep.point_names(long_points)
+  assert len(set(long_names)) == 2 and all(len(n) <= 200 for n in long_names)
+  assert sweep.point_names([{}]) == ["base"]
+
+
+def test_duplicate_points_are_an_error():
+  with pytest.raises(ValueError, match="both get the directory name"):
+    sweep.point_names([{"seed": 0}, {"seed": 0}])
+
+
+def test_unknown_or_mistyped_override_fails_before_anything_runs(tmp_path):
+  path = write_sweep_module(tmp_path, "[{'model.position': 'alibi'}, {'model.positon': 'rope'}, "
+                                      "{'train.num_steps': 1.5}, {'model.norm': 'batchnorm'}]")
+  with pytest.raises(ValueError) as info:
+    sweep.load_sweep(path)
+  message = str(info.value)
+  assert "3 of 4 sweep points are invalid, nothing was run" in message
+  assert "unknown override key 'model.positon'; did you mean 'model.position'" in message
+  assert "train.num_steps=1.5" in message
+  assert "model.norm='batchnorm' is invalid" in message
+  # Through the CLI: exit status 2, and the sweep directory is never created.
+  root = tmp_path / "never"
+  result = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "sweep.py"),
+                           f"--config={path}", f"--workdir={root}"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+  assert result.returncode == 2 and "model.positon" in result.stderr
+  assert not root.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: skip, failure, interruption, resume
+# ---------------------------------------------------------------------------------------------
+class FakeTrainer:
+  """Stands in for train_and_evaluate: writes a metrics.jsonl up to `reach` steps (default: the
+  config's num_steps), or raises for the named points."""
+
+  def __init__(self, fail=(), reach=None):
+    self.calls, self.fail, self.reach = [], set(fail), reach
+
+  def __call__(self, config, workdir):
+    name = os.path.basename(workdir)
+    self.calls.append(name)
+    if name in self.fail:
+      raise RuntimeError(f"boom in {name}")
+    steps = self.reach or config.train.num_steps
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+      f.write(json.dumps({"step": 0, "eval/loss": 3.0}) + "\n")
+      f.write(json.dumps({"step": steps, "train/loss": 1.0, "eval/loss": 1.5}) + "\n")
+    return {"eval/loss": 1.5}
+
+
+def test_finished_points_are_skipped_and_a_failure_does_not_stop_the_others(tmp_path):
+  s = sweep.load_sweep(write_sweep_module(tmp_path, "[{'seed': s} for s in range(3)]"))
+  root = str(tmp_path / "sweep")
+  trainer = FakeTrainer(fail={"seed=1"})
+  statuses = sweep.run_sweep(s, root, train_fn=trainer)
+  assert statuses == {"seed=0": "done", "seed=1": "failed", "seed=2": "done"}
+  assert trainer.calls == ["seed=0", "seed=1", "seed=2"]
+  failure = sweep.read_json(os.path.join(root, "seed=1", sweep.FAILED_FILE))
+  assert failure["error"] == "RuntimeError: boom in seed=1" and "Traceback" in failure["traceback"]
+  assert sweep.is_done(os.path.join(root, "seed=0"))
+  assert not sweep.is_done(os.path.join(root, "seed=1"))
+
+  retry = FakeTrainer()  # the second run retries only the failed point
+  assert sweep.run_sweep(s, root, train_fn=retry) == {
+      "seed=0": "skipped", "seed=1": "done", "seed=2": "skipped"}
+  assert retry.calls == ["seed=1"]
+  assert not os.path.exists(os.path.join(root, "seed=1", sweep.FAILED_FILE))
+
+
+def test_interrupted_point_is_not_marked_done_and_stops_the_sweep(tmp_path):
+  s = sweep.load_sweep(write_sweep_module(tmp_path, "[{'seed': 0}, {'seed': 1}]", steps=10))
+  root = str(tmp_path / "sweep")
+  trainer = FakeTrainer(reach=6)  # like train_and_evaluate returning after a SIGTERM at step 6
+  assert sweep.run_sweep(s, root, train_fn=trainer) == {"seed=0": "interrupted"}
+  assert trainer.calls == ["seed=0"] and not sweep.is_done(os.path.join(root, "seed=0"))
+
+
+def test_interrupted_point_resumes_from_its_checkpoint(tmp_path):
+  s = sweep.load_sweep(write_sweep_module(tmp_path, "[{'seed': 0}]", steps=6))
+  root = str(tmp_path / "sweep")
+  workdir = os.path.join(root, "seed=0")
+  train.train_and_evaluate(s.config_for(s.points[0]), workdir, stop_after_step=3)
+  assert os.listdir(os.path.join(workdir, "checkpoints")) == ["3"]
+  assert sweep.run_sweep(s, root) == {"seed=0": "done"}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    logged = [json.loads(line)["step"] for line in f if "train/loss" in line]
+  assert logged == [2, 4, 6]  # steps 1-3 were not trained again (a restart would log 2 twice)
+  done = sweep.read_json(os.path.join(workdir, sweep.DONE_FILE))
+  assert done["overrides"] == {"seed": 0} and "eval/exact_match@8" in done["final"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation on fabricated results
+# ---------------------------------------------------------------------------------------------
+def fabricate(root, name, overrides, records, point_metrics=None, done=True):
+  workdir = os.path.join(root, name)
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for record in records:
+      f.write(json.dumps(record) + "\n")
+  if point_metrics is not None:
+    sweep.write_json(os.path.join(workdir, sweep.POINT_METRICS_FILE), point_metrics)
+  if done:
+    sweep.write_json(os.path.join(workdir, sweep.DONE_FILE), {"overrides": overrides})
+  return sweep.Point(name, overrides)
+
+
+def test_aggregation_matches_hand_computed_statistics(tmp_path):
+  root = str(tmp_path)
+  a_losses, b_losses = [2.0, 2.5, 3.0], [1.0, 1.2, float("nan")]
+  points = []
+  for ffn, losses in (("relu", a_losses), ("swiglu", b_losses)):
+    for seed, loss in enumerate(losses):
+      records = [{"step": 0, "eval/loss": 4.0},
+                 {"step": 10, "train/loss": 9.9, "train/tokens_per_sec": 50.0},  # compile
+                 {"step": 20, "train/loss": loss, "train/tokens_per_sec": 100.0 + seed},
+                 {"step": 20, "eval/loss": loss, "eval/exact_match@8": 0.5 + 0.1 * seed,
+                  "eval/exact_match@16": 0.1 * seed}]
+      extra = {"long/ppl@64": 10.0 + seed, "long/ppl@128": None}  # None: n/a (learned table)
+      points.append(fabricate(root, f"ffn={ffn},seed={seed}", {"model.ffn": ffn, "seed": seed},
+                              records, extra))
+  points.append(fabricate(root, "ffn=gelu,seed=0", {"model.ffn": "gelu", "seed": 0},
+                          [{"step": 0, "eval/loss": 4.0}, {"step": 5, "train/loss": 3.0}],
+                          done=False))
+
+  report = {"metrics": ["eval/loss", "eval/exact_match", "long/ppl", "diverged",
+                        "train/tokens_per_sec"],
+            "plots": [{"metric": "eval/loss"}, {"metric": "eval/exact_match", "x": "@"},
+                      {"curve": "eval/loss"}]}
+  result = sweep_report.write_report(root, points, report, title="fabricated")
+  assert result["metrics"] == ["eval/loss", "eval/exact_match@8", "eval/exact_match@16",
+                               "long/ppl@64", "long/ppl@128", "diverged", "train/tokens_per_sec"]
+  relu, swiglu = result["summary"]  # gelu never finished: not aggregated
+  assert relu["variant"] == {"model.ffn": "relu"} and relu["seeds"] == 3
+  loss = relu["stats"]["eval/loss"]
+  assert loss["mean"] == pytest.approx(2.5) and loss["std"] == pytest.approx(0.5)
+  exact8 = relu["stats"]["eval/exact_match@8"]  # 0.5, 0.6, 0.7
+  assert exact8["mean"] == pytest.approx(0.6) and exact8["std"] == pytest.approx(0.1)
+  # Median of the log events after the first (which includes compilation): 100, 101, 102.
+  assert relu["stats"]["train/tokens_per_sec"]["mean"] == pytest.approx(101.0)
+  assert relu["stats"]["long/ppl@128"] == {"mean": None, "std": None, "n": 0, "total": 3}
+  # The NaN seed is left out of the mean and counted as diverged.
+  nan_loss = swiglu["stats"]["eval/loss"]
+  assert nan_loss["mean"] == pytest.approx(1.1) and nan_loss["n"] == 2
+  assert nan_loss["std"] == pytest.approx(math.sqrt(0.02))
+  assert swiglu["stats"]["diverged"]["mean"] == pytest.approx(1 / 3)
+  assert relu["stats"]["diverged"]["mean"] == 0.0
+
+  md = open(os.path.join(root, "results.md")).read()
+  assert "7 points: 6 finished, 0 failed, 1 not finished" in md
+  assert "| relu | 3 | 2.5 ± 0.5 |" in md
+  assert "| swiglu | 3 | 1.1 ± 0.14 [2 of 3] |" in md
+  assert "## long/ppl@N" in md and "| relu | 11 ± 1 | n/a |" in md
+  with open(os.path.join(root, "results.csv"), newline="") as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 7 and list(rows[0])[:4] == ["name", "status", "model.ffn", "seed"]
+  assert [r["status"] for r in rows] == ["done"] * 6 + ["incomplete"]
+  assert [float(r["eval/loss"]) for r in rows[:3]] == a_losses
+  assert math.isnan(float(rows[5]["eval/loss"])) and rows[0]["long/ppl@128"] == ""
+  assert len(result["plots"]) == 3 and all(png_ok(p) for p in result["plots"])
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end through the CLI
+# ---------------------------------------------------------------------------------------------
+def test_two_point_sweep_end_to_end_in_child_processes(tmp_path):
+  path = write_sweep_module(tmp_path, "[{'seed': 0}, {'seed': 1}]")
+  root = tmp_path / "sweep"
+  cmd = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), f"--config={path}",
+         f"--workdir={root}", "--parallel=2"]
+  result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert result.returncode == 0, result.stdout + result.stderr
+  for name in ("seed=0", "seed=1"):
+    assert sweep.is_done(str(root / name)), (root / name / sweep.LOG_FILE).read_text()
+  md = (root / "results.md").read_text()
+  assert "2 points: 2 finished" in md and "| 2 |" in md  # one variant, two seeds
+  rows = (root / "results.csv").read_text().splitlines()
+  assert [r.split(",")[1] for r in rows[1:]] == ["done", "done"]
+  plots = sorted(p for p in os.listdir(root) if p.endswith(".png"))
+  assert plots and all(png_ok(str(root / p)) for p in plots)
+  assert "plot_eval_exact_match.png" in plots  # the exact_match@4/@8 family against length
+  # Again: nothing left to run.
+  again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert again.returncode == 0 and "'skipped': 2" in again.stdout, again.stdout + again.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Research scripts
+# ---------------------------------------------------------------------------------------------
+def test_sqrt_dk_demo_variance_grows_with_dk_unless_scaled(tmp_path):
+  demo = sweep.import_experiment("sqrt_dk_demo")
+  rows = demo.score_statistics(dims=(4, 64, 256), samples=20000)
+  for row in rows:
+    assert row["var_unscaled"] == pytest.approx(row["d_k"], rel=0.1)
+    assert row["var_scaled"] == pytest.approx(1.0, rel=0.1)
+    assert row["max_weight_scaled"] < row["max_weight_unscaled"]
+  assert rows[-1]["max_weight_unscaled"] > 0.8  # nearly one-hot without the scaling
+  assert png_ok(demo.plot(rows, str(tmp_path / "sqrt_dk.png"), keys=64))
+  assert "| 64 |" in demo.markdown(rows, 64)
+
+
+def test_scoring_windows_score_every_target_once_with_enough_context():
+  eval_length = sweep.import_experiment("eval_length")
+  for num_targets, length, stride in ((64, 16, 16), (64, 16, 4), (70, 32, 8), (50, 16, 5)):
+    starts, first = eval_length.scoring_windows(num_targets, length, stride)
+    scored = [s + 1 + o for s, f in zip(starts, first) for o in range(f, length)]
+    assert sorted(scored) == list(range(1, num_targets + 1))  # targets 1..N, each once
+    for w, (s, f) in enumerate(zip(starts, first)):
+      assert s + length <= num_targets
+      if w > 0:  # after the first window every scored target sees >= length - stride tokens
+        assert f >= length - stride
+
+
+@pytest.fixture(scope="module")
+def tiny_text_run(tmp_path_factory):
+  """A tiny char LM trained for a few steps on a small text file (learned positions, table of
+  2 x seq_len)."""
+  root = tmp_path_factory.mktemp("text_run")
+  rng = np.random.default_rng(0)
+  words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "tis"]
+  text = "\n".join(" ".join(rng.choice(words, 8)) for _ in range(200))
+  (root / "corpus.txt").write_text(text)
+  config = base_config()
+  config.data.update(name="text", path=str(root / "corpus.txt"), tokenizer="char", seq_len=16)
+  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=2, num_heads=2,
+                      d_ff=32, position="learned", max_len=32)
+  config.optimizer.update(lr=3e-3, warmup_steps=1)
+  config.train.update(num_steps=6, batch_size=8, eval_batch_size=8, eval_batches=1,
+                      eval_every=6, log_every=3, checkpoint_every=6)
+  workdir = str(root / "run")
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def test_visualize_attention_writes_a_grid_of_causal_maps(tiny_text_run, tmp_path):
+  viz = sweep.import_experiment("visualize_attention")
+  tokens, maps = viz.attention_maps(tiny_text_run, "to be or not to be")
+  assert "".join(tokens) == "to be or not to " and maps.shape == (2, 2, 16, 16)  # cut to seq_len
+  np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)  # each query's weights sum to one
+  assert np.all(np.triu(maps, k=1) == 0)  # causal: no query attends to a later key
+  assert png_ok(viz.plot_grid(tokens, maps, str(tmp_path / "attention.png")))
+
+
+def test_length_eval_matches_direct_scoring_and_marks_learned_overflow_na(tiny_text_run):
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  eval_length = sweep.import_experiment("eval_length")
+  out = eval_length.perplexity_vs_length(tiny_text_run, multiples=(1, 2, 4), max_tokens=None)
+  assert out["long/tokens"] > 0 and out["long/tokens"] % 64 == 0
+  assert out["long/ppl_nonoverlap@64"] is None and out["long/ppl_sliding@64"] is None  # > 32
+  for key in ("long/ppl_nonoverlap@16", "long/ppl_sliding@16", "long/ppl_nonoverlap@32",
+              "long/ppl_sliding@32"):
+    assert 1.0 < out[key] < 100.0, (key, out[key])
+  # Nonoverlapping windows of 32 scored directly: chunks of the validation split, summed NLL.
+  config, exp, params = sweep.restore_run(tiny_text_run)
+  tokens = np.asarray(exp.dataset.val_tokens)[:out["long/tokens"] + 1]
+  model = build_model(exp.model_config)
+  total = 0.0
+  for start in range(0, out["long/tokens"], 32):
+    chunk = tokens[start:start + 33]
+    logits = model.apply({"params": params}, chunk[None, :-1])
+    loss_sum, _ = losses.cross_entropy(logits, chunk[None, 1:], np.ones((1, 32), np.float32))
+    total += float(jax.device_get(loss_sum))
+  assert out["long/ppl_nonoverlap@32"] == pytest.approx(math.exp(total / out["long/tokens"]),
+                                                        rel=1e-4)
+  del config
