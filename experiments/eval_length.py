@@ -58,14 +58,17 @@ def _window_batches(tokens, starts, first_scored, length: int, rows: int):
 
 def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
                          max_tokens: Optional[int] = 16384, stride_fraction: float = 0.25,
-                         rows: Optional[int] = None) -> dict:
-  """{'long/ppl_nonoverlap@T', 'long/ppl_sliding@T', 'long/tokens'} for T = multiple x seq_len."""
+                         rows: Optional[int] = None, run=None) -> dict:
+  """{'long/ppl_nonoverlap@T', 'long/ppl_sliding@T', 'long/tokens'} for T = multiple x seq_len.
+
+  `run`: the run's (config, experiment, params) if already restored (tfjax.sweep.restore_run).
+  """
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax import sweep, tasks  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
 
-  config, exp, params = sweep.restore_run(workdir)
+  config, exp, params = run or sweep.restore_run(workdir)
   if config.task != "lm" or not hasattr(exp.dataset, "val_tokens"):
     raise ValueError(f"{workdir}: length evaluation needs a text language-model run")
   cfg = exp.model_config
@@ -103,7 +106,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
 
 def format_table(metrics: dict) -> str:
   lengths = sorted({int(k.split("@")[1]) for k in metrics if "@" in k})
-  cell = lambda v: "n/a" if v is None else f"{v:.3f}"  # pylint: disable=unnecessary-lambda-assignment
+  cell = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
   lines = ["context  nonoverlap  sliding"]
   for t in lengths:
     lines.append(f"{t:7d}  {cell(metrics[f'long/ppl_nonoverlap@{t}']):>10}  "

@@ -59,7 +59,7 @@ def main(argv):
     except KeyboardInterrupt:
       print("interrupted; run the same command again to resume", file=sys.stderr)
       sys.exit(130)
-  title = f"Sweep {os.path.relpath(path)}" + (f" (scale {scale})" if scale else "")
+  title = f"Sweep {path}" + (f" (scale {scale})" if scale else "")
   result = sweep_report.write_report(root, sweep.points, sweep.report, title=title)
   counts = {s: sum(v == s for v in statuses.values()) for s in set(statuses.values())}
   print(f"points: {counts or 'none run'}; results: {os.path.join(root, 'results.md')}; "
@@ -68,6 +68,9 @@ def main(argv):
   if failed:
     print(f"failed points ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
     sys.exit(1)
+  if "interrupted" in statuses.values():
+    print("interrupted; run the same command again to resume", file=sys.stderr)
+    sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ import sys
 import numpy as np
 
 
-def attention_maps(workdir: str, text: str):
-  """(tokens as strings, weights [layers, heads, T, T]) for `text` under the run's model."""
+def attention_maps(workdir: str, text: str, run=None):
+  """(tokens as strings, weights [layers, heads, T, T]) for `text` under the run's model.
+
+  `run`: the run's (config, experiment, params) if already restored (tfjax.sweep.restore_run).
+  """
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -27,7 +30,7 @@ def attention_maps(workdir: str, text: str):
   from tfjax import sweep  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
 
-  config, exp, params = sweep.restore_run(workdir)
+  config, exp, params = run or sweep.restore_run(workdir)
   tokenizer = getattr(exp.dataset, "tokenizer", None)
   if tokenizer is None or config.task != "lm":
     raise ValueError(f"{workdir}: attention maps of text need a text language-model run "

@@ -4,6 +4,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tfjax.config import ModelConfig
 
@@ -64,3 +65,11 @@ def fast_jit(fn):
   if jax.default_backend() != "cpu":
     return jitted
   return lambda *args: jitted.lower(*args).compile(FAST_COMPILE)(*args)
+
+
+@pytest.fixture
+def full_precision_matmuls():
+  """Float32 matmuls at full precision (GPUs default to TF32, ~1e-3 off the NumPy references).
+  A no-op on CPU. Modules comparing against NumPy use it via `pytestmark`."""
+  with jax.default_matmul_precision("float32"):
+    yield

@@ -15,6 +15,8 @@ from tfjax.models import Embedder
 from tfjax.norms import Norm
 from tfjax.positions import alibi_slopes, apply_rope, sinusoidal_table
 
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
+
 KEY = jax.random.PRNGKey(0)
 
 

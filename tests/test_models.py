@@ -15,6 +15,8 @@ from tfjax.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConf
     default_model_config
 from tfjax.models import build_model, shift_right
 
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
+
 KEY = jax.random.PRNGKey(0)
 B, L = 2, 8
 
@@ -381,7 +383,6 @@ def test_unknown_config_key_is_named_with_the_valid_keys():
                                        r"are: .*'d_model'"):
     ModelConfig.from_config({"d_modle": 16})
   cfg = default_model_config(d_model=16, num_heads=2)
-  cfg.unlock() if hasattr(cfg, "unlock") else None
   cfg.nmu_layers = 3
   with pytest.raises(ValueError, match="nmu_layers"):
     build_model(cfg)

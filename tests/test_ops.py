@@ -7,6 +7,8 @@ import pytest
 
 from tfjax import ops
 
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
+
 
 # ------------------------------------------------------------------------------------------------
 # NumPy reference (float64, one query row at a time, K/V repeated per query group by NumPy itself)

@@ -134,7 +134,7 @@ def check_tensor_parallel_splits_heads_and_mlp(eight_devices):
     }
     for name, shape in expect.items():
       for prefix in ("params/", "opt_state/1/mu/", "opt_state/1/nu/"):
-        assert set(_shards(eight_devices, mesh)[prefix + name][1]) == {shape}, (mesh, name)
+        assert set(shards[prefix + name][1]) == {shape}, (mesh, name)
   # Pure data parallelism: everything whole on every device.
   for name, (full, per_device) in _shards(eight_devices, "8,1,1").items():
     assert set(per_device) == {full}, name

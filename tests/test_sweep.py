@@ -79,6 +79,12 @@ def test_names_keep_full_keys_when_short_ones_clash_and_stay_filesystem_safe():
   assert sweep.point_names([{}]) == ["base"]
 
 
+def test_children_start_every_variant_before_repeating_a_seed():
+  points = [sweep.Point(n, o) for n, o in zip(["a0", "a1", "b0", "b1"], sweep.product(
+      {"model.ffn": ["relu", "gelu"], "seed": [0, 1]}))]
+  assert [p.name for p in sweep.seeds_last(points)] == ["a0", "b0", "a1", "b1"]
+
+
 def test_duplicate_points_are_an_error():
   with pytest.raises(ValueError, match="both get the directory name"):
     sweep.point_names([{"seed": 0}, {"seed": 0}])
@@ -152,18 +158,22 @@ def test_interrupted_point_is_not_marked_done_and_stops_the_sweep(tmp_path):
   assert trainer.calls == ["seed=0"] and not sweep.is_done(os.path.join(root, "seed=0"))
 
 
-def test_interrupted_point_resumes_from_its_checkpoint(tmp_path):
-  s = sweep.load_sweep(write_sweep_module(tmp_path, "[{'seed': 0}]", steps=6))
+def test_unfinished_point_is_rerun_in_its_own_workdir(tmp_path):
+  """An interrupted point is started again in the same directory, where train_and_evaluate finds
+  its checkpoints and resumes (tests/test_train.py checks that resuming is exact)."""
+  s = sweep.load_sweep(write_sweep_module(tmp_path, "[{'seed': 0}]", steps=10))
   root = str(tmp_path / "sweep")
-  workdir = os.path.join(root, "seed=0")
-  train.train_and_evaluate(s.config_for(s.points[0]), workdir, stop_after_step=3)
-  assert os.listdir(os.path.join(workdir, "checkpoints")) == ["3"]
-  assert sweep.run_sweep(s, root) == {"seed=0": "done"}
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    logged = [json.loads(line)["step"] for line in f if "train/loss" in line]
-  assert logged == [2, 4, 6]  # steps 1-3 were not trained again (a restart would log 2 twice)
-  done = sweep.read_json(os.path.join(workdir, sweep.DONE_FILE))
-  assert done["overrides"] == {"seed": 0} and "eval/exact_match@8" in done["final"]
+  assert sweep.run_sweep(s, root, train_fn=FakeTrainer(reach=6)) == {"seed=0": "interrupted"}
+  seen = []
+
+  def resume(config, workdir):
+    seen.append(sweep.last_step(workdir))  # what the real trainer would resume from
+    return FakeTrainer()(config, workdir)
+
+  assert sweep.run_sweep(s, root, train_fn=resume) == {"seed=0": "done"}
+  assert seen == [6]
+  done = sweep.read_json(os.path.join(root, "seed=0", sweep.DONE_FILE))
+  assert done["overrides"] == {"seed": 0} and done["final"] == {"eval/loss": 1.5}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +299,7 @@ def test_scoring_windows_score_every_target_once_with_enough_context():
 
 
 @pytest.fixture(scope="module")
-def tiny_text_run(tmp_path_factory):
+def text_run(tmp_path_factory):
   """A tiny char LM trained for a few steps on a small text file (learned positions, table of
   2 x seq_len)."""
   root = tmp_path_factory.mktemp("text_run")
@@ -306,39 +316,40 @@ def tiny_text_run(tmp_path_factory):
                       eval_every=6, log_every=3, checkpoint_every=6)
   workdir = str(root / "run")
   train.train_and_evaluate(config, workdir)
-  return workdir
+  return workdir, sweep.restore_run(workdir)  # (config, experiment, params) from the checkpoint
 
 
-def test_visualize_attention_writes_a_grid_of_causal_maps(tiny_text_run, tmp_path):
+def test_visualize_attention_writes_a_grid_of_causal_maps(text_run, tmp_path):
   viz = sweep.import_experiment("visualize_attention")
-  tokens, maps = viz.attention_maps(tiny_text_run, "to be or not to be")
+  workdir, run = text_run
+  tokens, maps = viz.attention_maps(workdir, "to be or not to be", run=run)
   assert "".join(tokens) == "to be or not to " and maps.shape == (2, 2, 16, 16)  # cut to seq_len
   np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)  # each query's weights sum to one
   assert np.all(np.triu(maps, k=1) == 0)  # causal: no query attends to a later key
   assert png_ok(viz.plot_grid(tokens, maps, str(tmp_path / "attention.png")))
 
 
-def test_length_eval_matches_direct_scoring_and_marks_learned_overflow_na(tiny_text_run):
+def test_length_eval_matches_direct_scoring_and_marks_learned_overflow_na(text_run):
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax import losses  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
   eval_length = sweep.import_experiment("eval_length")
-  out = eval_length.perplexity_vs_length(tiny_text_run, multiples=(1, 2, 4), max_tokens=None)
+  workdir, run = text_run
+  _, exp, params = run
+  out = eval_length.perplexity_vs_length(workdir, multiples=(1, 2, 4), max_tokens=None, run=run)
   assert out["long/tokens"] > 0 and out["long/tokens"] % 64 == 0
   assert out["long/ppl_nonoverlap@64"] is None and out["long/ppl_sliding@64"] is None  # > 32
   for key in ("long/ppl_nonoverlap@16", "long/ppl_sliding@16", "long/ppl_nonoverlap@32",
               "long/ppl_sliding@32"):
     assert 1.0 < out[key] < 100.0, (key, out[key])
   # Nonoverlapping windows of 32 scored directly: chunks of the validation split, summed NLL.
-  config, exp, params = sweep.restore_run(tiny_text_run)
   tokens = np.asarray(exp.dataset.val_tokens)[:out["long/tokens"] + 1]
-  model = build_model(exp.model_config)
+  apply = jax.jit(build_model(exp.model_config).apply)
   total = 0.0
   for start in range(0, out["long/tokens"], 32):
     chunk = tokens[start:start + 33]
-    logits = model.apply({"params": params}, chunk[None, :-1])
+    logits = apply({"params": params}, chunk[None, :-1])
     loss_sum, _ = losses.cross_entropy(logits, chunk[None, 1:], np.ones((1, 32), np.float32))
     total += float(jax.device_get(loss_sum))
   assert out["long/ppl_nonoverlap@32"] == pytest.approx(math.exp(total / out["long/tokens"]),
                                                         rel=1e-4)
-  del config

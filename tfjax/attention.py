@@ -17,7 +17,6 @@ output and reuse them.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import flax.linen as nn
 import jax

@@ -19,26 +19,23 @@ def _on_cpu() -> bool:
   return jax.default_backend() == "cpu"
 
 
-def _materialize(x):
-  """x, computed in its own fusion (the predicate is never true but cannot be folded)."""
-  never = jnp.isnan(x.reshape(-1)[0])
-  return jax.lax.cond(never, jnp.zeros_like, lambda v: v, x)
+def _materialized(value, like):
+  """`value`, computed in its own fusion: a cond whose predicate (on the primal `like`) is never
+  true but cannot be folded away. Linear in `value`, so JAX can transpose it."""
+  never = jnp.isnan(like.reshape(-1)[0])
+  return jax.lax.cond(never, jnp.zeros_like, lambda v: v, value)
 
 
-@jax.custom_vjp
+@jax.custom_jvp
 def _identity_materialized_cotangent(x):
   return x
 
 
-def _identity_fwd(x):
-  return x, None
-
-
-def _identity_bwd(_, g):
-  return (_materialize(g),)
-
-
-_identity_materialized_cotangent.defvjp(_identity_fwd, _identity_bwd)
+@_identity_materialized_cotangent.defjvp
+def _identity_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  # Transposed for the backward pass, this cond materializes the cotangent.
+  return x, _materialized(t, x)
 
 
 def materialize_cotangent(x):
@@ -47,19 +44,17 @@ def materialize_cotangent(x):
 
 
 def derivative_materialized(act):
-  """`act` whose derivative act'(x) is computed in the forward pass, materialized, and reused."""
-  @jax.custom_vjp
+  """`act` whose derivative act'(x) is computed and materialized in the forward pass, so the
+  backward pass only multiplies by it. A custom JVP (not VJP) keeps forward-mode autodiff working."""
+  @jax.custom_jvp
   def fn(x):
     return act(x)
 
-  def fwd(x):
-    y, vjp = jax.vjp(act, x)
-    never = jnp.isnan(x.reshape(-1)[0])
-    derivative = jax.lax.cond(never, jnp.zeros_like, lambda v: vjp(jnp.ones_like(v))[0], x)
-    return y, derivative
+  @fn.defjvp
+  def fn_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y, vjp = jax.vjp(act, x)  # elementwise: act'(x) = vjp(ones)
+    derivative = _materialized(vjp(jnp.ones_like(y))[0], x)
+    return y, derivative * t
 
-  def bwd(derivative, g):
-    return (g * derivative,)
-
-  fn.defvjp(fwd, bwd)
   return lambda x: fn(x) if _on_cpu() else act(x)

@@ -25,7 +25,6 @@ Semantics shared by every implementation (the xla one here is the reference):
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Callable, Optional
 

@@ -68,13 +68,13 @@ def product(axes: Mapping[str, Sequence[Any]]) -> list[dict]:
   return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
 
 
-def _format_value(value) -> str:
+def format_value(value) -> str:
   if isinstance(value, bool) or value is None:
     return str(value).lower()
   if isinstance(value, float):
     return f"{value:g}"
   if isinstance(value, (tuple, list)):
-    return "-".join(_format_value(v) for v in value)
+    return "-".join(format_value(v) for v in value)
   return str(value)
 
 
@@ -89,7 +89,7 @@ def point_names(points: Sequence[Mapping[str, Any]]) -> list[str]:
   short = {k: k.split(".")[-1] if len(last[k.split(".")[-1]]) == 1 else k for k in all_keys}
   names, seen = [], {}
   for index, point in enumerate(points):
-    raw = ",".join(f"{short[k]}={_format_value(v)}" for k, v in point.items()) or "base"
+    raw = ",".join(f"{short[k]}={format_value(v)}" for k, v in point.items()) or "base"
     name = re.sub(r"[^A-Za-z0-9._+=,-]", "_", raw)
     if len(name) > _MAX_NAME:  # keep it readable, make it unique
       digest = hashlib.sha1(raw.encode()).hexdigest()[:10]
@@ -212,7 +212,7 @@ def check_points(sweep: Sweep) -> None:
       model = dict(config.model)
       model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
       ModelConfig.from_config(model)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
       problems.append(f"  {point.name}: {e}")
   if problems:
     raise ValueError(f"{sweep.config_path}: {len(problems)} of {len(sweep.points)} sweep points "
@@ -339,10 +339,23 @@ def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) 
   return cmd
 
 
+def seeds_last(points: Sequence[Point]) -> list[Point]:
+  """Every variant's first seed before any variant's second (stable otherwise): concurrent
+  children then compile different models, and later seeds find them in the compilation cache."""
+  repeats: dict[tuple, int] = {}
+  ranked = []
+  for point in points:
+    variant = tuple(sorted((k, repr(v)) for k, v in point.overrides.items()
+                           if k not in SEED_KEYS))
+    ranked.append((repeats.get(variant, 0), point))
+    repeats[variant] = repeats.get(variant, 0) + 1
+  return [p for _, p in sorted(ranked, key=lambda item: item[0])]
+
+
 def _run_in_children(sweep, root, points, parallel, cache) -> dict[str, str]:
   """Up to `parallel` child processes at once, each logging to ROOT/<name>/sweep.log."""
   statuses = {p.name: "skipped" for p in points if is_done(os.path.join(root, p.name))}
-  queue = [p for p in points if p.name not in statuses]
+  queue = seeds_last([p for p in points if p.name not in statuses])
   running: dict[str, tuple[subprocess.Popen, Any]] = {}
   try:
     while queue or running:

@@ -172,7 +172,7 @@ def format_stat(s: dict) -> str:
 def _cell(value) -> str:
   if value is None:
     return ""
-  return repr(value) if isinstance(value, float) else sweep_lib._format_value(value)  # pylint: disable=protected-access
+  return repr(value) if isinstance(value, float) else sweep_lib.format_value(value)
 
 
 def write_csv(path: str, rows: Sequence[dict]) -> None:
@@ -211,7 +211,7 @@ def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
            "std (ddof=1) over seeds; [k of n]: only k of n seeds gave a finite value; n/a: none "
            "did.", ""]
   keys = list(summary[0]["variant"]) if summary else []
-  label = lambda e: [sweep_lib._format_value(e["variant"][k]) for k in keys]  # pylint: disable=protected-access,unnecessary-lambda-assignment
+  label = lambda e: [sweep_lib.format_value(e["variant"][k]) for k in keys]  # noqa: E731
   scalars = [m for m in metrics if not _FAMILY.match(m)]
   if summary and scalars:
     lines += ["## Final metrics", ""]
@@ -251,7 +251,7 @@ def _series(rows, spec, metric_keys):
   line_keys = spec["lines"]
   out = {}
   for values, members in group(rows, line_keys):
-    label = ", ".join(f"{k.split('.')[-1]}={sweep_lib._format_value(v)}"  # pylint: disable=protected-access
+    label = ", ".join(f"{k.split('.')[-1]}={sweep_lib.format_value(v)}"
                       for k, v in zip(line_keys, values)) or "all"
     points: dict[Any, list] = {}
     for r in members:
@@ -284,18 +284,18 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   spec = {**spec, "lines": tuple(spec.get("lines") or
                                  [k for k in variant_keys(done) if k not in excluded])}
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
-  series = [_series(members, spec, metric_keys) for _, members in panels]
+  panel_series = [_series(members, spec, metric_keys) for _, members in panels]
   bars = spec.get("x") is None and "curve" not in spec
-  height = 1.5 + 0.3 * max(len(s) for s in series) if bars else 4.2  # room for every bar label
+  height = 1.5 + 0.3 * max(len(s) for s in panel_series) if bars else 4.2  # a row per bar label
   fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), max(3.0, height)),
                            squeeze=False)
-  for ax, ((panel_value,), _), series in zip(axes[0], panels, series):
+  for ax, ((panel_value,), _), series in zip(axes[0], panels, panel_series):
     if bars:
       _bars(ax, series, spec)
     else:
       _lines(ax, series, spec)
     if panel_key:
-      ax.set_title(f"{panel_key.split('.')[-1]}={sweep_lib._format_value(panel_value)}")  # pylint: disable=protected-access
+      ax.set_title(f"{panel_key.split('.')[-1]}={sweep_lib.format_value(panel_value)}")
   fig.suptitle(spec.get("title") or metric)
   fig.tight_layout()
   name = spec.get("file") or "plot_" + re.sub(r"[^A-Za-z0-9]+", "_", "_".join(
@@ -324,10 +324,13 @@ def _lines(ax, series, spec):
   numeric_x = all(isinstance(x, (int, float)) for x in all_x)
   if numeric_x and spec.get("logx", _auto_log(all_x, 8) and "curve" not in spec):
     ax.set_xscale("log", base=2 if spec.get("x") == "@" else 10)
+  if numeric_x and "curve" not in spec and 0 < len(set(all_x)) <= 12:
+    ax.set_xticks(sorted(set(all_x)), [f"{x:g}" for x in sorted(set(all_x))])  # the values run
+    ax.minorticks_off()
   if spec.get("logy", _auto_log(all_y, 30)):
     ax.set_yscale("log")
   ax.grid(alpha=0.3)
-  if len(series) > 1:
+  if spec["lines"] and all_x:
     ax.legend(fontsize=7)
 
 

@@ -9,12 +9,10 @@ position.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
 import signal
-import time
 from typing import Any
 
 import flax
@@ -24,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax import checkpoint, data, metrics, params as param_accounting, sharding, tasks
+from tfjax import checkpoint, data, decode, metrics, params as param_accounting, sharding, tasks
 from tfjax.config import ModelConfig
 from tfjax.models import build_model
 from tfjax.optimizer import make_optimizer
@@ -310,7 +308,6 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     iterator.restore(data_state)
     _log.info("resumed from step %d in %s", step, workdir)
 
-  eval_model = build_model(exp.model_config)
   train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules, train_cfg.batch_size)
   eval_rows = process_rows(train_cfg.eval_batch_size, batch_shardings)
@@ -328,8 +325,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   timer, last = metrics.Timer(), {}
   with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
     if start_step == 0 and train_cfg.eval_at_start:
-      last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer,
-                                   0, mesh))
+      last.update(_eval_and_sample(exp, eval_step, state, eval_batches, put, writer, 0, mesh))
     step = start_step
     while step < train_cfg.num_steps:
       state, step_metrics = train_step(state, put(iterator.next()))
@@ -346,8 +342,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
         timer.reset()
         last.update(logged)
       if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
-        last.update(_eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put,
-                                     writer, step, mesh))
+        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, put, writer, step,
+                                     mesh))
         timer.reset()
       if stop_after_step is not None and step >= stop_after_step:
         stop.signum = stop.signum or signal.SIGTERM
@@ -363,7 +359,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   return last
 
 
-def _eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, writer, step, mesh):
+def _eval_and_sample(exp, eval_step, state, eval_batches, put, writer, step, mesh):
   out = evaluate(eval_step, state.params, eval_batches, put)
   writer.write(step, out)
   if exp.config.task == "lm" and exp.config.train.sample_tokens > 0:
@@ -378,10 +374,7 @@ def _eval_and_sample(exp, eval_step, eval_model, state, eval_batches, put, write
 
 
 def _greedy_sample(exp, params):
-  try:
-    from tfjax import decode  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return None
+  """A short greedy continuation of train.sample_prompt (text LM runs: they have a tokenizer)."""
   prompt = exp.config.train.sample_prompt or ""
   tokenizer = getattr(exp.dataset, "tokenizer", None)
   if tokenizer is None:

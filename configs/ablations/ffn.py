@@ -1,6 +1,7 @@
 """FFN ablation: ReLU / GELU / SwiGLU / GeGLU at a matched parameter count (Shazeer 2020).
 
-  python experiments/sweep.py --config=configs/ablations/ffn.py --scale=smoke --workdir=runs/ffn
+  python experiments/sweep.py --config=configs/ablations/ffn.py --scale=smoke \
+      --workdir=runs/ablations/ffn
 
 The gated variants have three matrices instead of two, so their hidden width is 2/3 of the
 ungated one (d_ff = 4 d and 8 d / 3): every FFN then holds 8 d^2 weights (no FFN biases, as in
@@ -42,10 +43,10 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):
-  del workdir
   from tfjax import params  # pylint: disable=import-outside-toplevel
   from tfjax.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  from tfjax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   model = dict(config.model)
-  model["vocab_size"] = 65  # Tiny Shakespeare's characters (vocab_size=0 means "from the data")
+  model["vocab_size"] = load_tokenizer(workdir).vocab_size  # 0 in the config: "from the data"
   counts = params.count_by_category(ModelConfig.from_config(model))
   return {"params/ffn": counts["ffn"], "params/total": sum(counts.values())}

@@ -1,6 +1,7 @@
 """Number of attention heads at a fixed d_model (Vaswani et al. 2017, table 3, rows (A)).
 
-  python experiments/sweep.py --config=configs/ablations/heads.py --scale=smoke --workdir=runs/heads
+  python experiments/sweep.py --config=configs/ablations/heads.py --scale=smoke \
+      --workdir=runs/ablations/heads
 
 1, 2, 4, 8, 16 heads with head dimension d_model / heads (64 -> 64..4 smoke, 384 -> 384..24 full),
 so the attention parameter count and FLOPs stay the same: only how attention is split changes.

@@ -1,22 +1,24 @@
 """Normalization ablation: {pre, post}-LN x {LayerNorm, RMSNorm} x warmup {0, W} x a learning-rate
 grid, at two depths (Xiong et al. 2020; Zhang & Sennrich 2019).
 
-  python experiments/sweep.py --config=configs/ablations/norm.py --scale=smoke --workdir=runs/norm
+  python experiments/sweep.py --config=configs/ablations/norm.py --scale=smoke \
+      --workdir=runs/ablations/norm --parallel=2
 
 Reported per variant: final eval loss; divergence rate (share of seeds whose final loss is not
-finite or above the untrained model's); failure rate (diverged, or a final eval loss no better than
-`unigram/loss`, the loss of predicting every character from the training split's character
-frequencies alone: nothing learned from context); training steps/s (median over log intervals; compare rmsnorm with
-layernorm only from a sweep run with --parallel=1 on an otherwise idle machine), and per-layer
-gradient norms at initialization (experiments/init_grad_norms.py; init/grad_norm_ffn_wo@i is the
-FFN output matrix of layer i, the quantity of Xiong et al.'s figure 3).
+finite or above the untrained model's); failure rate (diverged, or a final eval loss not at
+least 0.1 nats below `unigram/loss`, the loss of predicting every character from the training
+split's character frequencies alone: nothing learned from context); training steps/s (median over log intervals;
+compare rmsnorm with layernorm only from a sweep run with --parallel=1 on an otherwise idle
+machine); and per-layer gradient norms at initialization (experiments/init_grad_norms.py;
+init/grad_norm_ffn_wo@i is the FFN output matrix of layer i, the quantity of Xiong et al.'s
+figure 3).
 
 Published:
   Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture"): at initialization
   the gradient norm of Post-LN's parameters grows with the layer index (largest near the output),
   Pre-LN's stays level (their figure 3, theory in section 3); Post-LN needs learning-rate warmup
-  (without it, translation BLEU collapses, their figure 2) while Pre-LN trains without warmup and
-  converges faster.
+  (without it, translation quality is much worse, their figure 2) while Pre-LN trains without
+  warmup and converges faster.
   Zhang & Sennrich 2019 ("Root Mean Square Layer Normalization"): RMSNorm matches LayerNorm's
   quality while running 7%-64% faster per step in their (RNN and Transformer) models.
 """
@@ -32,6 +34,7 @@ GRID = {
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=(0, 500), seeds=(0, 1, 2),
                  steps=3000),
 }
+FAILED_MARGIN = 0.1  # nats below unigram/loss that count as having learned something
 _LINES = ("model.norm_placement", "model.norm", "optimizer.warmup_steps")
 REPORT = dict(
     metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
@@ -82,6 +85,8 @@ def evaluate_point(config, workdir):
     out["train/steps_per_sec"] = metrics["train/tokens_per_sec"] / (
         config.train.batch_size * config.data.seq_len)
   out["unigram/loss"] = unigram_loss(config, workdir)
-  learned = metrics.get("eval/loss", float("inf")) < out["unigram/loss"]  # NaN compares False
+  # A model stuck at character frequencies lands within noise of unigram/loss; one that uses any
+  # context is far below (a bigram model: 2.48 vs 3.35 nats here), so 0.1 nats is a safe margin.
+  learned = metrics.get("eval/loss", float("inf")) < out["unigram/loss"] - FAILED_MARGIN
   out["failed"] = float(metrics.get("diverged", 1.0) > 0 or not learned)
   return out

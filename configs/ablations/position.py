@@ -1,19 +1,19 @@
 """Position encodings, extrapolation of a language model (Press et al. 2021, figure 1 analog).
 
   python experiments/sweep.py --config=configs/ablations/position.py --scale=smoke \
-      --workdir=runs/position
+      --workdir=runs/ablations/position
 
 none (NoPE) / sinusoidal / learned / rope / alibi, each a char-level Tiny Shakespeare LM trained at
 context L (64 smoke, 256 full; configs/ablations/_char_lm.py otherwise), then evaluated at L, 2L,
-4L and 8L on the first 256 L validation tokens with nonoverlapping and sliding-window evaluation
+4L and 8L on the first 256 x L validation tokens with nonoverlapping and sliding-window evaluation
 (experiments/eval_length.py). Learned positions have no embedding past L: n/a.
 Length generalization on synthetic tasks is configs/ablations/position_lengthgen.py.
 
 Published (Press, Smith & Lewis 2021, "Train Short, Test Long: Attention with Linear Biases
 Enables Input Length Extrapolation", figure 1, WikiText-103, trained at L = 512 / 1024): the
 sinusoidal model's perplexity explodes as soon as the context exceeds L; rotary extrapolates a
-little (up to ~200 tokens) and then degrades; T5's relative bias extrapolates better; ALiBi's
-perplexity stays flat (it even improves slightly) up to many times L.
+little and then degrades; T5's relative bias extrapolates further; ALiBi's perplexity stays flat
+up to many times L.
 """
 import os
 
@@ -27,9 +27,9 @@ _PLOT = {"x": "@", "lines": ("model.position",), "logy": True}
 REPORT = dict(
     metrics=["eval/loss", "long/ppl_nonoverlap", "long/ppl_sliding"],
     plots=[{"metric": "long/ppl_nonoverlap", **_PLOT,
-            "title": "perplexity vs context, nonoverlapping evaluation (trained at the smallest)"},
+            "title": "perplexity vs context (nonoverlapping); trained at the first"},
            {"metric": "long/ppl_sliding", **_PLOT,
-            "title": "perplexity vs context, sliding-window evaluation (trained at the smallest)"}])
+            "title": "perplexity vs context (sliding window); trained at the first"}])
 
 
 def get_config(scale=None):

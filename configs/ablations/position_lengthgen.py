@@ -1,7 +1,7 @@
 """Position encodings, length generalization on synthetic tasks (Kazemnejad et al. 2023).
 
   python experiments/sweep.py --config=configs/ablations/position_lengthgen.py --scale=smoke \
-      --workdir=runs/position_lengthgen
+      --workdir=runs/ablations/position_lengthgen
 
 A decoder-only model per (task, position encoding, seed): copy, reverse and addition, trained on
 instance lengths 1..N and evaluated by exact match (every answer token right; teacher-forced argmax,
