@@ -1,6 +1,6 @@
 """Sweeps and the research scripts: point naming, validation, skip / resume / failure handling,
-aggregation checked against hand-computed numbers, a 2-point sweep through the CLI, the sqrt(d_k)
-demo, length evaluation and attention maps of a tiny trained run."""
+aggregation checked against hand-computed numbers, a sweep through the CLI in child processes,
+the sqrt(d_k) demo, length evaluation and attention maps of a tiny trained run."""
 
 import csv
 import json
@@ -250,25 +250,30 @@ def test_aggregation_matches_hand_computed_statistics(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------
-def test_two_point_sweep_end_to_end_in_child_processes(tmp_path):
-  path = write_sweep_module(tmp_path, "[{'seed': 0}, {'seed': 1}]")
+def test_sweep_end_to_end_in_child_processes_survives_a_failing_point(tmp_path):
+  # A third point fails at run time (the data rejects 1 symbol): recorded, the others finish.
+  path = write_sweep_module(tmp_path, "[{'seed': 0}, {'seed': 1}, {'data.num_symbols': 1}]")
   root = tmp_path / "sweep"
   cmd = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), f"--config={path}",
          f"--workdir={root}", "--parallel=2"]
   result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-  assert result.returncode == 0, result.stdout + result.stderr
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert "failed points (1): num_symbols=1" in result.stderr
+  failure = sweep.read_json(str(root / "num_symbols=1" / sweep.FAILED_FILE))
+  assert "num_symbols must be >= 2" in failure["error"]
   for name in ("seed=0", "seed=1"):
     assert sweep.is_done(str(root / name)), (root / name / sweep.LOG_FILE).read_text()
   md = (root / "results.md").read_text()
-  assert "2 points: 2 finished" in md and "| 2 |" in md  # one variant, two seeds
+  assert "3 points: 2 finished, 1 failed" in md and "## Failed points" in md
+  assert "| none | 2 |" in md  # one variant (no num_symbols override), two seeds
   rows = (root / "results.csv").read_text().splitlines()
-  assert [r.split(",")[1] for r in rows[1:]] == ["done", "done"]
+  assert [r.split(",")[1] for r in rows[1:]] == ["done", "done", "failed"]
   plots = sorted(p for p in os.listdir(root) if p.endswith(".png"))
   assert plots and all(png_ok(str(root / p)) for p in plots)
   assert "plot_eval_exact_match.png" in plots  # the exact_match@4/@8 family against length
-  # Again: nothing left to run.
+  # Again: the finished points are skipped, the failed one is retried (and fails again).
   again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-  assert again.returncode == 0 and "'skipped': 2" in again.stdout, again.stdout + again.stderr
+  assert again.returncode == 1 and "'skipped': 2" in again.stdout, again.stdout + again.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,8 +125,13 @@ def group(rows: Sequence[dict], keys: Sequence[str]) -> list[tuple[tuple, list[d
   """[(values of `keys`, rows)] in order of first appearance."""
   groups: dict[tuple, list[dict]] = {}
   for row in rows:
-    groups.setdefault(tuple(row["overrides"].get(k) for k in keys), []).append(row)
+    values = tuple(_hashable(row["overrides"].get(k)) for k in keys)
+    groups.setdefault(values, []).append(row)
   return list(groups.items())
+
+
+def _hashable(value):
+  return tuple(_hashable(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def summarize(rows: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
@@ -240,9 +245,8 @@ def default_plots(metrics: Sequence[str]) -> list[dict]:
 
 
 def _auto_log(values: Sequence[float], factor: float) -> bool:
-  positive = [v for v in values if sweep_lib.finite(v) and v > 0]
-  return len(positive) == len([v for v in values if sweep_lib.finite(v)]) and len(positive) > 1 \
-      and max(positive) / min(positive) >= factor
+  finite = [v for v in values if sweep_lib.finite(v)]
+  return len(finite) > 1 and min(finite) > 0 and max(finite) / min(finite) >= factor
 
 
 def _series(rows, spec, metric_keys):
@@ -262,7 +266,7 @@ def _series(rows, spec, metric_keys):
         for step, value in r["curves"].get(spec["curve"], {}).items():
           points.setdefault(step, []).append(value)
       else:
-        xv = r["overrides"].get(x) if x else None
+        xv = _hashable(r["overrides"].get(x)) if x else None
         points.setdefault(xv, []).append(r["metrics"].get(spec["metric"]))
     out[label] = {k: stats(v) for k, v in points.items()}
   return out

@@ -7,11 +7,11 @@ grid, at two depths (Xiong et al. 2020; Zhang & Sennrich 2019).
 Reported per variant: final eval loss; divergence rate (share of seeds whose final loss is not
 finite or above the untrained model's); failure rate (diverged, or a final eval loss not at
 least 0.1 nats below `unigram/loss`, the loss of predicting every character from the training
-split's character frequencies alone: nothing learned from context); training steps/s (median over log intervals;
-compare rmsnorm with layernorm only from a sweep run with --parallel=1 on an otherwise idle
-machine); and per-layer gradient norms at initialization (experiments/init_grad_norms.py;
-init/grad_norm_ffn_wo@i is the FFN output matrix of layer i, the quantity of Xiong et al.'s
-figure 3).
+split's character frequencies alone: nothing learned from context); training steps/s (median
+over log intervals; compare rmsnorm with layernorm only from a sweep run with --parallel=1 on an
+otherwise idle machine); and per-layer gradient norms at initialization
+(experiments/init_grad_norms.py; init/grad_norm_ffn_wo@i is the FFN output matrix of layer i,
+the quantity of Xiong et al.'s figure 3).
 
 Published:
   Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture"): at initialization
