@@ -10,8 +10,8 @@ CPU ("cpu" argument):
   4 layers x 128, 4 heads, context 64, batch 12, 2000 steps, dropout 0, eval on 20 batches.
   Published val loss ~1.88; see docs/benchmarks.md for our wall-clock on a 2-core CPU.
 
-Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head, eval
-every 250 steps. Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
+Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head,
+GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps. Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
 """
 from tfjax.defaults import base_config
 
@@ -29,6 +29,7 @@ def get_config(arg=None):
       num_heads=4 if cpu else 6, d_ff=512 if cpu else 1536, ffn="gelu", ffn_bias=False,
       attention_bias=False, norm="layernorm", norm_bias=False, norm_placement="pre",
       position="learned", max_len=64 if cpu else 256, tie_embeddings=True,
+      scaled_residual_init=True,
       dropout=0.0 if cpu else 0.2)
   config.optimizer.update(name="adamw", lr=1e-3, b1=0.9, b2=0.99, eps=1e-8, weight_decay=0.1,
                           decay_exclude=("norms", "biases"), clip_norm=1.0, schedule="cosine",

@@ -102,6 +102,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.main import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

@@ -14,16 +14,12 @@ takes the bare source ("abc") and decodes from [BOS]. --prompt_ids="1 4 5" gives
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from typing import Optional
 
-import jax
 import numpy as np
 
-from tfjax import checkpoint, decode, sharding, synthetic, train
-from tfjax.defaults import base_config
+from tfjax import decode, runs, synthetic
 
 
 def parse_args(argv):
@@ -44,46 +40,6 @@ def parse_args(argv):
   parser.add_argument("--eos_id", type=int, default=None,
                       help="stop token (default: EOS of synthetic tasks, none for text; -1 = none)")
   return parser.parse_args(argv)
-
-
-def load_config(workdir: str):
-  """The ConfigDict the run was trained with, from its config.json (JSON lists back to tuples)."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise ValueError(f"{workdir} has no config.json: not a tfjax training run directory")
-  with open(path, encoding="utf-8") as f:
-    values = json.load(f)
-  config = base_config()
-
-  def update(node, new, prefix):
-    for key, value in new.items():
-      if key not in node:
-        raise ValueError(f"{path} has key {prefix}{key}, unknown to this version of tfjax")
-      if hasattr(node[key], "items"):
-        update(node[key], value, f"{prefix}{key}.")
-      else:
-        node[key] = tuple(value) if isinstance(value, list) else value
-
-  update(config, values, "")
-  return config
-
-
-def restore_params(workdir: str):
-  """(experiment, params) of the newest readable checkpoint in `workdir`."""
-  config = load_config(workdir)
-  exp = train.prepare(config, workdir)  # reads the run's saved tokenizer from the workdir
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  # Only shapes and shardings are needed to restore into: never materialize a fresh state.
-  abstract = jax.eval_shape(lambda: train.init_state(exp, mesh, rules)[0])
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
-  try:
-    restored = ckpt.restore_latest(checkpoint.abstract_like(abstract))
-  finally:
-    ckpt.close()
-  if restored is None:
-    raise ValueError(f"{workdir} has no checkpoint yet")
-  step, state, _ = restored
-  return exp, step, jax.device_get(state.params)
 
 
 def _display_alphabet(dataset) -> dict:
@@ -115,7 +71,7 @@ def decode_ids(dataset, ids) -> str:
 
 
 def generate_from_run(args) -> list[dict]:
-  exp, step, params = restore_params(args.workdir)
+  _, exp, step, params = runs.restore_run(args.workdir)
   cfg, task, dataset = exp.model_config, exp.config.task, exp.dataset
   if task not in ("lm", "seq2seq"):
     raise ValueError(f"run {args.workdir} trains task {task!r}; only 'lm' and 'seq2seq' generate")

@@ -74,6 +74,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.sweep import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

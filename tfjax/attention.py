@@ -91,7 +91,7 @@ class MultiHeadAttention(nn.Module):
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
         use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(cfg.init_std), ("heads", "head_dim", "embed")),
+            nn.initializers.normal(cfg.residual_init_std), ("heads", "head_dim", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(out_BxTxHxD)
 
   # ---- KV cache -------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class ModelConfig:
   dropout: float = 0.0               # embeddings and every residual branch
   attention_dropout: float = 0.0     # on attention weights (xla implementation only)
   init_std: float = 0.02
+  scaled_residual_init: bool = False  # GPT-2: W_O and FFN W_2 init std = init_std / sqrt(2 * layers)
   scan_layers: bool = False          # nn.scan over layers: compile time flat in depth
   remat: str = "none"                # none | full | dots (save matmul outputs only)
   attention_impl: str = "xla"        # xla | chunked | pallas | cudnn | auto
@@ -74,6 +75,14 @@ class ModelConfig:
   @property
   def decoder_layers(self) -> int:
     return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+  @property
+  def residual_init_std(self) -> float:
+    """Init std of the projections that write into the residual stream (W_O, FFN W_2)."""
+    if not self.scaled_residual_init:
+      return self.init_std
+    layers = self.num_layers + (self.decoder_layers if self.family == "encoder_decoder" else 0)
+    return self.init_std / (2.0 * layers) ** 0.5
 
   @property
   def compute_dtype(self):

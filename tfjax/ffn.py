@@ -10,7 +10,10 @@ from tfjax.cpu_fusion import derivative_materialized  # why: see that module
 
 
 def _gelu(x):
-  return jax.nn.gelu(x, approximate=False)
+  """Exact GELU x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)) (Hendrycks & Gimpel). Written with erf,
+  not jax.nn.gelu's erfc form: erf is one vectorized polynomial, erfc adds exp and divisions
+  (~2x the elementwise time of the FFN on CPU); they differ by < 1e-7 absolute."""
+  return 0.5 * x * (1.0 + jax.lax.erf(x * (2.0 ** -0.5)))
 
 
 _ACTIVATIONS = {
@@ -21,11 +24,13 @@ _ACTIVATIONS = {
 }
 
 
-def dense(cfg: ModelConfig, features: int, axes, name: str, use_bias: bool):
+def dense(cfg: ModelConfig, features: int, axes, name: str, use_bias: bool,
+          init_std: float | None = None):
   """A Dense layer whose kernel and bias carry logical axis names for sharding."""
+  std = cfg.init_std if init_std is None else init_std
   return nn.Dense(
       features, use_bias=use_bias, dtype=cfg.compute_dtype, name=name,
-      kernel_init=nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), axes),
+      kernel_init=nn.with_logical_partitioning(nn.initializers.normal(std), axes),
       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[-1],)))
 
 
@@ -44,4 +49,5 @@ class FeedForward(nn.Module):
     else:
       h_BxLxF = act(h_BxLxF)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ("batch", "length", "mlp"))
-    return dense(cfg, x_BxLxD.shape[-1], ("mlp", "embed"), "wo", cfg.ffn_bias)(h_BxLxF)
+    return dense(cfg, x_BxLxD.shape[-1], ("mlp", "embed"), "wo", cfg.ffn_bias,
+                 cfg.residual_init_std)(h_BxLxF)

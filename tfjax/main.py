@@ -18,8 +18,9 @@ import os
 import sys
 
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
+
+from tfjax import metrics
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(_REPO, "configs", "default.py")
@@ -85,25 +86,12 @@ def main(argv):
     print(f"done: {workdir} {summary}")
 
 
-def setup_logging() -> None:
-  """tfjax's own INFO lines on stderr; other libraries' (orbax logs every file it renames) only
-  from WARNING up."""
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  logger = logging.getLogger("tfjax")
-  if not logger.handlers:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    logger.addHandler(handler)
-  logger.setLevel(logging.INFO)
-  logger.propagate = False
-
-
 def run():
   app.run(main, flags_parser=_parse_flags)
 
 
 def _parse_flags(argv):
-  setup_logging()
+  metrics.setup_logging()
   return flags.FLAGS(argv)
 
 

@@ -17,6 +17,20 @@ import jax
 _log = logging.getLogger(__name__)
 
 
+def setup_logging() -> None:
+  """tfjax's own INFO lines on stderr; other libraries' (orbax logs every file it renames) only
+  from WARNING up. Every entry point (train, sweep, benchmarks) calls this first."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logger = logging.getLogger("tfjax")
+  if not logger.handlers:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False
+
+
 class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, initial_step: int = 0,
                progress: bool | None = None):

@@ -412,61 +412,15 @@ def _tail(path: str, lines: int = 30) -> str:
 # ---------------------------------------------------------------------------------------------
 # Finished runs
 # ---------------------------------------------------------------------------------------------
-def config_from_json(obj: Mapping[str, Any]):
-  """The ConfigDict a run's config.json was written from (tuples restored by the base config)."""
-  from tfjax.defaults import base_config  # pylint: disable=import-outside-toplevel
-  config = base_config()
-
-  def update(node, values, prefix):
-    for key, value in values.items():
-      if key not in node:
-        raise ValueError(f"config.json has key {prefix}{key} that this tfjax does not know")
-      if isinstance(node[key], config_dict.ConfigDict):
-        update(node[key], value, f"{prefix}{key}.")
-      else:
-        node[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value) if isinstance(
-            value, list) else value
-
-  update(config, obj, "")
-  return config
-
-
 def restore_run(workdir: str):
-  """(config, experiment, params) of a run: its config.json, tokenizer and latest checkpoint."""
-  from tfjax import checkpoint, sharding, train  # pylint: disable=import-outside-toplevel
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise ValueError(f"{workdir} has no config.json: not a tfjax run directory")
-  config = config_from_json(read_json(path))
-  exp = train.prepare(config, workdir)  # loads the run's own tokenizer from the workdir
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, _ = train.init_state(exp, mesh, rules)
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
-  try:
-    restored = ckpt.restore_latest(checkpoint.abstract_like(state))
-  finally:
-    ckpt.close()
-  if restored is None:
-    raise ValueError(f"{workdir} has no checkpoint to restore")
-  return config, exp, restored[1].params
+  """(config, experiment, params) of a finished point (see tfjax.runs.restore_run)."""
+  from tfjax import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
+  config, exp, _, params = runs.restore_run(workdir)
+  return config, exp, params
 
 
 def finite(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def setup_logging() -> None:
-  """tfjax's INFO lines on stderr, other libraries' from WARNING up (as tfjax.main does; not
-  imported from there because tfjax.main defines absl flags that clash with the sweep CLI's)."""
-  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  logger = logging.getLogger("tfjax")
-  if not logger.handlers:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    logger.addHandler(handler)
-  logger.setLevel(logging.INFO)
-  logger.propagate = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,7 +434,8 @@ def _child_main(argv: Sequence[str]) -> int:
   parser.add_argument("--point", required=True)
   parser.add_argument("--compilation_cache", default=None)
   args = parser.parse_args(argv)
-  setup_logging()
+  from tfjax import metrics  # pylint: disable=import-outside-toplevel
+  metrics.setup_logging()
   sweep = load_sweep(args.config, args.scale)
   if args.compilation_cache:
     enable_compilation_cache(args.compilation_cache)
