@@ -21,7 +21,13 @@ def sinusoidal_table(positions_BxL, d_model: int):
 
 
 class LearnedPositions(nn.Module):
-  """Absolute position table [max_len, d_model] (GPT-2, BERT)."""
+  """Absolute position table [max_len, d_model] (GPT-2, BERT).
+
+  A sequence longer than the table is rejected when traced. Explicit `positions` values are data,
+  not shapes, so they cannot be checked under jit: an out-of-table position reads NaN (jnp.take's
+  fill mode), loudly poisoning the output instead of silently clamping. Decoding checks prompt +
+  new tokens against the table before it starts (tfjax/decode.py).
+  """
   config: ModelConfig
 
   @nn.compact
