@@ -117,4 +117,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  setup_logging()  # orbax logs every file it touches at INFO
   main()

@@ -72,6 +72,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  setup_logging()  # orbax logs every file it touches at INFO
   from absl import app  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   config_flags.DEFINE_config_file("config", None, "Config file (e.g. an ablation with :smoke).")

@@ -104,6 +104,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  setup_logging()  # orbax logs every file it touches at INFO
   from absl import app, flags as absl_flags  # pylint: disable=g-import-not-at-top
   absl_flags.DEFINE_string("workdir", None, "A trained run directory.", required=True)
   absl_flags.DEFINE_string("text", "First Citizen:\nBefore we proceed", "Text to attend over.")
