@@ -183,10 +183,9 @@ def _resolve(implementation: str, q_len: int, kv_len: int) -> str:
 
 
 def _available():
-  try:  # Importing the kernels package registers its implementations.
-    import tfjax.kernels  # noqa: F401  pylint: disable=g-import-not-at-top
-  except ImportError as e:  # pragma: no cover - only on a broken install
-    _log.warning("tfjax.kernels unavailable: %s", e)
+  """The registry, with the fused implementations registered (imported lazily so that this file
+  never imports Pallas unless a fused implementation is asked for)."""
+  import tfjax.kernels  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   return _REGISTRY
 
 
