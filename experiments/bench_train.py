@@ -36,7 +36,7 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
   mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
   state, state_shardings = train.init_state(exp, mesh, rules)
   step_fn, _ = train.jit_steps(exp, mesh, rules, state_shardings)
-  put = train.global_batch_putter(mesh, rules, config.train.batch_size)
+  put = train.global_batch_putter(mesh, rules)
   batches = [put(exp.dataset.train_batch(i, config.train.batch_size))
              for i in range(warmup + steps + 1)]
   with sharding.axis_rules(mesh, rules):

@@ -48,8 +48,8 @@ def run_steps(config, mesh, num_steps):
   state, state_shardings = train.init_state(exp, mesh, rules)
   train_step, _ = train.jit_steps(exp, mesh, rules, state_shardings)
   batch_size = config.train.batch_size
-  rows = train.process_rows(batch_size, sharding.batch_sharding(mesh, rules))
-  put = train.global_batch_putter(mesh, rules, batch_size)
+  rows = sharding.process_rows(sharding.batch_sharding(mesh, rules), batch_size)
+  put = train.global_batch_putter(mesh, rules)
   losses = []
   with sharding.axis_rules(mesh, rules):
     for index in range(num_steps):

@@ -140,9 +140,8 @@ class MultiHeadAttention(nn.Module):
                                      new_pos, kwargs)
     keys = jnp.concatenate([key.value, k_new.astype(key.value.dtype)], axis=1)
     values = jnp.concatenate([value.value, v_new.astype(value.value.dtype)], axis=1)
-    kv_pos = jnp.concatenate([slot_pos.value, new_pos], axis=1)
-    kwargs = dict(kwargs, q_positions=positions, kv_positions=kv_pos,
-                  q_segment_ids=None, kv_segment_ids=(kv_pos >= 0).astype(jnp.int32))
+    kwargs = _attend_by_position(kwargs, positions,
+                                 jnp.concatenate([slot_pos.value, new_pos], axis=1))
     size = key.value.shape[1]
     if q_len > size and cfg.window is None:
       raise ValueError(f"{q_len} new tokens do not fit in a KV cache of {size} slots")
@@ -171,6 +170,11 @@ class MultiHeadAttention(nn.Module):
         value.value, v_new.astype(value.value.dtype), slot, axis=1)
     slot_pos.value = jax.lax.dynamic_update_slice_in_dim(slot_pos.value, new_pos, slot, axis=1)
     index.value = index.value + 1
-    kwargs = dict(kwargs, q_positions=positions, kv_positions=slot_pos.value, q_segment_ids=None,
-                  kv_segment_ids=(slot_pos.value >= 0).astype(jnp.int32))
-    return key.value, value.value, kwargs
+    return key.value, value.value, _attend_by_position(kwargs, positions, slot_pos.value)
+
+
+def _attend_by_position(kwargs, q_positions, kv_positions):
+  """Attention arguments for cached keys: masks come from absolute positions (-1 = empty slot or
+  padding, hidden through a segment id of 0) instead of from the keys' order in the cache."""
+  return dict(kwargs, q_positions=q_positions, kv_positions=kv_positions, q_segment_ids=None,
+              kv_segment_ids=(kv_positions >= 0).astype(jnp.int32))

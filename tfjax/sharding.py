@@ -5,9 +5,9 @@ carry `nn.with_logical_constraint`; `config.sharding_rules` maps those names ont
 ('data', 'fsdp', 'tensor'). The defaults give
   * data parallelism over data x fsdp: 'batch' -> ('data', 'fsdp'), every device its own rows;
   * ZeRO-3 / FSDP over fsdp: 'embed' -> 'fsdp' splits every weight matrix (all of them have an
-    embed axis) and, through `tfjax.train._state_shardings`, the Adam moments with it. XLA
-    all-gathers a layer's weights just before use and reduce-scatters its gradients. Activations
-    never split 'embed' over fsdp: 'batch' comes first in the rules and already uses that axis;
+    embed axis) and, through `follow_params`, the Adam moments with it. XLA all-gathers a
+    layer's weights just before use and reduce-scatters its gradients. Activations never split
+    'embed' over fsdp: 'batch' comes first in the rules and already uses that axis;
   * Megatron tensor parallelism over tensor: 'heads', 'kv_heads' and 'mlp' -> 'tensor' make W_Q,
     W_K, W_V and W_in column-parallel and W_O and W_out row-parallel, so each attention and FFN
     sublayer ends in one all-reduce; 'vocab' -> 'tensor' splits the embedding table and logits.

@@ -95,11 +95,14 @@ def make_eval_step(model, task: str):
   return eval_step
 
 
-def evaluate(eval_step, params, eval_batches, put_batch) -> dict:
-  """Loss, perplexity, accuracy over all groups; exact_match@L per synthetic test length."""
+def evaluate(eval_step, params, eval_batches) -> dict:
+  """Loss, perplexity, accuracy over all groups; exact_match@L per synthetic test length.
+
+  `eval_batches`: [(group name, batch already on the devices)]; the eval set is fixed, so it is
+  placed once per run rather than copied from the host at every evaluation."""
   totals, out = {}, {}
   for name, batch in eval_batches:
-    stats = jax.device_get(eval_step(params, put_batch(batch)))
+    stats = jax.device_get(eval_step(params, batch))
     group = totals.setdefault(name, {k: 0.0 for k in stats})
     for key, value in stats.items():
       group[key] += float(value)
@@ -142,22 +145,21 @@ def prepare(config, workdir: str | None = None) -> Experiment:
     raise ValueError(
         f"model.vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
-  batch = config.train.batch_size
-  if batch % (config.optimizer.grad_accum_steps * max(1, jax.process_count())):
-    raise ValueError(
-        f"train.batch_size={batch} must divide by optimizer.grad_accum_steps="
-        f"{config.optimizer.grad_accum_steps} and the {jax.process_count()} processes")
-  _check_mesh(config)
+  _check_batches(config)
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_config.d_model)
   return Experiment(config, model_config, dataset, optimizer, schedule)
 
 
-def _check_mesh(config) -> None:
-  """The mesh fits the devices and every batch splits evenly over its batch shards."""
+def _check_batches(config) -> None:
+  """Batches split evenly into micro-batches, and every (micro-)batch over its batch shards."""
+  batch, accum = config.train.batch_size, config.optimizer.grad_accum_steps
+  if batch % accum:
+    raise ValueError(f"train.batch_size={batch} does not divide into optimizer.grad_accum_steps="
+                     f"{accum} micro-batches; use a multiple of {accum}")
   sizes = sharding.mesh_shape(config.mesh, jax.device_count())
   shards = sharding.batch_shards(sizes, sharding.rules(config))
-  micro = config.train.batch_size // config.optimizer.grad_accum_steps
+  micro = batch // accum
   for key, rows in (("train.batch_size / optimizer.grad_accum_steps", micro),
                     ("train.eval_batch_size", config.train.eval_batch_size)):
     if rows % shards:
@@ -170,32 +172,25 @@ def _check_mesh(config) -> None:
 def init_state(exp: Experiment, mesh, rules):
   """TrainState created directly in its sharded layout (never whole on one device)."""
   model = build_model(exp.model_config)
-  sample = exp.dataset.train_batch(0, 1)
+  args, kwargs = _model_inputs(exp.dataset.train_batch(0, 1), exp.config.task)
+
+  def init_boxed(rng):  # params still wrapped in their logical-axis metadata
+    return model.init(rng, *args, **kwargs)["params"]
 
   def init_fn(rng):
     params_rng, train_rng = jax.random.split(rng)
-    inputs = _model_inputs(sample, exp.config.task)
-    boxed = model.init(params_rng, *inputs[0], **inputs[1])["params"]
-    params = nn.meta.unbox(boxed)
+    params = nn.meta.unbox(init_boxed(params_rng))
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=exp.optimizer.init(params), rng=train_rng)
 
-  abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(exp.config.seed))
-  boxed_params = jax.eval_shape(
-      lambda r: model.init(r, *_model_inputs(sample, exp.config.task)[0],
-                           **_model_inputs(sample, exp.config.task)[1])["params"],
-      jax.random.PRNGKey(0))
-  param_shardings = sharding.logical_shardings(mesh, boxed_params, rules)
-  state_shardings = _state_shardings(abstract, param_shardings, mesh)
-  # out_shardings alone place the state; no mesh context here: flax's DenseGeneral constrains its
-  # flattened 2-D kernel with the 3-D logical spec when one is active, which fails.
-  state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
+  rng = jax.random.PRNGKey(exp.config.seed)
+  param_shardings = sharding.logical_shardings(mesh, jax.eval_shape(init_boxed, rng), rules)
+  # Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp).
+  state_shardings = sharding.follow_params(jax.eval_shape(init_fn, rng), param_shardings,
+                                           sharding.replicated(mesh))
+  # out_shardings alone place the state: no mesh context is needed (or entered) for init.
+  state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
   return state, state_shardings
-
-
-def _state_shardings(abstract_state, param_shardings, mesh):
-  """Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp)."""
-  return sharding.follow_params(abstract_state, param_shardings, sharding.replicated(mesh))
 
 
 def _model_inputs(batch, task):
@@ -227,7 +222,7 @@ def jit_steps(exp: Experiment, mesh, rules, state_shardings):
   return train_step, eval_step
 
 
-def global_batch_putter(mesh, rules, global_batch_size: int):
+def global_batch_putter(mesh, rules):
   """Host batch (this process's rows) -> global jax.Array sharded over the data axes."""
   batch_sharding = sharding.batch_sharding(mesh, rules)
 
@@ -241,18 +236,6 @@ def global_batch_putter(mesh, rules, global_batch_size: int):
     return {k: one(v) for k, v in local_batch.items()}
 
   return put
-
-
-def process_rows(global_batch_size: int, batch_sharding=None) -> tuple[int, int]:
-  """(row_start, row_count): the contiguous rows of every global batch that this process reads.
-
-  With `batch_sharding`, exactly the rows its devices hold (sharding.process_rows: right for any
-  mesh, including 'batch' replicated across processes); without, an equal share per process.
-  """
-  if batch_sharding is not None:
-    return sharding.process_rows(batch_sharding, global_batch_size)
-  per_process = global_batch_size // jax.process_count()
-  return jax.process_index() * per_process, per_process
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +282,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   state, state_shardings = init_state(exp, mesh, rules)
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
-  row_start, row_count = process_rows(train_cfg.batch_size, batch_shardings)
+  row_start, row_count = sharding.process_rows(batch_shardings, train_cfg.batch_size)
   iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
   restored = ckpt.restore_latest(checkpoint.abstract_like(state))
@@ -309,10 +292,11 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     _log.info("resumed from step %d in %s", step, workdir)
 
   train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
-  put = global_batch_putter(mesh, rules, train_cfg.batch_size)
-  eval_rows = process_rows(train_cfg.eval_batch_size, batch_shardings)
-  eval_batches = exp.dataset.eval_batches(train_cfg.eval_batch_size, train_cfg.eval_batches,
-                                          row_start=eval_rows[0], row_count=eval_rows[1])
+  put = global_batch_putter(mesh, rules)
+  eval_rows = sharding.process_rows(batch_shardings, train_cfg.eval_batch_size)
+  eval_batches = [(name, put(batch)) for name, batch in exp.dataset.eval_batches(
+      train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=eval_rows[0],
+      row_count=eval_rows[1])]
   tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
                                                             config.task)
   flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
@@ -325,7 +309,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   timer, last = metrics.Timer(), {}
   with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
     if start_step == 0 and train_cfg.eval_at_start:
-      last.update(_eval_and_sample(exp, eval_step, state, eval_batches, put, writer, 0, mesh))
+      last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
     step = start_step
     while step < train_cfg.num_steps:
       state, step_metrics = train_step(state, put(iterator.next()))
@@ -342,7 +326,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
         timer.reset()
         last.update(logged)
       if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
-        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, put, writer, step,
+        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, step,
                                      mesh))
         timer.reset()
       if stop_after_step is not None and step >= stop_after_step:
@@ -359,8 +343,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   return last
 
 
-def _eval_and_sample(exp, eval_step, state, eval_batches, put, writer, step, mesh):
-  out = evaluate(eval_step, state.params, eval_batches, put)
+def _eval_and_sample(exp, eval_step, state, eval_batches, writer, step, mesh):
+  out = evaluate(eval_step, state.params, eval_batches)
   writer.write(step, out)
   if exp.config.task == "lm" and exp.config.train.sample_tokens > 0:
     # Decoding runs on one device: gather the (possibly multi-host) params onto every device first,

@@ -42,22 +42,17 @@ def _block_logits(cfg, q_i, k_j, q_pos, kv_pos, q_ids, kv_ids, slopes_BxKxG):
   q_i [B, bq, K, G, D], k_j [B, bk, K, D], positions [1 or B, bq] / [1 or B, bk], ids [B, .].
   """
   s = jnp.einsum("bqkgd,bckd->bkgqc", q_i, k_j, preferred_element_type=F32) * cfg.scale
-  neg_dist = mask = None
-  if cfg.causal or slopes_BxKxG is not None:
-    rel = (q_pos[:, :, None] - kv_pos[:, None, :])[:, None, None]  # [Bp, 1, 1, bq, bk] = i - j
+  neg_dist = None
   if slopes_BxKxG is not None:
+    rel = (q_pos[:, :, None] - kv_pos[:, None, :])[:, None, None]  # [Bp, 1, 1, bq, bk] = i - j
     neg_dist = -jnp.abs(rel).astype(F32)
     s = s + slopes_BxKxG[..., None, None] * neg_dist
-  if cfg.causal:
-    mask = rel >= 0
-    if cfg.window is not None:
-      mask = mask & (rel < cfg.window)
-  if q_ids is not None:
-    same = (q_ids[:, :, None] == kv_ids[:, None, :]) & (kv_ids[:, None, :] != 0)
-    same = same[:, None, None]
-    mask = same if mask is None else mask & same
+  # The reference mask rules (tfjax/ops.py), applied to this tile's positions and ids.
+  mask = ops.visibility_mask(
+      q_len=q_i.shape[1], kv_len=k_j.shape[1], causal=cfg.causal, window=cfg.window,
+      q_segment_ids=q_ids, kv_segment_ids=kv_ids, q_positions=q_pos, kv_positions=kv_pos)
   if mask is not None:
-    s = jnp.where(mask, s, _common.MASK_VALUE)
+    s = jnp.where(mask[:, :, None], s, _common.MASK_VALUE)  # [B, 1, 1, bq, bk]
   return s, neg_dist
 
 
