@@ -78,8 +78,10 @@ def measure_full_run(config) -> dict:
 
 def main(argv):
   del argv
-  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax import sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
+  sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
+  import jax  # pylint: disable=import-outside-toplevel
   result = {
       "config": flags.FLAGS["config"].config_filename,
       "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),

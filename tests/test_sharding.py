@@ -198,3 +198,42 @@ def test_params_cli_prints_per_device_memory_and_ends_with_total():
   assert got["sum"] == sum(got[k] for k in ("params", "gradients", "optimizer state",
                                             "activations"))
   assert "mesh data=1 fsdp=4 tensor=1" in result.stdout
+
+
+# ---- config.mesh.cpu_devices: one XLA:CPU device per core ------------------------------------
+def _cpu_devices_config(cpu_devices, batch=12, eval_batch=12, accum=1):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  return ml_collections.ConfigDict({
+      "mesh": {"data": -1, "fsdp": 1, "tensor": 1, "cpu_devices": cpu_devices},
+      "train": {"batch_size": batch, "eval_batch_size": eval_batch},
+      "optimizer": {"grad_accum_steps": accum}})
+
+
+@pytest.mark.parametrize("cores,batch,eval_batch,accum,expected", [
+    (2, 12, 12, 1, 2), (8, 12, 12, 1, 6), (4, 12, 12, 1, 4), (4, 12, 8, 1, 4),
+    (2, 12, 12, 4, 1),  # micro-batches of 3 rows do not split in two
+    (16, 64, 64, 1, 16), (3, 10, 10, 1, 2)])
+def test_cpu_device_count_is_the_most_cores_that_divide_the_batches(cores, batch, eval_batch,
+                                                                    accum, expected):
+  config = _cpu_devices_config(-1, batch, eval_batch, accum)
+  assert sharding.cpu_device_count(config, cores=cores) == expected
+  assert sharding.cpu_device_count(_cpu_devices_config(3), cores=cores) == 3
+  assert sharding.cpu_device_count(_cpu_devices_config(0), cores=cores) == 0
+
+
+def test_cpu_devices_rejects_a_bad_value():
+  with pytest.raises(ValueError, match="cpu_devices=-2"):
+    sharding.cpu_device_count(_cpu_devices_config(-2))
+
+
+@pytest.mark.parametrize("preset", ["", "--xla_force_host_platform_device_count=3"])
+def test_configure_cpu_devices_splits_the_host_before_jax_starts(preset):
+  # A fresh process: the flag only works before JAX opens its CPU backend. A user's own
+  # device-count flag wins over the config.
+  code = ("import sys; sys.path.insert(0, 'tests'); from test_sharding import _cpu_devices_config;"
+          "from tfjax import sharding; sharding.configure_cpu_devices(_cpu_devices_config(2));"
+          "import jax; print(jax.device_count())")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=preset)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert out.stdout.split()[-1] == ("3" if preset else "2")

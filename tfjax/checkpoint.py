@@ -30,7 +30,9 @@ class Checkpointer:
     return ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True),
-        item_names=("state", "data", "config"))
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "data": ocp.JsonCheckpointHandler(),
+                       "config": ocp.JsonCheckpointHandler()})
 
   def _quarantine(self, step: int) -> str:
     """Moves an unreadable step out of the way (kept for inspection, never deleted), so the run
@@ -71,6 +73,13 @@ class Checkpointer:
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
         return step, restored["state"], dict(restored["data"])
       except Exception as e:  # pylint: disable=broad-except
+        different = self._layout_difference(step, abstract_state)
+        if different:  # a readable checkpoint of another model: not ours to move aside
+          raise ValueError(
+              f"checkpoint step {step} in {self.directory} holds a different model or optimizer "
+              f"state than this config builds ({different}); it is left untouched. Resume with "
+              "the config the run was written with (its config.json), or use a new --workdir"
+          ) from e
         earlier = [s for s in steps if s < step]
         if not earlier:
           raise ValueError(
@@ -81,8 +90,34 @@ class Checkpointer:
                      "falling back to step %d", step, type(e).__name__, e, moved, earlier[-1])
     return None
 
+  def _layout_difference(self, step: int, abstract_state: Any) -> str:
+    """'' if the step's metadata is unreadable (corrupt) or lists the same arrays (path, shape,
+    dtype) as `abstract_state`; else a short description of what differs."""
+    try:
+      saved = _signature(self._manager.item_metadata(step)["state"])
+    except Exception:  # pylint: disable=broad-except
+      return ""
+    wanted = _signature(abstract_state)
+    if saved == wanted:
+      return ""
+    only_saved, only_wanted = sorted(saved - wanted), sorted(wanted - saved)
+    return (f"only in the checkpoint: {only_saved[:2]}{' ...' if len(only_saved) > 2 else ''}; "
+            f"only in this config: {only_wanted[:2]}{' ...' if len(only_wanted) > 2 else ''}")
+
   def close(self) -> None:
     self._manager.close()
+
+
+def _signature(tree: Any) -> set:
+  """{(path, shape, dtype)} of a state tree or of its checkpoint metadata. Paths are normalized
+  (a dataclass field or namedtuple attribute is saved as a dict key) so the two compare."""
+  def name(key):
+    for attr in ("key", "name", "idx"):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+  return {(tuple(name(k) for k in path), tuple(leaf.shape), str(leaf.dtype))
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def abstract_like(tree: Any) -> Any:

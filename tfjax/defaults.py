@@ -35,6 +35,11 @@ def default_mesh_config() -> config_dict.ConfigDict:
   c.data = -1                   # -1: all remaining devices
   c.fsdp = 1
   c.tensor = 1
+  # CPU-only hosts: split the CPU into this many XLA devices before JAX starts, so the 'data'
+  # axis runs one batch shard per core (XLA:CPU runs a small matmul on ~1 core; see
+  # tfjax.sharding.configure_cpu_devices). 0: leave JAX's default (1 device); -1: one per core,
+  # capped to a count that divides the batch sizes. Applied by the entry points only.
+  c.cpu_devices = 0
   return c
 
 

@@ -57,8 +57,9 @@ def fresh_workdir(config_path: str) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from tfjax import distributed  # pylint: disable=g-import-not-at-top
+  from tfjax import distributed, sharding  # pylint: disable=g-import-not-at-top
   try:  # before anything touches a device
+    sharding.configure_cpu_devices(_CONFIG.value)
     distributed.initialize(
         _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
         [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None,

@@ -187,7 +187,8 @@ def weight_decay_mask(params, decay_exclude=DECAY_EXCLUSIONS):
 
 
 def make_optimizer(opt_config, total_steps: int, d_model: Optional[int] = None,
-                   params=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
+                   params=None, schedule: Optional[optax.Schedule] = None,
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """(optimizer, schedule) from `opt_config` (see default_optimizer_config).
 
   Chain: clip global norm -> [adam: + weight_decay * p (coupled L2, as torch.optim.Adam)] ->
@@ -196,6 +197,8 @@ def make_optimizer(opt_config, total_steps: int, d_model: Optional[int] = None,
   convention (decay scaled by the scheduled lr). Both decays honour the `decay_exclude` mask,
   which is recomputed from the structure of whatever tree is being updated, boxed or not.
   `params`, if given, is only used to check the mask up front and log what it excludes.
+  `schedule`, if given, replaces the configured one: a function of optax's `count`, e.g. another
+  codebase's exact curve when replaying its run step for step (experiments/torch_nanogpt.py).
   """
   c = _resolve(opt_config)
   if c.name not in OPTIMIZERS:
@@ -207,7 +210,8 @@ def make_optimizer(opt_config, total_steps: int, d_model: Optional[int] = None,
   if not _is_int(c.grad_accum_steps, 1):
     raise _invalid("grad_accum_steps", c.grad_accum_steps, "an int >= 1")
   exclude = _decay_exclude(c.decay_exclude)
-  schedule = make_schedule(c, total_steps, d_model)
+  if schedule is None:
+    schedule = make_schedule(c, total_steps, d_model)
 
   def mask_fn(tree):
     return weight_decay_mask(tree, exclude)

@@ -55,11 +55,12 @@ def restore_run(workdir: str):
   config.mesh.update(data=-1, fsdp=1, tensor=1)
   exp = train.prepare(config, workdir)  # reads the run's saved tokenizer from the workdir
   mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  # Only shapes and shardings are needed to restore into: never materialize a fresh state.
-  abstract = jax.eval_shape(lambda: train.init_state(exp, mesh, rules)[0])
+  # Only shapes and shardings are needed to restore into: never materialize a fresh state. Every
+  # leaf carries its sharding on *this* mesh, so a run saved on other devices restores here.
+  abstract = train.abstract_state(exp, mesh, rules)
   ckpt = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
   try:
-    restored = ckpt.restore_latest(checkpoint.abstract_like(abstract))
+    restored = ckpt.restore_latest(abstract)
   finally:
     ckpt.close()
   if restored is None:

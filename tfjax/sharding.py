@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 
 import flax.linen as nn
 import jax
@@ -63,6 +64,61 @@ def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
         f"config.mesh {dict(zip(MESH_AXES, sizes))} uses {int(np.prod(sizes))} devices but "
         f"{num_devices} are available; make the product match or set one axis to -1")
   return tuple(sizes)
+
+
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def _jax_started() -> bool:
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+    return bool(xla_bridge.backends_are_initialized())
+  except (ImportError, AttributeError):  # unknown JAX internals: assume the safe answer
+    return True
+
+
+def cpu_device_count(config, cores: int | None = None) -> int:
+  """The XLA:CPU device count `config.mesh.cpu_devices` asks for (0 = leave JAX's default).
+
+  -1 = one per core this process may use, lowered to the largest count that divides the batch
+  (per micro-batch) and the eval batch, so that every device gets whole rows."""
+  requested = int(config.mesh.get("cpu_devices", 0) or 0)
+  if requested >= 0:
+    return requested
+  if requested != -1:
+    raise ValueError(f"config.mesh.cpu_devices={requested}: use 0 (JAX's default), -1 (one per "
+                     "core) or a positive device count")
+  cores = cores or len(os.sched_getaffinity(0))
+  micro = config.train.batch_size // max(config.optimizer.get("grad_accum_steps", 1), 1)
+  return max(n for n in range(1, cores + 1)
+             if micro % n == 0 and config.train.eval_batch_size % n == 0)
+
+
+def configure_cpu_devices(config) -> int:
+  """Splits the host CPU into `config.mesh.cpu_devices` XLA devices; call before JAX starts.
+
+  Why: on a few cores, XLA:CPU runs each of a small model's matmuls on about one core (a 768x128
+  @ 128x512 product: 139 GFLOP/s on 1 core, 162 on 2), while the ops of one step form a chain that
+  leaves little to run side by side. One device per core with the batch split over the 'data'
+  axis keeps every core busy (nanoGPT's CPU recipe on 2 cores: 47 -> 35 ms per step).
+  Sets --xla_force_host_platform_device_count in XLA_FLAGS, unless the environment already sets
+  it (the user's value wins). Only the CPU platform is affected: on a GPU host the mesh still
+  uses the GPUs. Returns the count requested (0: nothing to do).
+  """
+  count = cpu_device_count(config)
+  if count == 0:
+    return 0
+  flags = os.environ.get("XLA_FLAGS", "")
+  if HOST_DEVICES_FLAG in flags:
+    _log.info("config.mesh.cpu_devices=%d: XLA_FLAGS already sets %s, keeping it",
+              count, HOST_DEVICES_FLAG)
+    return count
+  if _jax_started():
+    _log.warning("config.mesh.cpu_devices=%d not applied: JAX has already started; set "
+                 "XLA_FLAGS=%s=%d before it does", count, HOST_DEVICES_FLAG, count)
+    return count
+  os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={count}".strip()
+  return count
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:

@@ -146,9 +146,20 @@ def prepare(config, workdir: str | None = None) -> Experiment:
         f"model.vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
   _check_batches(config)
+  _check_cpu_devices(config)
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_config.d_model)
   return Experiment(config, model_config, dataset, optimizer, schedule)
+
+
+def _check_cpu_devices(config) -> None:
+  wanted = sharding.cpu_device_count(config)
+  if wanted and jax.default_backend() == "cpu" and jax.local_device_count() != wanted:
+    _log.warning("config.mesh.cpu_devices asks for %d CPU devices but JAX has %d: it must be "
+                 "applied before JAX starts (experiments/train.py does; elsewhere call "
+                 "tfjax.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). Results "
+                 "are the same, only slower", wanted, jax.local_device_count(),
+                 sharding.HOST_DEVICES_FLAG, wanted)
 
 
 def _check_batches(config) -> None:
@@ -169,8 +180,8 @@ def _check_batches(config) -> None:
           f"{dict(sharding.rules(config)).get('batch')}); use a multiple of {shards}")
 
 
-def init_state(exp: Experiment, mesh, rules):
-  """TrainState created directly in its sharded layout (never whole on one device)."""
+def _state_builder(exp: Experiment, mesh, rules):
+  """(init_fn(rng) -> TrainState, its ShapeDtypeStructs, its shardings), without building it."""
   model = build_model(exp.model_config)
   args, kwargs = _model_inputs(exp.dataset.train_batch(0, 1), exp.config.task)
 
@@ -186,11 +197,25 @@ def init_state(exp: Experiment, mesh, rules):
   rng = jax.random.PRNGKey(exp.config.seed)
   param_shardings = sharding.logical_shardings(mesh, jax.eval_shape(init_boxed, rng), rules)
   # Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp).
-  state_shardings = sharding.follow_params(jax.eval_shape(init_fn, rng), param_shardings,
-                                           sharding.replicated(mesh))
+  shapes = jax.eval_shape(init_fn, rng)
+  state_shardings = sharding.follow_params(shapes, param_shardings, sharding.replicated(mesh))
+  return init_fn, shapes, state_shardings
+
+
+def init_state(exp: Experiment, mesh, rules):
+  """TrainState created directly in its sharded layout (never whole on one device)."""
+  init_fn, _, state_shardings = _state_builder(exp, mesh, rules)
   # out_shardings alone place the state: no mesh context is needed (or entered) for init.
-  state = jax.jit(init_fn, out_shardings=state_shardings)(rng)
+  state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
   return state, state_shardings
+
+
+def abstract_state(exp: Experiment, mesh, rules):
+  """ShapeDtypeStructs of the TrainState, each with its sharding on `mesh`: what a checkpoint
+  restores into (any mesh, any device count), without materializing a state."""
+  _, shapes, state_shardings = _state_builder(exp, mesh, rules)
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, state_shardings)
 
 
 def _model_inputs(batch, task):
@@ -279,6 +304,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   train_cfg = config.train
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules(config)
+  _log.info("mesh %s over %d %s devices", dict(mesh.shape), mesh.size, jax.default_backend())
   state, state_shardings = init_state(exp, mesh, rules)
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
