@@ -154,11 +154,13 @@ def prepare(config, workdir: str | None = None) -> Experiment:
 
 def _check_cpu_devices(config) -> None:
   wanted = sharding.cpu_device_count(config)
-  if wanted and jax.default_backend() == "cpu" and jax.local_device_count() != wanted:
+  user_set = sharding.HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", "")  # the user's wins
+  if wanted and not user_set and jax.default_backend() == "cpu" and (
+      jax.local_device_count() != wanted):
     _log.warning("config.mesh.cpu_devices asks for %d CPU devices but JAX has %d: it must be "
                  "applied before JAX starts (experiments/train.py does; elsewhere call "
                  "tfjax.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). Results "
-                 "are the same, only slower", wanted, jax.local_device_count(),
+                 "are the same up to float rounding, only slower", wanted, jax.local_device_count(),
                  sharding.HOST_DEVICES_FLAG, wanted)
 
 
