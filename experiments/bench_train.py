@@ -43,12 +43,15 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
     start = time.perf_counter()
     compiled = step_fn.lower(state, batches[0]).compile()
     compile_s = time.perf_counter() - start
+    pace = train.StepPacer()  # several CPU devices deadlock if the host runs far ahead
     for batch in batches[:warmup + 1]:
       state, metrics = compiled(state, batch)
+      pace(metrics)
     jax.block_until_ready(state)
     start = time.perf_counter()
     for batch in batches[warmup + 1:]:
       state, metrics = compiled(state, batch)
+      pace(metrics)
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / steps
   key = "decoder_inputs" if config.task == "seq2seq" else "inputs"

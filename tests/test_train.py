@@ -253,3 +253,37 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   train.train_and_evaluate(config, workdir)  # resumes the 2-device run on 1 device
   assert sorted(train_losses(workdir)) == list(range(1, 7))
   assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
+
+
+
+_QUEUED_STEPS = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tfjax.train import StepPacer
+mesh = Mesh(np.array(jax.devices()), ("data",))
+replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+
+def step(w, x):  # data-parallel gradient step: one all-reduce
+  loss, grad = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+  return w - 0.01 * grad, loss
+
+step = jax.jit(step, in_shardings=(replicated, rows), out_shardings=(replicated, replicated),
+               donate_argnums=0)
+w = jax.device_put(jnp.full((512, 512), 0.01), replicated)
+x = jax.device_put(jnp.ones((64, 512)), rows)
+pace = StepPacer()
+for _ in range(600):
+  w, loss = step(w, x)
+  pace(loss)
+print("done", float(loss))
+"""
+
+
+def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
+  """Regression: with 2 XLA:CPU devices (jax 0.10.2), 25-75 steps queued without a host sync
+  deadlock the all-reduce (XLA aborts after 40 s); this loop queues 600 unless paced."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  run = subprocess.run([sys.executable, "-c", _QUEUED_STEPS], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=240)
+  assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]

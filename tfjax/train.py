@@ -8,6 +8,7 @@ position.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -268,6 +269,26 @@ def global_batch_putter(mesh, rules):
 # ---------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------
+class StepPacer:
+  """Keeps the host at most `ahead` steps in front of the devices: call it with each step's
+  (not donated) metrics.
+
+  Why: with several XLA:CPU devices (config.mesh.cpu_devices) the gradient all-reduce deadlocks
+  once the host has queued a few dozen steps (jax 0.10.2, 2 devices: a hang, then an abort after
+  40 s, past ~25-75 queued steps; tests/test_train.py reproduces it). One step of lead is all
+  the host needs to keep the devices busy, so waiting on the step `ahead` back costs nothing.
+  """
+
+  def __init__(self, ahead: int = 4):
+    self._ahead = ahead
+    self._pending = collections.deque()
+
+  def __call__(self, step_metrics):
+    self._pending.append(step_metrics)
+    if len(self._pending) > self._ahead:
+      jax.block_until_ready(self._pending.popleft())
+
+
 class _StopRequested:
   """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
 
@@ -334,13 +355,14 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   start_step = int(jax.device_get(state.step))
   writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, start_step)
   config_json = json.loads(config.to_json_best_effort())
-  timer, last = metrics.Timer(), {}
+  timer, last, pace = metrics.Timer(), {}, StepPacer()
   with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
     if start_step == 0 and train_cfg.eval_at_start:
       last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
     step = start_step
     while step < train_cfg.num_steps:
       state, step_metrics = train_step(state, put(iterator.next()))
+      pace(step_metrics)
       step += 1
       timer.steps += 1
       if step % train_cfg.log_every == 0 or step == train_cfg.num_steps:
