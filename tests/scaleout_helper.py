@@ -53,9 +53,18 @@ def run_steps(config, mesh, num_steps):
   losses = []
   with sharding.axis_rules(mesh, rules):
     for index in range(num_steps):
-      state, metrics = train_step(state, put(exp.dataset.train_batch(index, batch_size, *rows)))
+      batch = put(exp.dataset.train_batch(index, batch_size, *rows))
+      if index == 0:
+        hlo = train_step.lower(state, batch).compile().as_text()
+        ALL_REDUCES.setdefault(",".join(map(str, mesh.shape.values())), [
+            line.split("=")[1].split("all-reduce(")[0].strip()
+            for line in hlo.splitlines() if " all-reduce(" in line])
+      state, metrics = train_step(state, batch)
       losses.append(float(metrics["train/loss"]))
   return losses, state
+
+
+ALL_REDUCES = {}  # mesh -> result shapes of the compiled train step's all-reduce ops
 
 
 def shard_shapes(state):
@@ -91,6 +100,7 @@ def main(workdir):
                                               config.train.num_steps)
     report["shards"][name] = shard_shapes(state)
     _tick(name)
+  report["all_reduces"] = dict(ALL_REDUCES)
   config = config_for((2, 2, 2))  # 2 micro-batches of 4 rows, each split over the 4 batch shards
   config.optimizer.grad_accum_steps = 2
   report["losses"]["2,2,2/accum2"], _ = run_steps(config, sharding.make_mesh(config.mesh),

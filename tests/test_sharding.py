@@ -89,6 +89,7 @@ def test_eight_devices_train_like_one_shard_by_the_rules_and_resume_across_meshe
   assert result.returncode == 0, result.stderr[-5000:]
   report = json.loads(result.stdout.strip().splitlines()[-1])
   check_every_mesh_trains_like_one_device(report)
+  check_data_parallel_cpu_sums_gradients_in_one_flat_all_reduce(report)
   check_fsdp8_gives_every_device_an_eighth_of_every_weight_and_moment(report)
   check_tensor_parallel_splits_heads_and_mlp(report)
   check_checkpoint_from_one_mesh_resumes_on_another(report)
@@ -99,6 +100,22 @@ def check_every_mesh_trains_like_one_device(eight_devices):
   assert len(expected) == 5 and expected[-1] < expected[0]
   for name in [",".join(map(str, mesh)) for mesh in MESHES] + ["2,2,2/accum2"]:
     np.testing.assert_allclose(eight_devices["losses"][name], expected, rtol=2e-5, err_msg=name)
+
+
+def check_data_parallel_cpu_sums_gradients_in_one_flat_all_reduce(eight_devices):
+  """cpu_fusion.summed_over_shards on the pure data mesh: the gradients and loss sums of every
+  parameter travel in one f32 vector; meshes that shard parameters keep GSPMD's per-tensor
+  reductions."""
+  data_only = eight_devices["all_reduces"]["8,1,1"]
+  assert len(data_only) == 1, data_only
+  [shape] = data_only
+  count = sum(int(np.prod(p)) for p, _ in _param_shapes(eight_devices, "8,1,1")) + 3  # + sums
+  assert shape == f"f32[{count}]{{0}}", (shape, count)
+  assert len(eight_devices["all_reduces"]["2,2,2"]) > 1
+
+
+def _param_shapes(report, mesh):
+  return [v for k, v in report["shards"][mesh].items() if k.startswith("params/")]
 
 
 def _shards(report, mesh):

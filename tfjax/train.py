@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax import checkpoint, data, decode, metrics, params as param_accounting, sharding, tasks
+from tfjax import checkpoint, cpu_fusion, data, decode, metrics, sharding, tasks
+from tfjax import params as param_accounting
 from tfjax.config import ModelConfig
 from tfjax.models import build_model
 from tfjax.optimizer import make_optimizer
@@ -43,33 +45,41 @@ class TrainState:
 # The steps
 # ---------------------------------------------------------------------------------------------
 def make_train_step(model, optimizer, schedule, task: str, label_smoothing: float,
-                    grad_accum_steps: int):
+                    grad_accum_steps: int, sum_over_shards=None):
   """state, batch -> state, metrics. With k micro-batches, gradients of the summed loss are added
-  up under lax.scan and divided once by the total weight, so k steps of B/k equal one step of B."""
+  up under lax.scan and divided once by the total weight, so k steps of B/k equal one step of B.
+  `sum_over_shards` (cpu_fusion.summed_over_shards) optionally wraps the gradient sums."""
 
   def summed_loss(params, batch, rng):
     stats = tasks.forward(model, params, batch, task, label_smoothing, rngs={"dropout": rng})
-    return stats["loss_sum"], stats
+    return stats["loss_sum"], _scalars(stats)
 
   grad_fn = jax.grad(summed_loss, has_aux=True)
 
+  def summed_gradients(params, batch, rng):
+    """(gradient of the summed loss, summed loss/weight/correct counts) over `batch`."""
+    if grad_accum_steps == 1:
+      return grad_fn(params, batch, rng)
+    micro = jax.tree.map(
+        lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
+        batch)
+
+    def accumulate(carry, inputs):
+      index, micro_batch = inputs
+      sums = grad_fn(params, micro_batch, jax.random.fold_in(rng, index))
+      return jax.tree.map(jnp.add, carry, sums), None
+
+    zeros = jax.tree.map(jnp.zeros_like, (params, jax.eval_shape(
+        summed_loss, params, jax.tree.map(lambda x: x[0], micro), rng)[1]))
+    sums, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+    return sums
+
+  if sum_over_shards is not None:
+    summed_gradients = sum_over_shards(summed_gradients)
+
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(state.rng, state.step)
-    if grad_accum_steps == 1:
-      grads, stats = grad_fn(state.params, batch, rng)
-    else:
-      micro = jax.tree.map(
-          lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
-          batch)
-
-      def accumulate(carry, inputs):
-        index, micro_batch = inputs
-        grads, stats = grad_fn(state.params, micro_batch, jax.random.fold_in(rng, index))
-        return jax.tree.map(jnp.add, carry, (grads, _scalars(stats))), None
-
-      zeros = jax.tree.map(jnp.zeros_like, (state.params, _scalars(
-          jax.eval_shape(summed_loss, state.params, jax.tree.map(lambda x: x[0], micro), rng)[1])))
-      (grads, stats), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+    grads, stats = summed_gradients(state.params, batch, rng)
     weight = jnp.maximum(stats["weight_sum"], 1.0)
     grads = jax.tree.map(lambda g: g / weight, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -239,9 +249,14 @@ def jit_steps(exp: Experiment, mesh, rules, state_shardings):
   config = exp.config
   train_model = build_model(exp.model_config.replace(deterministic=False))
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
+  sum_over_shards = None
+  if cpu_fusion.flat_all_reduce_applies(mesh, exp.model_config):
+    sum_over_shards = functools.partial(cpu_fusion.summed_over_shards, mesh=mesh,
+                                        batch_spec=batch_shardings.spec)
   train_step = jax.jit(
       make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
-                      config.train.label_smoothing, config.optimizer.grad_accum_steps),
+                      config.train.label_smoothing, config.optimizer.grad_accum_steps,
+                      sum_over_shards),
       in_shardings=(state_shardings, batch_shardings),
       out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
   eval_step = jax.jit(make_eval_step(build_model(exp.model_config), config.task),
