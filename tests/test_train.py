@@ -2,6 +2,7 @@
 
 import functools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -293,3 +294,17 @@ def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
   run = subprocess.run([sys.executable, "-c", _QUEUED_STEPS], env=env, cwd=REPO,
                        capture_output=True, text=True, timeout=240)
   assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
+
+
+def test_train_step_compiles_once_in_background_and_serves_the_first_step(tmp_path, caplog):
+  """train._compile_in_background compiles during the step-0 evaluation; the loop's first step
+  must reuse it (same shapes, shardings and axis rules), not compile a second program."""
+  previous = jax.config.jax_log_compiles
+  jax.config.update("jax_log_compiles", True)
+  try:
+    with caplog.at_level(logging.WARNING):
+      train.train_and_evaluate(tiny_config(num_steps=4, eval_at_start=True), str(tmp_path / "run"))
+  finally:
+    jax.config.update("jax_log_compiles", previous)
+  compiles = [r for r in caplog.records if "XLA compilation of jit(train_step)" in r.getMessage()]
+  assert len(compiles) == 1, [r.getMessage() for r in compiles]
