@@ -262,7 +262,6 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
 
 
-
 _QUEUED_STEPS = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
