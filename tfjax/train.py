@@ -305,13 +305,14 @@ class StepPacer:
       jax.block_until_ready(self._pending.popleft())
 
 
-def _compile_in_background(train_step, state, one_row, batch_size, batch_shardings, mesh, rules):
+def _compile_in_background(train_step, state, one_row, batch_size, mesh, rules):
   """Compiles `train_step` for global batches shaped like `one_row` on another thread; returns
   its future. Why: XLA compiles on one core, so the train step (~3 s for nanoGPT's CPU recipe)
   compiles while the step-0 evaluation and greedy sample compile and run on this thread. The
   jitted function's cache then serves the first step without compiling again."""
   batch = {k: jax.ShapeDtypeStruct((batch_size,) + np.shape(v)[1:], np.asarray(v).dtype,
-                                   sharding=batch_shardings) for k, v in one_row.items()}
+                                   sharding=sharding.batch_sharding(mesh, rules))
+           for k, v in one_row.items()}
 
   def compile_():
     with sharding.axis_rules(mesh, rules):  # thread-local: enter them on this thread too
@@ -381,8 +382,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
       train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=eval_rows[0],
       row_count=eval_rows[1])]
   one_row = exp.dataset.train_batch(0, 1)
-  compiling = _compile_in_background(train_step, state, one_row, train_cfg.batch_size,
-                                     batch_shardings, mesh, rules)
+  compiling = _compile_in_background(train_step, state, one_row, train_cfg.batch_size, mesh,
+                                     rules)
   tokens_per_step = train_cfg.batch_size * _sequence_length(one_row, config.task)
   flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
                                                      train_cfg.batch_size)
