@@ -3,6 +3,8 @@
   python experiments/bench_train.py --config=configs/shakespeare_char.py:cpu --out=bench_results
   python experiments/bench_train.py --config=configs/shakespeare_char.py:cpu --full_run
       # also times the whole recipe (all steps, evals included) through train_and_evaluate
+  ... --compilation_cache=DIR  # twice: the second run loads its programs, as a rerun of
+      # experiments/train.py does (its cache is on by default; here it is off by default)
 
 Writes OUT/bench_train.json and OUT/bench_train.md stamped with device, JAX version and date.
 MFU = tokens/s x FLOPs/token / (peak FLOP/s x devices); the peak comes from --peak_flops or the
@@ -26,6 +28,9 @@ _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps after compilation.")
 _PEAK = flags.DEFINE_float("peak_flops", 0.0, "Per-device peak FLOP/s (0: look up the device).")
 _FULL_RUN = flags.DEFINE_bool("full_run", False, "Also time the whole run (train_and_evaluate).")
 _OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
+_CACHE = flags.DEFINE_string(
+    "compilation_cache", "none", "Persistent XLA compilation cache directory ('' = the default "
+    "one train.py uses). Default none: compile times are a first run's.")
 
 
 def measure_steps(config, steps: int, warmup: int) -> dict:
@@ -81,9 +86,10 @@ def measure_full_run(config) -> dict:
 
 def main(argv):
   del argv
-  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax import compile_cache, sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
+  compile_cache.enable(_CACHE.value)
   import jax  # pylint: disable=import-outside-toplevel
   result = {
       "config": flags.FLAGS["config"].config_filename,
@@ -91,7 +97,7 @@ def main(argv):
       "backend": jax.default_backend(), "jax": jax.__version__, "cpu_count": os.cpu_count(),
       "host": platform.processor() or platform.machine(),
       "date": datetime.datetime.now().isoformat(timespec="seconds"),
-      "command": " ".join(sys.argv),
+      "command": " ".join(sys.argv), "compilation_cache": _CACHE.value,
   }
   result.update(measure_steps(config, _STEPS.value, _WARMUP.value))
   if _FULL_RUN.value:

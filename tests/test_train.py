@@ -155,8 +155,9 @@ def test_every_task_trains(tmp_path, task, data, model):
   assert np.isfinite(final["eval/loss"]) and np.isfinite(losses[-1])
 
 
-def _run_cli(args, cwd, timeout=120):
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _run_cli(args, cwd, timeout=120, **env_vars):
+  # The compilation cache goes under the test's directory, not the user's ~/.cache.
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(cwd / "cache"), **env_vars)
   return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "train.py"), *args],
                         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -187,6 +188,26 @@ def test_empty_or_short_text_file_is_a_clear_error(tmp_path, content, message):
   assert not workdir.exists()
 
 
+def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
+  """A second run of the same config loads its programs from the cache (JAX logs the hit) and
+  trains to the same losses; --compilation_cache=none writes no cache."""
+  args = ["--config.train.num_steps=3", "--config.train.log_every=1", "--config.train.eval_every=3",
+          "--config.model.num_layers=1", "--config.model.d_model=32",
+          f"--compilation_cache={tmp_path / 'xla'}"]
+  first = _run_cli([f"--workdir={tmp_path / 'a'}", *args], cwd=tmp_path)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert any(name.startswith("jit_train_step-") for name in os.listdir(tmp_path / "xla"))
+  second = _run_cli([f"--workdir={tmp_path / 'b'}", *args], cwd=tmp_path, JAX_LOG_COMPILES="1")
+  assert second.returncode == 0, second.stderr[-2000:]
+  assert "Persistent compilation cache hit for 'jit_train_step'" in second.stderr, (
+      second.stderr[-3000:])
+  assert train_losses(str(tmp_path / "a")) == train_losses(str(tmp_path / "b"))
+  off = _run_cli([f"--workdir={tmp_path / 'c'}", *args[:-1], "--compilation_cache=none"],
+                 cwd=tmp_path)
+  assert off.returncode == 0, off.stderr[-2000:]
+  assert not (tmp_path / "cache").exists()  # neither the given directory nor the default
+
+
 def test_resuming_with_a_different_model_is_refused(tmp_path):
   config = tiny_config(num_steps=2)
   workdir = str(tmp_path / "run")
@@ -200,7 +221,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path):
 
 def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
   workdir = tmp_path / "run"
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
   proc = subprocess.Popen(
       [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
        "--config.train.num_steps=100000", "--config.train.log_every=1",
@@ -245,7 +266,8 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
       ("train.batch_size", 8), ("train.eval_batch_size", 8), ("train.eval_batches", 1),
       ("train.eval_every", 4), ("train.checkpoint_every", 4), ("train.log_every", 1),
       ("mesh.cpu_devices", 2))]
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="",
+             TFJAX_CACHE_DIR=str(tmp_path / "cache"))
   run = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "train.py"),
                         f"--workdir={workdir}", *overrides], check=True, env=env, cwd=REPO,
                        capture_output=True, text=True)
@@ -295,15 +317,23 @@ def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
   assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
 
 
-def test_train_step_compiles_once_in_background_and_serves_the_first_step(tmp_path, caplog):
-  """train._compile_in_background compiles during the step-0 evaluation; the loop's first step
-  must reuse it (same shapes, shardings and axis rules), not compile a second program."""
+def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog):
+  """train._compile_in_background compiles the train and eval steps from shapes alone while the
+  state initializes; the first calls must reuse those programs (same shapes, shardings and axis
+  rules), not compile second ones. Eval batches compile once per distinct shape."""
+  config = tiny_config(num_steps=4, eval_at_start=True)
   previous = jax.config.jax_log_compiles
   jax.config.update("jax_log_compiles", True)
   try:
     with caplog.at_level(logging.WARNING):
-      train.train_and_evaluate(tiny_config(num_steps=4, eval_at_start=True), str(tmp_path / "run"))
+      train.train_and_evaluate(config, str(tmp_path / "run"))
   finally:
     jax.config.update("jax_log_compiles", previous)
-  compiles = [r for r in caplog.records if "XLA compilation of jit(train_step)" in r.getMessage()]
-  assert len(compiles) == 1, [r.getMessage() for r in compiles]
+  messages = [r.getMessage() for r in caplog.records]
+  compiles = [m for m in messages if "XLA compilation of jit(train_step)" in m]
+  assert len(compiles) == 1, compiles
+  eval_shapes = {tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
+                 for _, batch in train.prepare(config).dataset.eval_batches(
+                     config.train.eval_batch_size, config.train.eval_batches)}
+  eval_compiles = [m for m in messages if "XLA compilation of jit(eval_step)" in m]
+  assert len(eval_compiles) == len(eval_shapes) >= 2, (eval_compiles, eval_shapes)

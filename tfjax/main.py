@@ -43,6 +43,10 @@ _NUM_PROCESSES = flags.DEFINE_integer(
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None, "This process's index, 0..num_processes-1 (default: $JAX_PROCESS_ID or "
     "auto-detected).")
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", "", "Persistent XLA compilation cache: a rerun, a resume or another seed "
+    "loads its programs instead of compiling them. Default $TFJAX_CACHE_DIR/xla or "
+    "~/.cache/tfjax/xla; 'none' turns it off.")
 _LOCAL_DEVICE_IDS = flags.DEFINE_list(
     "local_device_ids", None, "Accelerators this process uses, e.g. 0,1,2,3 (default: "
     "$JAX_LOCAL_DEVICE_IDS, or one per process as SLURM/Open MPI assign, or all).")
@@ -57,7 +61,7 @@ def fresh_workdir(config_path: str) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from tfjax import distributed, sharding  # pylint: disable=g-import-not-at-top
+  from tfjax import compile_cache, distributed, sharding  # pylint: disable=g-import-not-at-top
   try:  # before anything touches a device
     sharding.configure_cpu_devices(_CONFIG.value)
     distributed.initialize(
@@ -67,6 +71,7 @@ def main(argv):
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+  compile_cache.enable(_COMPILATION_CACHE.value)
   from tfjax import train  # pylint: disable=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp

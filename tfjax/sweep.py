@@ -42,6 +42,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
+from tfjax import compile_cache
+
 _log = logging.getLogger(__name__)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -292,14 +294,6 @@ def run_point(sweep: Sweep, point: Point, root: str,
   return "done"
 
 
-def enable_compilation_cache(directory: str) -> None:
-  """Persistent XLA cache: points that differ only in seeds (or runtime values) compile once."""
-  import jax  # pylint: disable=import-outside-toplevel
-  jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
 def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),
               train_fn: Callable[[Any, str], dict] = _default_train,
               compilation_cache: Optional[str] = None) -> dict[str, str]:
@@ -313,7 +307,7 @@ def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str]
   if parallel > 1:
     return _run_in_children(sweep, root, points, parallel, compilation_cache)
   if compilation_cache:
-    enable_compilation_cache(compilation_cache)
+    compile_cache.enable(compilation_cache)
   statuses = {}
   for i, point in enumerate(points, 1):
     _log.info("[%d/%d] %s", i, len(points), point.name)
@@ -438,7 +432,7 @@ def _child_main(argv: Sequence[str]) -> int:
   metrics.setup_logging()
   sweep = load_sweep(args.config, args.scale)
   if args.compilation_cache:
-    enable_compilation_cache(args.compilation_cache)
+    compile_cache.enable(args.compilation_cache)
   try:
     status = run_point(sweep, sweep.point(args.point), args.workdir)
   except Exception:  # pylint: disable=broad-except

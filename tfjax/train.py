@@ -305,23 +305,23 @@ class StepPacer:
       jax.block_until_ready(self._pending.popleft())
 
 
-def _compile_in_background(train_step, state, one_row, batch_size, mesh, rules):
-  """Compiles `train_step` for global batches shaped like `one_row` on another thread; returns
-  its future. Why: XLA compiles on one core, so the train step (~3 s for nanoGPT's CPU recipe)
-  compiles while the step-0 evaluation and greedy sample compile and run on this thread. The
-  jitted function's cache then serves the first step without compiling again."""
-  batch = {k: jax.ShapeDtypeStruct((batch_size,) + np.shape(v)[1:], np.asarray(v).dtype,
-                                   sharding=sharding.batch_sharding(mesh, rules))
-           for k, v in one_row.items()}
+def _compile_in_background(jobs, mesh, rules):
+  """Compiles each (jitted fn, abstract args) of `jobs` on its own thread; returns their futures.
 
-  def compile_():
+  Why: XLA compiles a program on about one core, and the state's init, the train step (~2 and
+  ~3 s for nanoGPT's CPU recipe), the eval step and the greedy sampler each compile once. The
+  train and eval steps need only shapes and shardings, so they compile while this thread
+  initializes (or restores) the state and runs the step-0 evaluation and sample. The jitted
+  functions' caches then serve the real calls without compiling again."""
+
+  def compile_(fn, args):
     with sharding.axis_rules(mesh, rules):  # thread-local: enter them on this thread too
-      train_step.lower(state, batch).compile()
+      fn.lower(*args).compile()
 
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-  future = pool.submit(compile_)
-  pool.shutdown(wait=False)  # the thread ends with the compile
-  return future
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs))
+  futures = [pool.submit(compile_, fn, args) for fn, args in jobs]
+  pool.shutdown(wait=False)  # the threads end with their compiles
+  return futures
 
 
 class _StopRequested:
@@ -363,27 +363,38 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules(config)
   _log.info("mesh %s over %d %s devices", dict(mesh.shape), mesh.size, jax.default_backend())
-  state, state_shardings = init_state(exp, mesh, rules)
-  ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
-  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
-  row_start, row_count = sharding.process_rows(batch_shardings, train_cfg.batch_size)
-  iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
-                               row_count=row_count)
-  restored = ckpt.restore_latest(checkpoint.abstract_like(state))
-  if restored is not None:
-    step, state, data_state = restored
-    iterator.restore(data_state)
-    _log.info("resumed from step %d in %s", step, workdir)
-
+  init_fn, state_shapes, state_shardings = _state_builder(exp, mesh, rules)
+  abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                          state_shapes, state_shardings)
   train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules)
+  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
   eval_rows = sharding.process_rows(batch_shardings, train_cfg.eval_batch_size)
   eval_batches = [(name, put(batch)) for name, batch in exp.dataset.eval_batches(
       train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=eval_rows[0],
       row_count=eval_rows[1])]
   one_row = exp.dataset.train_batch(0, 1)
-  compiling = _compile_in_background(train_step, state, one_row, train_cfg.batch_size, mesh,
-                                     rules)
+  train_batch = {k: jax.ShapeDtypeStruct((train_cfg.batch_size,) + np.shape(v)[1:],
+                                         np.asarray(v).dtype, sharding=batch_shardings)
+                 for k, v in one_row.items()}
+  eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
+  compiling_train, *compiling_eval = _compile_in_background(
+      [(train_step, (abstract, train_batch))] + [
+          (eval_step, (abstract.params, checkpoint.abstract_like(b)))
+          for b in eval_shapes.values()], mesh, rules)
+
+  ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+  row_start, row_count = sharding.process_rows(batch_shardings, train_cfg.batch_size)
+  iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
+                               row_count=row_count)
+  restored = ckpt.restore_latest(abstract)
+  if restored is None:
+    state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
+  else:
+    step, state, data_state = restored
+    iterator.restore(data_state)
+    _log.info("resumed from step %d in %s", step, workdir)
+
   tokens_per_step = train_cfg.batch_size * _sequence_length(one_row, config.task)
   flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
                                                      train_cfg.batch_size)
@@ -394,9 +405,11 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   config_json = json.loads(config.to_json_best_effort())
   timer, last, pace = metrics.Timer(), {}, StepPacer()
   with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
+    for future in compiling_eval:  # each is done before its function is first called (a call
+      future.result()               # meanwhile would compile again); re-raises compile errors
     if start_step == 0 and train_cfg.eval_at_start:
       last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
-    compiling.result()  # re-raises a compile error here
+    compiling_train.result()
     step = start_step
     while step < train_cfg.num_steps:
       state, step_metrics = train_step(state, put(iterator.next()))
