@@ -195,7 +195,8 @@ def _check_batches(config) -> None:
 
 
 def _state_builder(exp: Experiment, mesh, rules):
-  """(init_fn(rng) -> TrainState, its ShapeDtypeStructs, its shardings), without building it."""
+  """(init_fn(rng) -> TrainState, its ShapeDtypeStructs with their shardings, the shardings),
+  without building it."""
   model = build_model(exp.model_config)
   args, kwargs = _model_inputs(exp.dataset.train_batch(0, 1), exp.config.task)
 
@@ -213,7 +214,9 @@ def _state_builder(exp: Experiment, mesh, rules):
   # Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp).
   shapes = jax.eval_shape(init_fn, rng)
   state_shardings = sharding.follow_params(shapes, param_shardings, sharding.replicated(mesh))
-  return init_fn, shapes, state_shardings
+  abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                          shapes, state_shardings)
+  return init_fn, abstract, state_shardings
 
 
 def init_state(exp: Experiment, mesh, rules):
@@ -227,9 +230,7 @@ def init_state(exp: Experiment, mesh, rules):
 def abstract_state(exp: Experiment, mesh, rules):
   """ShapeDtypeStructs of the TrainState, each with its sharding on `mesh`: what a checkpoint
   restores into (any mesh, any device count), without materializing a state."""
-  _, shapes, state_shardings = _state_builder(exp, mesh, rules)
-  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                      shapes, state_shardings)
+  return _state_builder(exp, mesh, rules)[1]
 
 
 def _model_inputs(batch, task):
@@ -308,11 +309,12 @@ class StepPacer:
 def _compile_in_background(jobs, mesh, rules):
   """Compiles each (jitted fn, abstract args) of `jobs` on its own thread; returns their futures.
 
-  Why: XLA compiles a program on about one core, and the state's init, the train step (~2 and
-  ~3 s for nanoGPT's CPU recipe), the eval step and the greedy sampler each compile once. The
-  train and eval steps need only shapes and shardings, so they compile while this thread
-  initializes (or restores) the state and runs the step-0 evaluation and sample. The jitted
-  functions' caches then serve the real calls without compiling again."""
+  Why: a run compiles its state init, train step, eval step and greedy sampler (~2.2, ~2.7, ~0.4
+  and ~1.7 s for nanoGPT's CPU recipe). The train and eval steps need only shapes and shardings,
+  so they compile while this thread initializes (or restores) the state and runs the step-0
+  evaluation and sample; the jitted functions' caches then serve the real calls. One XLA compile
+  already keeps ~1.5 cores busy, so on 2 cores this saves little (docs/benchmarks.md). A resumed
+  run restores instead of initializing (no init compile) while the steps compile."""
 
   def compile_(fn, args):
     with sharding.axis_rules(mesh, rules):  # thread-local: enter them on this thread too
@@ -363,9 +365,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules(config)
   _log.info("mesh %s over %d %s devices", dict(mesh.shape), mesh.size, jax.default_backend())
-  init_fn, state_shapes, state_shardings = _state_builder(exp, mesh, rules)
-  abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                          state_shapes, state_shardings)
+  init_fn, abstract, state_shardings = _state_builder(exp, mesh, rules)
   train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules)
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
