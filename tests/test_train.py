@@ -208,6 +208,18 @@ def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
   assert not (tmp_path / "cache").exists()  # neither the given directory nor the default
 
 
+def test_unusable_compilation_cache_directory_warns_and_leaves_jax_alone(tmp_path, caplog):
+  from tfjax import compile_cache  # pylint: disable=import-outside-toplevel
+  blocker = tmp_path / "a_file"
+  blocker.write_text("")
+  before = jax.config.jax_compilation_cache_dir
+  with caplog.at_level(logging.WARNING):
+    assert compile_cache.enable(str(blocker / "xla")) is None
+  assert "compilation cache disabled" in caplog.text and str(blocker) in caplog.text
+  assert compile_cache.enable("none") is None
+  assert jax.config.jax_compilation_cache_dir == before
+
+
 def test_resuming_with_a_different_model_is_refused(tmp_path):
   config = tiny_config(num_steps=2)
   workdir = str(tmp_path / "run")
