@@ -205,7 +205,7 @@ def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
   off = _run_cli([f"--workdir={tmp_path / 'c'}", *args[:-1], "--compilation_cache=none"],
                  cwd=tmp_path)
   assert off.returncode == 0, off.stderr[-2000:]
-  assert not (tmp_path / "cache").exists()  # neither the given directory nor the default
+  assert not (tmp_path / "cache").exists()  # 'none' does not fall back to the default either
 
 
 def test_unusable_compilation_cache_directory_warns_and_leaves_jax_alone(tmp_path, caplog):

@@ -118,10 +118,3 @@ def _signature(tree: Any) -> set:
     return str(key)
   return {(tuple(name(k) for k in path), tuple(leaf.shape), str(leaf.dtype))
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def abstract_like(tree: Any) -> Any:
-  """ShapeDtypeStructs (keeping shardings) describing `tree`, for restoring into its layout."""
-  return jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
-      tree)

@@ -195,8 +195,8 @@ def _check_batches(config) -> None:
 
 
 def _state_builder(exp: Experiment, mesh, rules):
-  """(init_fn(rng) -> TrainState, its ShapeDtypeStructs with their shardings, the shardings),
-  without building it."""
+  """(make_state() -> the seeded TrainState in its sharded layout, its ShapeDtypeStructs with
+  their shardings, the shardings), without building it."""
   model = build_model(exp.model_config)
   args, kwargs = _model_inputs(exp.dataset.train_batch(0, 1), exp.config.task)
 
@@ -216,15 +216,17 @@ def _state_builder(exp: Experiment, mesh, rules):
   state_shardings = sharding.follow_params(shapes, param_shardings, sharding.replicated(mesh))
   abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                           shapes, state_shardings)
-  return init_fn, abstract, state_shardings
+
+  def make_state():  # out_shardings alone place the state: no mesh context is needed for init
+    return jax.jit(init_fn, out_shardings=state_shardings)(rng)
+
+  return make_state, abstract, state_shardings
 
 
 def init_state(exp: Experiment, mesh, rules):
   """TrainState created directly in its sharded layout (never whole on one device)."""
-  init_fn, _, state_shardings = _state_builder(exp, mesh, rules)
-  # out_shardings alone place the state: no mesh context is needed (or entered) for init.
-  state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(exp.config.seed))
-  return state, state_shardings
+  make_state, _, state_shardings = _state_builder(exp, mesh, rules)
+  return make_state(), state_shardings
 
 
 def abstract_state(exp: Experiment, mesh, rules):
@@ -365,7 +367,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.rules(config)
   _log.info("mesh %s over %d %s devices", dict(mesh.shape), mesh.size, jax.default_backend())
-  init_fn, abstract, state_shardings = _state_builder(exp, mesh, rules)
+  make_state, abstract, state_shardings = _state_builder(exp, mesh, rules)
   train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules)
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
@@ -374,14 +376,13 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
       train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=eval_rows[0],
       row_count=eval_rows[1])]
   one_row = exp.dataset.train_batch(0, 1)
-  train_batch = {k: jax.ShapeDtypeStruct((train_cfg.batch_size,) + np.shape(v)[1:],
-                                         np.asarray(v).dtype, sharding=batch_shardings)
-                 for k, v in one_row.items()}
+  train_batch = {k: jax.ShapeDtypeStruct((train_cfg.batch_size,) + v.shape[1:], v.dtype,
+                                         sharding=batch_shardings) for k, v in one_row.items()}
+  # One eval batch per distinct shape (synthetic tasks have one per test length).
   eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
   compiling_train, *compiling_eval = _compile_in_background(
-      [(train_step, (abstract, train_batch))] + [
-          (eval_step, (abstract.params, checkpoint.abstract_like(b)))
-          for b in eval_shapes.values()], mesh, rules)
+      [(train_step, (abstract, train_batch))] +
+      [(eval_step, (abstract.params, b)) for b in eval_shapes.values()], mesh, rules)
 
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
   row_start, row_count = sharding.process_rows(batch_shardings, train_cfg.batch_size)
@@ -389,7 +390,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
                                row_count=row_count)
   restored = ckpt.restore_latest(abstract)
   if restored is None:
-    state = jax.jit(init_fn, out_shardings=state_shardings)(jax.random.PRNGKey(config.seed))
+    state = make_state()
   else:
     step, state, data_state = restored
     iterator.restore(data_state)
