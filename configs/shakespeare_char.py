@@ -45,4 +45,5 @@ def get_config(arg=None):
                       sample_tokens=200, sample_prompt="\n")
   if cpu:  # one XLA device per core, batch split over them (tfjax.sharding.configure_cpu_devices)
     config.mesh.cpu_devices = -1
+    config.train.steps_per_call = 50  # one jitted call per logged step: saves ~3 ms a step here
   return config

@@ -83,6 +83,60 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path):
     assert got[step] == expected[step], (step, got[step], expected[step])
 
 
+def test_several_steps_per_call_log_evaluate_and_checkpoint_at_the_same_steps(tmp_path):
+  """train.steps_per_call=3 runs up to 3 steps per jitted call, cut short at every step that logs,
+  evaluates or checkpoints: the same records and checkpoints as one step per call, the same
+  losses; an interrupted run (mid-call boundary at step 5) resumes to the same losses."""
+  runs = {}
+  for name, per_call, stop in (("one", 1, None), ("three", 3, None), ("resumed", 3, 5)):
+    config = tiny_config(num_steps=10, steps_per_call=per_call, log_every=4, eval_every=8,
+                         checkpoint_every=4, keep_checkpoints=5)
+    workdir = str(tmp_path / name)
+    if stop:
+      train.train_and_evaluate(config, workdir, stop_after_step=stop)
+      assert sorted(os.listdir(os.path.join(workdir, "checkpoints")), key=int) == ["4", "5"]
+    train.train_and_evaluate(config, workdir)
+    runs[name] = workdir
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints")), key=int) == (
+        ["4", "5", "8", "10"] if stop else ["4", "8", "10"])
+    assert [m["step"] for m in read_metrics(workdir) if "eval/loss" in m] == [8, 10]
+  one, three, resumed = (train_losses(runs[n]) for n in ("one", "three", "resumed"))
+  assert sorted(one) == sorted(three) == [4, 8, 10] and sorted(resumed) == [4, 8, 10]
+  for step in (4, 8, 10):
+    np.testing.assert_allclose(three[step], one[step], rtol=1e-6)
+    assert resumed[step] == three[step], (step, resumed[step], three[step])
+
+
+def test_multi_step_equals_single_steps_and_ignores_padding():
+  """make_multi_step over 5 of 8 stacked batches = 5 train_step calls (the 3 padded rows unread);
+  its metrics are the 5th step's."""
+  config = tiny_config()
+  exp = train.prepare(config)
+  model = build_model(exp.model_config.replace(deterministic=False))
+  step_fn = train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.0, 1)
+  state, _ = train.init_state(exp, *_one_device_mesh(config))
+  batches = [exp.dataset.train_batch(i, 8) for i in range(5)]
+  single = jax.jit(step_fn)
+  expected = state
+  for batch in batches:
+    expected, expected_metrics = single(expected, batch)
+  stacked = train.stack_batches(batches, 8)
+  for key in stacked:  # other batches in the padding must not matter
+    stacked[key][5:] = np.asarray(batches[0][key])[::-1]
+  got, got_metrics = jax.jit(train.make_multi_step(step_fn))(state, stacked, np.int32(5))
+  assert int(got.step) == 5
+  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(expected.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  for key in expected_metrics:
+    np.testing.assert_allclose(got_metrics[key], expected_metrics[key], rtol=1e-5)
+
+
+def _one_device_mesh(config):
+  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  return mesh, sharding.rules(config)
+
+
 def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
   config = tiny_config(num_steps=8)
   workdir = str(tmp_path / "run")
@@ -167,6 +221,7 @@ def _run_cli(args, cwd, timeout=120, **env_vars):
     ("--config.model.position=fourier", "model.position='fourier' is invalid"),
     ("--config.model.num_heads=5", "not divisible by model.num_heads=5"),
     ("--config.optimizer.schedule=cos", "schedule"),
+    ("--config.train.steps_per_call=0", "train.steps_per_call=0 must be a positive integer"),
 ])
 def test_cli_rejects_bad_config_without_making_a_workdir(tmp_path, override, message):
   workdir = tmp_path / "run"
@@ -329,11 +384,13 @@ def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
   assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
 
 
-def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog):
+@pytest.mark.parametrize("per_call,program", [(1, "train_step"), (2, "multi_step")])
+def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog, per_call,
+                                                                     program):
   """train._compile_in_background compiles the train and eval steps from shapes alone while the
   state initializes; the first calls must reuse those programs (same shapes, shardings and axis
   rules), not compile second ones. Eval batches compile once per distinct shape."""
-  config = tiny_config(num_steps=4, eval_at_start=True)
+  config = tiny_config(num_steps=4, eval_at_start=True, steps_per_call=per_call, log_every=2)
   previous = jax.config.jax_log_compiles
   jax.config.update("jax_log_compiles", True)
   try:
@@ -342,8 +399,9 @@ def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, ca
   finally:
     jax.config.update("jax_log_compiles", previous)
   messages = [r.getMessage() for r in caplog.records]
-  compiles = [m for m in messages if "XLA compilation of jit(train_step)" in m]
-  assert len(compiles) == 1, compiles
+  compiles = [m for m in messages if "XLA compilation of jit(" in m and "_step)" in m
+              and "eval_step" not in m]
+  assert len(compiles) == 1 and f"jit({program})" in compiles[0], compiles
   eval_shapes = {tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
                  for _, batch in train.prepare(config).dataset.eval_batches(
                      config.train.eval_batch_size, config.train.eval_batches)}

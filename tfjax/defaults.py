@@ -21,6 +21,8 @@ def default_train_config() -> config_dict.ConfigDict:
   c.eval_every = 250
   c.eval_at_start = True        # nanoGPT also evaluates step 0
   c.log_every = 50
+  c.steps_per_call = 1          # steps per jitted call (lax.fori_loop over K stacked batches);
+                                # logs, evals, checkpoints still land on their steps
   c.checkpoint_every = 500
   c.keep_checkpoints = 3
   c.label_smoothing = 0.0

@@ -94,6 +94,28 @@ def make_train_step(model, optimizer, schedule, task: str, label_smoothing: floa
   return train_step
 
 
+def make_multi_step(train_step):
+  """(state, batches, num_steps) -> (state after `num_steps` steps, the last step's metrics).
+
+  `batches` stacks K batches ([K, B, ...] leaves); a lax.fori_loop runs `train_step` on the first
+  `num_steps` <= K of them inside one program. Why: on nanoGPT's CPU recipe a call per step costs
+  ~1.8 ms of dispatch and device synchronization on top of the ~30 ms step, and a host-to-device
+  copy per batch another ~1.1 ms (docs/benchmarks.md); one call and one copy per K steps removes
+  both. The step math is the same; `num_steps` is traced, so one program serves every count."""
+
+  def multi_step(state, batches, num_steps):
+    def one_step(i, carry):
+      batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
+      return train_step(carry[0], batch)
+
+    first_batch = jax.tree.map(lambda x: x[0], batches)
+    metric_shapes = jax.eval_shape(train_step, state, first_batch)[1]
+    no_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+    return jax.lax.fori_loop(0, num_steps, one_step, (state, no_metrics))
+
+  return multi_step
+
+
 def _scalars(stats):
   return {k: v for k, v in stats.items() if k in ("loss_sum", "weight_sum", "correct_sum")}
 
@@ -157,6 +179,7 @@ def prepare(config, workdir: str | None = None) -> Experiment:
     raise ValueError(
         f"model.vocab_size={model_config.vocab_size} is smaller than the data's vocabulary "
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
+  _check_loop_counts(config.train)
   _check_batches(config)
   _check_cpu_devices(config)
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
@@ -174,6 +197,14 @@ def _check_cpu_devices(config) -> None:
                  "tfjax.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). Results "
                  "are the same up to float rounding, only slower", wanted, jax.local_device_count(),
                  sharding.HOST_DEVICES_FLAG, wanted)
+
+
+def _check_loop_counts(train_cfg) -> None:
+  for key in ("num_steps", "batch_size", "eval_batch_size", "eval_every", "log_every",
+              "checkpoint_every", "steps_per_call"):
+    value = train_cfg[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"train.{key}={value!r} must be a positive integer")
 
 
 def _check_batches(config) -> None:
@@ -247,42 +278,75 @@ def _model_inputs(batch, task):
   return (batch["inputs"],), kwargs
 
 
-def jit_steps(exp: Experiment, mesh, rules, state_shardings):
-  """(train_step, eval_step) jitted with their in/out shardings; the train step donates the
-  state. Call them inside `sharding.axis_rules(mesh, rules)` so activation constraints apply."""
+def _train_step(exp: Experiment, mesh, rules):
+  """The (unjitted) train step of this experiment on `mesh`."""
   config = exp.config
   train_model = build_model(exp.model_config.replace(deterministic=False))
-  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
   sum_over_shards = None
   if cpu_fusion.flat_all_reduce_applies(mesh, exp.model_config):
     sum_over_shards = functools.partial(cpu_fusion.summed_over_shards, mesh=mesh,
-                                        batch_spec=batch_shardings.spec)
-  train_step = jax.jit(
-      make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
-                      config.train.label_smoothing, config.optimizer.grad_accum_steps,
-                      sum_over_shards),
-      in_shardings=(state_shardings, batch_shardings),
-      out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
-  eval_step = jax.jit(make_eval_step(build_model(exp.model_config), config.task),
+                                        batch_spec=sharding.batch_sharding(mesh, rules).spec)
+  return make_train_step(train_model, exp.optimizer, exp.schedule, config.task,
+                         config.train.label_smoothing, config.optimizer.grad_accum_steps,
+                         sum_over_shards)
+
+
+def jit_steps(exp: Experiment, mesh, rules, state_shardings):
+  """(train_step, eval_step) jitted with their in/out shardings; the train step donates the
+  state. Call them inside `sharding.axis_rules(mesh, rules)` so activation constraints apply."""
+  batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
+  train_step = jax.jit(_train_step(exp, mesh, rules),
+                       in_shardings=(state_shardings, batch_shardings),
+                       out_shardings=(state_shardings, sharding.replicated(mesh)),
+                       donate_argnums=(0,))
+  eval_step = jax.jit(make_eval_step(build_model(exp.model_config), exp.config.task),
                       in_shardings=(state_shardings.params, batch_shardings),
                       out_shardings=sharding.replicated(mesh))
   return train_step, eval_step
 
 
-def global_batch_putter(mesh, rules):
-  """Host batch (this process's rows) -> global jax.Array sharded over the data axes."""
+def jit_multi_step(exp: Experiment, mesh, rules, state_shardings):
+  """make_multi_step of this experiment's train step, jitted: (state, batches [K, B, ...] from
+  global_batch_putter(..., stacked=True), np.int32 num_steps) -> (state, last metrics)."""
+  return jax.jit(make_multi_step(_train_step(exp, mesh, rules)),
+                 in_shardings=(state_shardings, stacked_batch_sharding(mesh, rules),
+                               sharding.replicated(mesh)),
+                 out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=(0,))
+
+
+def stacked_batch_sharding(mesh, rules):
+  """K stacked batches [K, B, ...]: rows split as in a batch, the stacking axis on every device."""
+  spec = sharding.batch_sharding(mesh, rules).spec
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, *spec))
+
+
+def global_batch_putter(mesh, rules, stacked: bool = False):
+  """Host batch (this process's rows) -> global jax.Array sharded over the data axes.
+  `stacked`: the leaves are K batches [K, rows, ...] (jit_multi_step's input)."""
   batch_sharding = sharding.batch_sharding(mesh, rules)
+  target = stacked_batch_sharding(mesh, rules) if stacked else batch_sharding
+  row_axis = 1 if stacked else 0
 
   def put(local_batch):
     def one(x):
       x = np.asarray(x)
       if jax.process_count() == 1:
-        return jax.device_put(x, batch_sharding)
-      global_shape = (sharding.global_rows(batch_sharding, x.shape[0]),) + x.shape[1:]
-      return jax.make_array_from_process_local_data(batch_sharding, x, global_shape)
+        return jax.device_put(x, target)
+      rows = sharding.global_rows(batch_sharding, x.shape[row_axis])
+      global_shape = x.shape[:row_axis] + (rows,) + x.shape[row_axis + 1:]
+      return jax.make_array_from_process_local_data(target, x, global_shape)
     return {k: one(v) for k, v in local_batch.items()}
 
   return put
+
+
+def stack_batches(batches, size: int):
+  """[batch dicts] -> one dict of [size, B, ...] arrays; rows past len(batches) are zeros (the
+  multi-step never reads them: its step count says how many are real)."""
+  def stacked(key):
+    leaves = [np.asarray(b[key]) for b in batches]
+    return np.stack(leaves + [np.zeros_like(leaves[0])] * (size - len(leaves)))
+  return {key: stacked(key) for key in batches[0]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,19 +439,19 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   eval_batches = [(name, put(batch)) for name, batch in exp.dataset.eval_batches(
       train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=eval_rows[0],
       row_count=eval_rows[1])]
-  one_row = exp.dataset.train_batch(0, 1)
-  train_batch = {k: jax.ShapeDtypeStruct((train_cfg.batch_size,) + v.shape[1:], v.dtype,
-                                         sharding=batch_shardings) for k, v in one_row.items()}
-  # One eval batch per distinct shape (synthetic tasks have one per test length).
-  eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
-  compiling_train, *compiling_eval = _compile_in_background(
-      [(train_step, (abstract, train_batch))] +
-      [(eval_step, (abstract.params, b)) for b in eval_shapes.values()], mesh, rules)
-
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
   row_start, row_count = sharding.process_rows(batch_shardings, train_cfg.batch_size)
   iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
+
+  advance, train_program, train_args = _advancer(exp, mesh, rules, abstract, state_shardings,
+                                                 iterator, train_step, put)
+  # One eval batch per distinct shape (synthetic tasks have one per test length).
+  eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
+  compiling_train, *compiling_eval = _compile_in_background(
+      [(train_program, train_args)] +
+      [(eval_step, (abstract.params, b)) for b in eval_shapes.values()], mesh, rules)
+
   restored = ckpt.restore_latest(abstract)
   if restored is None:
     state = make_state()
@@ -396,7 +460,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     iterator.restore(data_state)
     _log.info("resumed from step %d in %s", step, workdir)
 
-  tokens_per_step = train_cfg.batch_size * _sequence_length(one_row, config.task)
+  tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
+                                                            config.task)
   flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
                                                      train_cfg.batch_size)
   peak = param_accounting.peak_flops(train_cfg.peak_flops)
@@ -413,10 +478,11 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     compiling_train.result()
     step = start_step
     while step < train_cfg.num_steps:
-      state, step_metrics = train_step(state, put(iterator.next()))
+      num_steps = _steps_this_call(step, train_cfg, stop_after_step)
+      state, step_metrics = advance(state, num_steps)
       pace(step_metrics)
-      step += 1
-      timer.steps += 1
+      step += num_steps
+      timer.steps += num_steps
       if step % train_cfg.log_every == 0 or step == train_cfg.num_steps:
         logged = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
         rate = timer.rate(tokens_per_step)
@@ -443,6 +509,45 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   ckpt.close()
   writer.close()
   return last
+
+
+def _advancer(exp, mesh, rules, abstract, state_shardings, iterator, train_step, put):
+  """(advance(state, n) -> (state, last metrics) after n steps on the iterator's next n batches,
+  the jitted program it calls, that program's abstract arguments for compiling ahead).
+  train.steps_per_call = 1: one train_step call per batch; K > 1: jit_multi_step on K batches."""
+  train_cfg = exp.config.train
+  per_call = train_cfg.steps_per_call
+  one_row = exp.dataset.train_batch(0, 1)
+
+  def batch_shapes(*stacking):
+    where = (stacked_batch_sharding(mesh, rules) if stacking
+             else sharding.batch_sharding(mesh, rules))
+    return {k: jax.ShapeDtypeStruct(stacking + (train_cfg.batch_size,) + v.shape[1:], v.dtype,
+                                    sharding=where) for k, v in one_row.items()}
+
+  if per_call == 1:
+    def advance(state, num_steps):
+      assert num_steps == 1, num_steps
+      return train_step(state, put(iterator.next()))
+    return advance, train_step, (abstract, batch_shapes())
+
+  multi_step = jit_multi_step(exp, mesh, rules, state_shardings)
+  put_stacked = global_batch_putter(mesh, rules, stacked=True)
+
+  def advance(state, num_steps):
+    batches = stack_batches([iterator.next() for _ in range(num_steps)], per_call)
+    return multi_step(state, put_stacked(batches), np.int32(num_steps))
+  return advance, multi_step, (abstract, batch_shapes(per_call), jax.ShapeDtypeStruct((), jnp.int32))
+
+
+def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
+  """Steps the next call runs: up to train.steps_per_call, ending at the next step that logs,
+  evaluates, checkpoints or stops, so those happen at the same steps whatever steps_per_call is."""
+  ends = [train_cfg.num_steps] + [step + every - step % every for every in (
+      train_cfg.log_every, train_cfg.eval_every, train_cfg.checkpoint_every)]
+  if stop_after_step is not None:
+    ends.append(max(stop_after_step, step + 1))
+  return max(1, min(min(ends) - step, train_cfg.steps_per_call))
 
 
 def _eval_and_sample(exp, eval_step, state, eval_batches, writer, step, mesh):
