@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -129,6 +130,22 @@ def test_multi_step_equals_single_steps_and_ignores_padding():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
   for key in expected_metrics:
     np.testing.assert_allclose(got_metrics[key], expected_metrics[key], rtol=1e-5)
+
+
+def test_state_init_draws_flax_init_params():
+  """The state's params are model.init's with the params half of split(PRNGKey(seed)); on CPU the
+  init program is compiled unoptimized (faster), which may change float rounding only."""
+  config = tiny_config()
+  config.seed = 7
+  exp = train.prepare(config)
+  state, _ = train.init_state(exp, *_one_device_mesh(config))
+  args, kwargs = train._model_inputs(exp.dataset.train_batch(0, 1), config.task)
+  params_rng = jax.random.split(jax.random.PRNGKey(7))[0]
+  expected = nn.meta.unbox(build_model(exp.model_config).init(params_rng, *args, **kwargs)["params"])
+  assert jax.tree.structure(state.params) == jax.tree.structure(expected)
+  for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  assert int(state.step) == 0
 
 
 def _one_device_mesh(config):
