@@ -67,7 +67,7 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def launch(workdir, mesh, num_processes=2, devices_per_process=4):
+def launch(workdir, mesh, num_processes=2, devices_per_process=4, overrides=()):
   """Starts the CLI once per process; returns the Popen objects (stdout+stderr to log files)."""
   port = free_port()
   env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu",
@@ -84,7 +84,7 @@ def launch(workdir, mesh, num_processes=2, devices_per_process=4):
          f"--workdir={workdir}/run", f"--coordinator_address=127.0.0.1:{port}",
          f"--num_processes={num_processes}", f"--process_id={pid}",
          f"--config.mesh.data={mesh[0]}", f"--config.mesh.fsdp={mesh[1]}",
-         f"--config.mesh.tensor={mesh[2]}"],
+         f"--config.mesh.tensor={mesh[2]}", *overrides],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
     log.close()
   return procs
@@ -140,9 +140,9 @@ def single_device_losses():
   return losses
 
 
-def run_two_processes(workdir, mesh, deadline, expected=None):
+def run_two_processes(workdir, mesh, deadline, expected=None, overrides=()):
   """One 2-process CLI run; computes the single-device reference meanwhile if not given."""
-  procs = launch(workdir, mesh)
+  procs = launch(workdir, mesh, overrides=overrides)
   try:
     if expected is None:
       expected = single_device_losses()  # while the two processes compile
@@ -154,8 +154,11 @@ def run_two_processes(workdir, mesh, deadline, expected=None):
 def test_two_processes_match_single_device(tmp_path):
   workdir = str(tmp_path)
   # Mesh (1, 4, 2): fsdp spans both processes (weights all-gathered across them over gloo),
-  # tensor inside each; process p holds batch rows [4p, 4p + 4).
-  expected = run_two_processes(workdir, (1, 4, 2), time.time() + TIMEOUT_S)
+  # tensor inside each; process p holds batch rows [4p, 4p + 4). The steps run through the
+  # multi-step program (stacked batches placed from each process's rows; one step per call, as
+  # every step logs); the resume test below runs one train_step call per batch.
+  expected = run_two_processes(workdir, (1, 4, 2), time.time() + TIMEOUT_S,
+                               overrides=("--config.train.steps_per_call=2",))
   run = os.path.join(workdir, "run")
   records = train_records(run)
   assert [r["step"] for r in records] == [1, 2, 3, 4, 5]  # process 0 alone wrote metrics
