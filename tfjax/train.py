@@ -382,10 +382,10 @@ class StepPacer:
 def _compile_in_background(jobs, mesh, rules):
   """Compiles each (jitted fn, abstract args) of `jobs` on its own thread; returns their futures.
 
-  Why: a run compiles its state init, train step, eval step and greedy sampler (~2.2, ~2.7, ~0.4
-  and ~1.7 s for nanoGPT's CPU recipe). The train and eval steps need only shapes and shardings,
-  so they compile while this thread initializes (or restores) the state and runs the step-0
-  evaluation and sample; the jitted functions' caches then serve the real calls. One XLA compile
+  Why: a run compiles its state init, train step, eval step and greedy sampler (~1.1, ~2.8, ~0.5
+  and ~1.2 s for nanoGPT's CPU recipe, each alone). The train and eval steps need only shapes and
+  shardings, so they compile while this thread initializes (or restores) the state and runs the
+  step-0 evaluation and sample; the jitted functions' caches then serve the real calls. One XLA compile
   already keeps ~1.5 cores busy, so on 2 cores this saves little (docs/benchmarks.md). A resumed
   run restores instead of initializing (no init compile) while the steps compile."""
 
