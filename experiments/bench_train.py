@@ -36,7 +36,8 @@ _CACHE = flags.DEFINE_string(
 def measure_steps(config, steps: int, warmup: int) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from tfjax import data, params as accounting, sharding, train  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax import data, params as accounting, sharding, train
 
   exp = train.prepare(config)
   mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)

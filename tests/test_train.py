@@ -141,7 +141,8 @@ def test_state_init_draws_flax_init_params():
   state, _ = train.init_state(exp, *_one_device_mesh(config))
   args, kwargs = train._model_inputs(exp.dataset.train_batch(0, 1), config.task)
   params_rng = jax.random.split(jax.random.PRNGKey(7))[0]
-  expected = nn.meta.unbox(build_model(exp.model_config).init(params_rng, *args, **kwargs)["params"])
+  model = build_model(exp.model_config)
+  expected = nn.meta.unbox(model.init(params_rng, *args, **kwargs)["params"])
   assert jax.tree.structure(state.params) == jax.tree.structure(expected)
   for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected)):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -385,9 +385,9 @@ def _compile_in_background(jobs, mesh, rules):
   Why: a run compiles its state init, train step, eval step and greedy sampler (~1.1, ~2.8, ~0.5
   and ~1.2 s for nanoGPT's CPU recipe, each alone). The train and eval steps need only shapes and
   shardings, so they compile while this thread initializes (or restores) the state and runs the
-  step-0 evaluation and sample; the jitted functions' caches then serve the real calls. One XLA compile
-  already keeps ~1.5 cores busy, so on 2 cores this saves little (docs/benchmarks.md). A resumed
-  run restores instead of initializing (no init compile) while the steps compile."""
+  step-0 evaluation and sample; the jitted functions' caches then serve the real calls. One XLA
+  compile already keeps ~1.5 cores busy, so on 2 cores this saves little (docs/benchmarks.md).
+  A resumed run restores instead of initializing (no init compile) while the steps compile."""
 
   def compile_(fn, args):
     with sharding.axis_rules(mesh, rules):  # thread-local: enter them on this thread too
@@ -544,7 +544,8 @@ def _advancer(exp, mesh, rules, abstract, state_shardings, iterator, train_step,
   def advance(state, num_steps):
     batches = stack_batches([iterator.next() for _ in range(num_steps)], per_call)
     return multi_step(state, put_stacked(batches), np.int32(num_steps))
-  return advance, multi_step, (abstract, batch_shapes(per_call), jax.ShapeDtypeStruct((), jnp.int32))
+  num_steps_shape = jax.ShapeDtypeStruct((), jnp.int32)
+  return advance, multi_step, (abstract, batch_shapes(per_call), num_steps_shape)
 
 
 def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
