@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tfjax import sharding, train  # pylint: disable=wrong-import-position
+from tfjax import checkpoint, sharding, train  # pylint: disable=wrong-import-position
 import scaleout_config  # pylint: disable=wrong-import-position
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4))
@@ -81,6 +81,24 @@ def read_losses(workdir):
     return {r["step"]: r["train/loss"] for r in map(json.loads, f) if "train/loss" in r}
 
 
+def replicated_checkpoint_round_trip(workdir):
+  """Saves a state replicated over the 8 devices (written from one replica) and restores it."""
+  config = config_for((8, 1, 1))
+  exp, mesh, rules = train.prepare(config), sharding.make_mesh(config.mesh), sharding.rules(config)
+  state, _ = train.init_state(exp, mesh, rules)
+  abstract = train.abstract_state(exp, mesh, rules)
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, "replicated"))
+  ckpt.save(1, state, {"position": 7}, {})
+  ckpt.wait()
+  step, restored, data_state = ckpt.restore_latest(abstract)
+  ckpt.close()
+  pairs = list(zip(jax.tree.leaves(state), jax.tree.leaves(restored), jax.tree.leaves(abstract)))
+  return {"step": step, "data": data_state,
+          "equal": all(np.array_equal(s, r) for s, r, _ in pairs),
+          "target_shardings": all(r.sharding == a.sharding for _, r, a in pairs),
+          "devices": sorted({len(r.sharding.device_set) for _, r, _ in pairs})}
+
+
 def main(workdir):
   assert jax.device_count() == 8, "run with XLA_FLAGS=--xla_force_host_platform_device_count=8"
   # Identical computations compiled twice (run_steps, then the same mesh in train_and_evaluate)
@@ -119,6 +137,8 @@ def main(workdir):
   train.train_and_evaluate(config_for((2, 2, 2)), run)
   report["resumed"] = read_losses(run)
   _tick("resumed on 2,2,2")
+  report["replicated_checkpoint"] = replicated_checkpoint_round_trip(workdir)
+  _tick("replicated checkpoint")
   print(json.dumps(report))
 
 

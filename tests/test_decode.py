@@ -179,9 +179,10 @@ def sample(cfg, prompts=PROMPTS, max_new_tokens=NEW, **kwargs):
                          strategy="sample", **kwargs)
 
 
-def test_greedy_matches_argmax_of_full_forward():
+@pytest.mark.parametrize("fast_compile", [False, True])
+def test_greedy_matches_argmax_of_full_forward(fast_compile):
   cfg = tiny_config()
-  out = greedy(cfg)
+  out = greedy(cfg, fast_compile=fast_compile)
   assert out.tokens.shape == (2, NEW) and out.lengths.tolist() == [NEW, NEW]
   for b, prompt in enumerate(PROMPTS):
     sequence, score = list(prompt), 0.0

@@ -163,6 +163,11 @@ def check_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
   assert sorted(resumed, key=int) == ["1", "2", "3", "4", "5"]
   np.testing.assert_allclose([resumed[str(s)] for s in range(1, 6)],
                              eight_devices["losses"]["1"], rtol=2e-5)
+  # A state replicated over all 8 devices is written from one replica (checkpoint._one_replica)
+  # and comes back bitwise, on every device, with the shardings asked for.
+  assert eight_devices["replicated_checkpoint"] == {
+      "step": 1, "data": {"position": 7}, "equal": True, "target_shardings": True,
+      "devices": [8]}
 
 
 # ---- Memory planning ---------------------------------------------------------------------------

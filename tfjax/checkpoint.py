@@ -54,7 +54,7 @@ class Checkpointer:
     if step in self._manager.all_steps():
       return  # already saved (e.g. the final step coincides with a periodic one)
     self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+        state=ocp.args.StandardSave(_one_replica(state)), data=ocp.args.JsonSave(data_state),
         config=ocp.args.JsonSave(config_dict)), force=force)
 
   def wait(self) -> None:
@@ -106,6 +106,24 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _one_replica(state: Any) -> Any:
+  """In a single-process run, each array replicated over several devices as its copy on one.
+
+  Why: orbax splits the write of a replicated array among its replicas and compiles a slicing
+  program per array shape for that (~0.6 s on a run's first save for nanoGPT's CPU recipe), but
+  one process writes every slice anyway. Restoring places the arrays by the target's shardings,
+  so the file is the same either way. Multi-process runs keep orbax's split across hosts."""
+  if jax.process_count() > 1:
+    return state
+
+  def one(x):
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1 and (
+        x.sharding.is_fully_replicated):
+      return x.addressable_data(0)
+    return x
+  return jax.tree.map(one, state)
 
 
 def _signature(tree: Any) -> set:

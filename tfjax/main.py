@@ -13,6 +13,7 @@ docs/scaling.md.
 """
 
 import datetime
+import gc
 import logging
 import os
 import sys
@@ -82,6 +83,10 @@ def main(argv):
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
+  # Why: tracing the model allocates many short-lived objects, and every full collection would
+  # re-scan the ~million objects the imports left; frozen, they are skipped (~0.2 s less tracing
+  # for nanoGPT's CPU recipe).
+  gc.freeze()
   try:
     final = train.train_and_evaluate(_CONFIG.value, workdir)
   except ValueError as e:  # configuration and data errors: one clear line, no traceback

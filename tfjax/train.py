@@ -104,6 +104,10 @@ def make_multi_step(train_step):
   copy per batch another ~1.1 ms (docs/benchmarks.md); one call and one copy per K steps removes
   both. The step math is the same; `num_steps` is traced, so one program serves every count."""
 
+  # Why jit: the metrics' shapes come from tracing the step once (eval_shape), and a jitted
+  # function keeps that trace, so the loop body reuses it instead of tracing the model again.
+  train_step = jax.jit(train_step)
+
   def multi_step(state, batches, num_steps):
     def one_step(i, carry):
       batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
@@ -232,9 +236,12 @@ def _state_builder(exp: Experiment, mesh, rules):
   model = build_model(exp.model_config)
   args, kwargs = _model_inputs(exp.dataset.train_batch(0, 1), exp.config.task)
 
+  # Jitted so that the shape queries below and the real init share one trace of the model.
+  @jax.jit
   def init_boxed(rng):  # params still wrapped in their logical-axis metadata
     return model.init(rng, *args, **kwargs)["params"]
 
+  @jax.jit
   def init_fn(rng):
     params_rng, train_rng = jax.random.split(rng)
     params = nn.meta.unbox(init_boxed(params_rng))
@@ -583,7 +590,8 @@ def _greedy_sample(exp, params):
   new = exp.config.train.sample_tokens if limit is None else min(exp.config.train.sample_tokens,
                                                                  limit)
   out = decode.generate(exp.model_config, jax.device_get(params), [list(ids)],
-                        max_new_tokens=new, strategy="greedy")
+                        max_new_tokens=new, strategy="greedy",
+                        fast_compile=jax.default_backend() == "cpu")
   return prompt + tokenizer.decode(np.asarray(out.tokens[0][:out.lengths[0]]).tolist())
 
 
