@@ -304,6 +304,37 @@ def test_resuming_with_a_different_model_is_refused(tmp_path):
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
 
 
+_WRITE_METRICS = """
+import os, sys
+from tfjax import metrics
+writer = metrics.MetricsWriter(sys.argv[1], total_steps=10, progress=False)
+writer.write(1, {"train/loss": 2.5})
+writer.text(1, "sample", "To be")
+writer.close()
+print("torch imported by the writer:", "torch" in sys.modules)
+import torch  # works as usual afterwards
+print("torch imported afterwards:", torch.MARK)
+"""
+
+
+def test_tensorboard_writer_does_not_import_torch(tmp_path):
+  """tensorboardX imports torch when it is installed (~1.3 s); the writer keeps it out. A stand-in
+  `torch` package on the path takes the place of an installed one."""
+  (tmp_path / "torch").mkdir()
+  (tmp_path / "torch" / "__init__.py").write_text("Tensor = object\nMARK = 'stand-in'\n")
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]))
+  out = subprocess.run([sys.executable, "-c", _WRITE_METRICS, str(workdir)], env=env, cwd=REPO,
+                       check=True, capture_output=True, text=True).stdout
+  assert "torch imported by the writer: False" in out
+  assert "torch imported afterwards: stand-in" in out
+  [events] = os.listdir(workdir / "tensorboard")
+  data = (workdir / "tensorboard" / events).read_bytes()
+  assert b"train/loss" in data and b"To be" in data
+  assert json.loads((workdir / "metrics.jsonl").read_text()) == {"step": 1, "train/loss": 2.5}
+
+
 def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
