@@ -11,9 +11,9 @@ CPU ("cpu" argument):
   Published val loss ~1.88 (one 20-batch estimate); on a 2-core CPU both this config and a
   PyTorch re-implementation of the recipe reach 1.91 on the whole validation split (mean of 5-7
   seeds) and train step for step alike (experiments/torch_nanogpt.py); the CPU is split into
-  one XLA device per core, 50 steps per jitted call. Runtime on 2 cores (whole process): ~70 s on
-  a first run, ~64 s once its programs are in the compilation cache (the PyTorch 2.13 recipe:
-  66-68 s). Timings and seed spread: docs/benchmarks.md.
+  one XLA device per core, 50 steps per jitted call. Runtime on 2 cores (whole process): 69-72 s
+  on a first run, 64-68 s once its programs are in the compilation cache (the PyTorch 2.13
+  recipe, alternated with it: 66-69 s). Timings and seed spread: docs/benchmarks.md.
 
 Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head,
 GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps. Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
