@@ -113,8 +113,9 @@ def _one_replica(state: Any) -> Any:
 
   Why: orbax splits the write of a replicated array among its replicas and compiles a slicing
   program per array shape for that (~0.6 s on a run's first save for nanoGPT's CPU recipe), but
-  one process writes every slice anyway. Restoring places the arrays by the target's shardings,
-  so the file is the same either way. Multi-process runs keep orbax's split across hosts."""
+  one process writes every slice anyway. The values written are the same, and restoring places
+  them by the target's shardings, not the saved ones. Multi-process runs keep orbax's split
+  across hosts."""
   if jax.process_count() > 1:
     return state
 
