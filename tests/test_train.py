@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import flax.linen as nn
@@ -372,6 +373,9 @@ def test_checkpoint_of_another_optimizer_is_a_clear_error_and_left_untouched(tmp
     train.train_and_evaluate(changed, workdir)
   assert os.listdir(os.path.join(workdir, "checkpoints")) == ["4"]
   assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
+  # The restore failed while the steps were compiling in the background: the failing run waited
+  # for those compiles instead of leaving them running (and logging) into the caller's next work.
+  assert not [t.name for t in threading.enumerate() if t.name.startswith("tfjax-compile")]
 
 
 def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
@@ -436,7 +440,7 @@ def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
 @pytest.mark.parametrize("per_call,program", [(1, "train_step"), (2, "multi_step")])
 def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog, per_call,
                                                                      program):
-  """train._compile_in_background compiles the train and eval steps from shapes alone while the
+  """train._compiling_in_background compiles the train and eval steps from shapes alone while the
   state initializes; the first calls must reuse those programs (same shapes, shardings and axis
   rules), not compile second ones. Eval batches compile once per distinct shape."""
   config = tiny_config(num_steps=4, eval_at_start=True, steps_per_call=per_call, log_every=2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import json
@@ -386,8 +387,11 @@ class StepPacer:
       jax.block_until_ready(self._pending.popleft())
 
 
-def _compile_in_background(jobs, mesh, rules):
-  """Compiles each (jitted fn, abstract args) of `jobs` on its own thread; returns their futures.
+@contextlib.contextmanager
+def _compiling_in_background(jobs, mesh, rules):
+  """Compiles each (jitted fn, abstract args) of `jobs` on its own thread; yields their futures.
+  On exit, also when the run fails, it waits for every compile to end: none outlives the run
+  (a leftover one would go on using the CPU, and logging, during whatever the caller does next).
 
   Why: a run compiles its state init, train step, eval step and greedy sampler (~1.1, ~2.8, ~0.5
   and ~1.2 s for nanoGPT's CPU recipe, each alone). The train and eval steps need only shapes and
@@ -400,10 +404,8 @@ def _compile_in_background(jobs, mesh, rules):
     with sharding.axis_rules(mesh, rules):  # thread-local: enter them on this thread too
       fn.lower(*args).compile()
 
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs))
-  futures = [pool.submit(compile_, fn, args) for fn, args in jobs]
-  pool.shutdown(wait=False)  # the threads end with their compiles
-  return futures
+  with concurrent.futures.ThreadPoolExecutor(len(jobs), thread_name_prefix="tfjax-compile") as pool:
+    yield [pool.submit(compile_, fn, args) for fn, args in jobs]
 
 
 class _StopRequested:
@@ -462,66 +464,65 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
                                                  iterator, train_step, put)
   # One eval batch per distinct shape (synthetic tasks have one per test length).
   eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
-  compiling_train, *compiling_eval = _compile_in_background(
-      [(train_program, train_args)] +
-      [(eval_step, (abstract.params, b)) for b in eval_shapes.values()], mesh, rules)
+  jobs = [(train_program, train_args)] + [(eval_step, (abstract.params, b))
+                                         for b in eval_shapes.values()]
+  with _compiling_in_background(jobs, mesh, rules) as (compiling_train, *compiling_eval):
+    restored = ckpt.restore_latest(abstract)
+    if restored is None:
+      state = make_state()
+    else:
+      step, state, data_state = restored
+      iterator.restore(data_state)
+      _log.info("resumed from step %d in %s", step, workdir)
 
-  restored = ckpt.restore_latest(abstract)
-  if restored is None:
-    state = make_state()
-  else:
-    step, state, data_state = restored
-    iterator.restore(data_state)
-    _log.info("resumed from step %d in %s", step, workdir)
+    tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
+                                                              config.task)
+    flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
+                                                       train_cfg.batch_size)
+    peak = param_accounting.peak_flops(train_cfg.peak_flops)
 
-  tokens_per_step = train_cfg.batch_size * _sequence_length(exp.dataset.train_batch(0, 1),
-                                                            config.task)
-  flops_per_token = param_accounting.flops_per_token(exp.model_config, tokens_per_step //
-                                                     train_cfg.batch_size)
-  peak = param_accounting.peak_flops(train_cfg.peak_flops)
-
-  start_step = int(jax.device_get(state.step))
-  writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, start_step)
-  config_json = json.loads(config.to_json_best_effort())
-  timer, last, pace = metrics.Timer(), {}, StepPacer()
-  with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
-    for future in compiling_eval:  # each is done before its function is first called (a call
-      future.result()               # meanwhile would compile again); re-raises compile errors
-    if start_step == 0 and train_cfg.eval_at_start:
-      last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
-    compiling_train.result()
-    step = start_step
-    while step < train_cfg.num_steps:
-      num_steps = _steps_this_call(step, train_cfg, stop_after_step)
-      state, step_metrics = advance(state, num_steps)
-      pace(step_metrics)
-      step += num_steps
-      timer.steps += num_steps
-      if step % train_cfg.log_every == 0 or step == train_cfg.num_steps:
-        logged = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
-        rate = timer.rate(tokens_per_step)
-        logged["train/tokens_per_sec"] = rate
-        if peak:
-          logged["train/mfu"] = rate * flops_per_token / (peak * jax.device_count())
-        writer.write(step, logged)
-        writer.progress(step, logged["train/loss"], logged["train/lr"], rate)
-        timer.reset()
-        last.update(logged)
-      if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
-        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, step,
-                                     mesh))
-        timer.reset()
-      if stop_after_step is not None and step >= stop_after_step:
-        stop.signum = stop.signum or signal.SIGTERM
-      if (step % train_cfg.checkpoint_every == 0 or step == train_cfg.num_steps
-          or stop.signum is not None):
-        ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
-      if stop.signum is not None:
-        _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
-        break
-  ckpt.wait()
-  ckpt.close()
-  writer.close()
+    start_step = int(jax.device_get(state.step))
+    writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, start_step)
+    config_json = json.loads(config.to_json_best_effort())
+    timer, last, pace = metrics.Timer(), {}, StepPacer()
+    with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
+      for future in compiling_eval:  # each is done before its function is first called (a call
+        future.result()               # meanwhile would compile again); re-raises compile errors
+      if start_step == 0 and train_cfg.eval_at_start:
+        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
+      compiling_train.result()
+      step = start_step
+      while step < train_cfg.num_steps:
+        num_steps = _steps_this_call(step, train_cfg, stop_after_step)
+        state, step_metrics = advance(state, num_steps)
+        pace(step_metrics)
+        step += num_steps
+        timer.steps += num_steps
+        if step % train_cfg.log_every == 0 or step == train_cfg.num_steps:
+          logged = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+          rate = timer.rate(tokens_per_step)
+          logged["train/tokens_per_sec"] = rate
+          if peak:
+            logged["train/mfu"] = rate * flops_per_token / (peak * jax.device_count())
+          writer.write(step, logged)
+          writer.progress(step, logged["train/loss"], logged["train/lr"], rate)
+          timer.reset()
+          last.update(logged)
+        if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
+          last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, step,
+                                       mesh))
+          timer.reset()
+        if stop_after_step is not None and step >= stop_after_step:
+          stop.signum = stop.signum or signal.SIGTERM
+        if (step % train_cfg.checkpoint_every == 0 or step == train_cfg.num_steps
+            or stop.signum is not None):
+          ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
+        if stop.signum is not None:
+          _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+          break
+    ckpt.wait()
+    ckpt.close()
+    writer.close()
   return last
 
 
