@@ -15,6 +15,9 @@ import os
 from tfjax.data import cache_dir
 
 OFF = "none"
+# Compile options for programs that run once or rarely (a run's state init, its occasional greedy
+# sample): on CPU, XLA's backend optimizations cost more compile time than they save in runtime.
+UNOPTIMIZED = {"xla_backend_optimization_level": 0}
 _log = logging.getLogger(__name__)
 
 

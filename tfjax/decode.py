@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tfjax import compile_cache
 from tfjax.config import ModelConfig
 from tfjax.models import build_model
 
@@ -419,7 +420,7 @@ _generate_jit = jax.jit(_generate, static_argnames=("cfg", "plan"))
 # ~1.4 s and decodes 63 tokens in ~32 ms instead of ~11 ms (docs/benchmarks.md), the right trade
 # for a training run's occasional short sample.
 _generate_jit_fast_compile = jax.jit(_generate, static_argnames=("cfg", "plan"),
-                                     compiler_options={"xla_backend_optimization_level": 0})
+                                     compiler_options=compile_cache.UNOPTIMIZED)
 
 
 def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top_k, top_p,

@@ -26,14 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax import checkpoint, cpu_fusion, data, decode, metrics, sharding, tasks
+from tfjax import checkpoint, compile_cache, cpu_fusion, data, decode, metrics, sharding, tasks
 from tfjax import params as param_accounting
 from tfjax.config import ModelConfig
 from tfjax.models import build_model
 from tfjax.optimizer import make_optimizer
 
 _log = logging.getLogger(__name__)
-_UNOPTIMIZED = {"xla_backend_optimization_level": 0}
 
 
 @flax.struct.dataclass
@@ -264,7 +263,7 @@ def _state_builder(exp: Experiment, mesh, rules):
     # Why: this program is one random draw per parameter; XLA:CPU takes ~1.9 s to compile it for
     # nanoGPT's CPU recipe and milliseconds to run it. Unoptimized it compiles in ~1.1 s and
     # draws the same values to float rounding (max |difference| 7e-9 there).
-    return init.lower(rng).compile(_UNOPTIMIZED)(rng)
+    return init.lower(rng).compile(compile_cache.UNOPTIMIZED)(rng)
 
   return make_state, abstract, state_shardings
 
