@@ -84,8 +84,8 @@ def main(argv):
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
   # Why: tracing the model allocates many short-lived objects, and every full collection would
-  # re-scan the ~million objects the imports left; frozen, they are skipped (~0.2 s less tracing
-  # for nanoGPT's CPU recipe).
+  # re-scan the ~140,000 objects the imports leave to the collector; frozen, they are skipped
+  # (~0.2 s less tracing for nanoGPT's CPU recipe).
   gc.freeze()
   try:
     final = train.train_and_evaluate(_CONFIG.value, workdir)
