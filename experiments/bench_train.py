@@ -35,50 +35,37 @@ _CACHE = flags.DEFINE_string(
 
 def measure_steps(config, steps: int, warmup: int) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from tfjax import data, params as accounting, sharding, train
 
   exp = train.prepare(config)
   mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
   state, state_shardings = train.init_state(exp, mesh, rules)
-  # As the training loop runs them: one step per call, or train.steps_per_call steps per call on
-  # stacked batches (then `steps` rounds up to whole calls). Batches are copied in the timed loop.
+  # Steps advance as in the training loop (train.make_advancer): one step per call, or
+  # train.steps_per_call steps per call on stacked batches (then `steps` rounds up to whole
+  # calls); batches are made and copied inside the timed loop.
   per_call = config.train.steps_per_call
   calls, warmup_calls = -(-steps // per_call), -(-warmup // per_call)
   iterator = data.DataIterator(exp.dataset, config.train.batch_size)
-  if per_call == 1:
-    step_fn, _ = train.jit_steps(exp, mesh, rules, state_shardings)
-    put = train.global_batch_putter(mesh, rules)
-
-    def next_args():
-      return (put(iterator.next()),)
-  else:
-    step_fn = train.jit_multi_step(exp, mesh, rules, state_shardings)
-    put = train.global_batch_putter(mesh, rules, stacked=True)
-
-    def next_args():
-      batches = [iterator.next() for _ in range(per_call)]
-      return put(train.stack_batches(batches, per_call)), np.int32(per_call)
+  advance, program, abstract_args = train.make_advancer(
+      exp, mesh, rules, train.abstract_state(exp, mesh, rules), state_shardings, iterator)
   with sharding.axis_rules(mesh, rules):
-    first_args = next_args()
     start = time.perf_counter()
-    compiled = step_fn.lower(state, *first_args).compile()
+    program.lower(*abstract_args).compile()  # the jitted program's cache serves the calls below
     compile_s = time.perf_counter() - start
     pace = train.StepPacer()  # several CPU devices deadlock if the host runs far ahead
-    state, metrics = compiled(state, *first_args)
-    for _ in range(warmup_calls):
-      state, metrics = compiled(state, *next_args())
+    for _ in range(1 + warmup_calls):
+      state, metrics = advance(state, per_call)
       pace(metrics)
     jax.block_until_ready(state)
     start = time.perf_counter()
     for _ in range(calls):
-      state, metrics = compiled(state, *next_args())
+      state, metrics = advance(state, per_call)
       pace(metrics)
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / (calls * per_call)
   key = "decoder_inputs" if config.task == "seq2seq" else "inputs"
-  seq_len = first_args[0][key].shape[-1]
+  seq_len = exp.dataset.train_batch(0, 1)[key].shape[-1]
   tokens_per_s = config.train.batch_size * seq_len / step_s
   flops = accounting.flops_per_token(exp.model_config, seq_len)
   peak = accounting.peak_flops(_PEAK.value)

@@ -447,7 +447,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   rules = sharding.rules(config)
   _log.info("mesh %s over %d %s devices", dict(mesh.shape), mesh.size, jax.default_backend())
   make_state, abstract, state_shardings = _state_builder(exp, mesh, rules)
-  train_step, eval_step = jit_steps(exp, mesh, rules, state_shardings)
+  _, eval_step = jit_steps(exp, mesh, rules, state_shardings)
   put = global_batch_putter(mesh, rules)
   batch_shardings = sharding.batch_sharding(mesh, rules)  # one sharding for every batch leaf
   eval_rows = sharding.process_rows(batch_shardings, train_cfg.eval_batch_size)
@@ -459,8 +459,8 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   iterator = data.DataIterator(exp.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
 
-  advance, train_program, train_args = _advancer(exp, mesh, rules, abstract, state_shardings,
-                                                 iterator, train_step, put)
+  advance, train_program, train_args = make_advancer(exp, mesh, rules, abstract,
+                                                     state_shardings, iterator)
   # One eval batch per distinct shape (synthetic tasks have one per test length).
   eval_shapes = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
   jobs = [(train_program, train_args)] + [(eval_step, (abstract.params, b))
@@ -525,10 +525,11 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   return last
 
 
-def _advancer(exp, mesh, rules, abstract, state_shardings, iterator, train_step, put):
+def make_advancer(exp: Experiment, mesh, rules, abstract, state_shardings, iterator):
   """(advance(state, n) -> (state, last metrics) after n steps on the iterator's next n batches,
   the jitted program it calls, that program's abstract arguments for compiling ahead).
-  train.steps_per_call = 1: one train_step call per batch; K > 1: jit_multi_step on K batches."""
+  train.steps_per_call = 1: one train_step call per batch; K > 1: jit_multi_step on K batches.
+  The training loop and experiments/bench_train.py both advance through it."""
   train_cfg = exp.config.train
   per_call = train_cfg.steps_per_call
   one_row = exp.dataset.train_batch(0, 1)
@@ -540,6 +541,9 @@ def _advancer(exp, mesh, rules, abstract, state_shardings, iterator, train_step,
                                     sharding=where) for k, v in one_row.items()}
 
   if per_call == 1:
+    train_step, _ = jit_steps(exp, mesh, rules, state_shardings)
+    put = global_batch_putter(mesh, rules)
+
     def advance(state, num_steps):
       assert num_steps == 1, num_steps
       return train_step(state, put(iterator.next()))
