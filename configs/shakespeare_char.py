@@ -6,7 +6,8 @@ GPU (default):
   decay 0.1 on matrices and embeddings), 100 warmup steps then cosine to 1e-4 at 5000 steps.
   Published: best val loss 1.4697, about 3 minutes on one A100.
 CPU ("cpu" argument):
-  python experiments/train.py --config=configs/shakespeare_char.py:cpu --workdir=runs/shakespeare_cpu
+  python experiments/train.py --config=configs/shakespeare_char.py:cpu \
+      --workdir=runs/shakespeare_cpu
   4 layers x 128, 4 heads, context 64, batch 12, 2000 steps, dropout 0, eval on 20 batches.
   Published val loss ~1.88 (one 20-batch estimate); on a 2-core CPU both this config and a
   PyTorch re-implementation of the recipe reach 1.91 on the whole validation split (mean of 5-7
@@ -16,7 +17,8 @@ CPU ("cpu" argument):
   recipe, alternated with it: 66-69 s). Timings and seed spread: docs/benchmarks.md.
 
 Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head,
-GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps. Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
+GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps.
+Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
 """
 from tfjax.defaults import base_config
 

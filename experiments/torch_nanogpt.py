@@ -214,7 +214,8 @@ def run_reference(config, exp, steps):
       sums += [loss.item() * weights.sum().item(), weights.sum().item()]
   return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
           "seed": _SEED.value, "steps": steps, "wall_s": wall, "last_train_loss": last,
-          "final_val_loss_eval_batches": evals[steps]["val"], "final_full_val_loss": sums[0] / sums[1],
+          "final_val_loss_eval_batches": evals[steps]["val"],
+          "final_full_val_loss": sums[0] / sums[1],
           "evals": evals}
 
 

@@ -1,4 +1,5 @@
-"""tfjax.ops.dot_product_attention (xla) against a NumPy softmax(q k^T * scale + M) v written here."""
+"""tfjax.ops.dot_product_attention (xla) against a NumPy softmax(q k^T * scale + M) v written
+here."""
 
 import jax
 import jax.numpy as jnp
@@ -98,7 +99,8 @@ CASES = {
     "alibi_per_batch_slopes": (dict(H=4, K=4), dict(
         causal=True, alibi_slopes=np.stack([SLOPES4, SLOPES4[::-1] * 3]))),
     "bias_full": ({}, dict(bias=_RNG.normal(size=(2, 2, 6, 6)).astype(np.float32))),
-    "bias_broadcast": ({}, dict(causal=True, bias=_RNG.normal(size=(1, 2, 1, 6)).astype(np.float32))),
+    "bias_broadcast": ({}, dict(causal=True,
+                                bias=_RNG.normal(size=(1, 2, 1, 6)).astype(np.float32))),
     "custom_scale": ({}, dict(causal=True, scale=0.37)),
     "gqa": (dict(H=4, K=2), dict(causal=True)),
     "gqa_padding": (dict(H=6, K=3), dict(q_segment_ids=PAD, kv_segment_ids=PAD)),

@@ -4,6 +4,8 @@ import functools
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from tfjax import cpu_fusion, train
+from tfjax import params as param_accounting
 from tfjax.defaults import base_config
 from tfjax.models import build_model
 
@@ -53,6 +56,7 @@ def test_default_config_trains_and_writes_outputs(tmp_path):
   config.train.update(num_steps=40, eval_every=20, log_every=1, batch_size=16,
                       eval_batch_size=16, eval_batches=1, checkpoint_every=20)
   config.optimizer.warmup_steps = 5  # the full run warms up over 100 of its 1000 steps
+  config.train.peak_flops = 1e9  # CPUs are not in the peak table; a given peak turns MFU on
   workdir = str(tmp_path / "run")
   final = train.train_and_evaluate(config, workdir)
   records = read_metrics(workdir)
@@ -62,6 +66,11 @@ def test_default_config_trains_and_writes_outputs(tmp_path):
   last_train = [m for m in records if "train/loss" in m][-1]
   for key in ("train/lr", "train/grad_norm", "train/tokens_per_sec", "train/accuracy"):
     assert np.isfinite(last_train[key])
+  exp = train.prepare(config)
+  seq_len = exp.dataset.train_batch(0, 1)["inputs"].shape[-1]
+  flops = param_accounting.flops_per_token(exp.model_config, seq_len)
+  assert last_train["train/mfu"] == pytest.approx(
+      last_train["train/tokens_per_sec"] * flops / (1e9 * jax.device_count()), rel=1e-6)
   for key in ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/exact_match@8",
               "eval/exact_match@32"):
     assert key in final
@@ -235,6 +244,31 @@ def _run_cli(args, cwd, timeout=120, **env_vars):
                         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def test_console_script_trains_the_default_config_into_a_fresh_run_directory(tmp_path):
+  """`tfjax-train` with no --config and no --workdir: configs/default.py into runs/default-<time>
+  under the current directory (here shrunk by overrides to a few steps)."""
+  script = shutil.which("tfjax-train", path=os.path.dirname(sys.executable))
+  if script is None:
+    pytest.skip("the tfjax-train console script is not installed here (pip install -e .)")
+  env = dict(os.environ, TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  run = subprocess.run(
+      [script, "--config.model.num_layers=1", "--config.model.d_model=32",
+       "--config.model.d_ff=64", "--config.train.num_steps=2", "--config.train.eval_every=2",
+       "--config.train.checkpoint_every=2", "--config.train.batch_size=8",
+       "--config.train.eval_batch_size=8"],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  [name] = os.listdir(tmp_path / "runs")
+  assert re.fullmatch(r"default-\d{8}-\d{6}", name), name
+  workdir = tmp_path / "runs" / name
+  assert f"done: {os.path.join('runs', name)} " in run.stdout
+  assert json.loads((workdir / "config.json").read_text())["data"]["name"] == "reverse"
+  records = read_metrics(workdir)
+  assert [m["step"] for m in records if "eval/exact_match@8" in m] == [0, 2]  # the reversal task
+  assert [m["step"] for m in records if "train/loss" in m] == [2]
+  assert os.listdir(workdir / "checkpoints") == ["2"]
+
+
 @pytest.mark.parametrize("override,message", [
     ("--config.model.no_such_key=1", "no_such_key"),
     ("--config.model.position=fourier", "model.position='fourier' is invalid"),
@@ -336,7 +370,35 @@ def test_tensorboard_writer_does_not_import_torch(tmp_path):
   assert json.loads((workdir / "metrics.jsonl").read_text()) == {"step": 1, "train/loss": 2.5}
 
 
-def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
+_PROGRESS = """
+import logging, sys
+from tfjax import metrics
+metrics.setup_logging()
+if sys.argv[2] == "tty":
+  sys.stderr.isatty = lambda: True
+writer = metrics.MetricsWriter(sys.argv[1], total_steps=10)
+writer.write(5, {"train/loss": 2.5})
+writer.progress(5, loss=2.5, lr=1e-3, tokens_per_sec=12345.0)
+writer.close()
+"""
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_bar_on_a_terminal_and_plain_log_lines_otherwise(tmp_path, terminal):
+  """On a terminal a tqdm bar shows step, loss, lr and tokens/s in place of the per-step log
+  lines; elsewhere (a file, a pipe, a batch job) the log lines are written and no bar."""
+  run = subprocess.run([sys.executable, "-c", _PROGRESS, str(tmp_path),
+                        "tty" if terminal else "pipe"], cwd=REPO, check=True,
+                       capture_output=True, text=True)
+  bar = "5/10" in run.stderr and "loss=2.5000" in run.stderr and "lr=1.00e-03" in run.stderr
+  assert bar == terminal, run.stderr
+  assert ("tok_s=12,345" in run.stderr) == terminal
+  assert ("step 5 train/loss=2.5" in run.stderr) != terminal, run.stderr
+  assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 5, "train/loss": 2.5}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
   proc = subprocess.Popen(
@@ -351,7 +413,7 @@ def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
       time.sleep(0.5)
     assert metrics.exists(), "training never logged a step"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     proc.wait(timeout=60)
   finally:
     if proc.poll() is None:

@@ -55,7 +55,7 @@ class ModelConfig:
   dropout: float = 0.0               # embeddings and every residual branch
   attention_dropout: float = 0.0     # on attention weights (xla implementation only)
   init_std: float = 0.02
-  scaled_residual_init: bool = False  # GPT-2: W_O and FFN W_2 init std = init_std / sqrt(2 * layers)
+  scaled_residual_init: bool = False  # GPT-2: W_O, FFN W_2 init std init_std / sqrt(2 * layers)
   scan_layers: bool = False          # nn.scan over layers: compile time flat in depth
   remat: str = "none"                # none | full | dots (save matmul outputs only)
   attention_impl: str = "xla"        # xla | chunked | pallas | cudnn | auto

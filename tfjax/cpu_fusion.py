@@ -49,7 +49,8 @@ def materialize_cotangent(x):
 
 def derivative_materialized(act):
   """`act` whose derivative act'(x) is computed and materialized in the forward pass, so the
-  backward pass only multiplies by it. A custom JVP (not VJP) keeps forward-mode autodiff working."""
+  backward pass only multiplies by it. A custom JVP (not VJP) keeps forward-mode autodiff
+  working."""
   @jax.custom_jvp
   def fn(x):
     return act(x)

@@ -1,4 +1,4 @@
-"""Position-wise feed-forward: relu / gelu (two matrices) and swiglu / geglu (three; Shazeer 2020)."""
+"""Position-wise feed-forward: relu / gelu (two matrices), swiglu / geglu (three; Shazeer 2020)."""
 
 from __future__ import annotations
 

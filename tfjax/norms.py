@@ -10,7 +10,8 @@ from tfjax.config import ModelConfig
 
 
 class Norm(nn.Module):
-  """layernorm: (x - mean) / sqrt(var + eps) * scale + bias;  rmsnorm: x / sqrt(mean(x^2) + eps) * scale.
+  """layernorm: (x - mean) / sqrt(var + eps) * scale + bias;
+  rmsnorm: x / sqrt(mean(x^2) + eps) * scale.
 
   Statistics are computed in float32 whatever the compute dtype (bf16 variance underflows).
   """

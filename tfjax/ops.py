@@ -13,7 +13,8 @@ Semantics shared by every implementation (the xla one here is the reference):
     (query t at S - T + t), which is what decoding and chunked prefill need; with T == S that is
     the usual 0..T-1 for both.
   causal:       key visible iff kv_pos <= q_pos.
-  window=W:     sliding causal window, key visible iff 0 <= q_pos - kv_pos < W (W keys incl. itself).
+  window=W:     sliding causal window, key visible iff 0 <= q_pos - kv_pos < W
+                (W keys, the query's own position included).
   segment ids:  0 marks padding. Both given: visible iff ids equal and nonzero (packed sequences).
                 Only kv ids: keys with id 0 hidden (e.g. encoder padding seen by cross-attention).
                 Only q ids: query rows with id 0 return 0.

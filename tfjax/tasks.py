@@ -1,6 +1,6 @@
 """Tasks: how a batch feeds the model and what is scored.
 
-  lm              decoder          next-token CE on `weights` (causal LM; synthetic tasks: answer only)
+  lm              decoder          next-token CE on `weights` (causal LM; synthetic: answer only)
   mlm             encoder          CE on the masked positions (15%, 80/10/10; made by the data)
   seq2seq         encoder_decoder  teacher forcing: decoder_inputs are the targets shifted right
   classification  encoder          CE of the pooled classifier against `labels`

@@ -85,7 +85,8 @@ def make_train_step(model, optimizer, schedule, task: str, label_smoothing: floa
     weight = jnp.maximum(stats["weight_sum"], 1.0)
     grads = jax.tree.map(lambda g: g / weight, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+    new_state = state.replace(step=state.step + 1,
+                              params=optax.apply_updates(state.params, updates),
                               opt_state=opt_state)
     out = {"train/loss": stats["loss_sum"] / weight,
            "train/accuracy": stats["correct_sum"] / weight,
