@@ -112,9 +112,12 @@ def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_
   kv_len, kv_heads = k.shape[1], k.shape[2]
   scale = head_dim ** -0.5 if scale is None else scale
   group = heads // kv_heads
-  q_BxTxKxGxD = q.reshape(batch, q_len, kv_heads, group, head_dim)
-  logits = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k,
-                      preferred_element_type=jnp.float32)
+  if group == 1:  # MHA: see weighted_values for why this is not the GQA einsum with g = 1
+    logits = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
+  else:
+    q_BxTxKxGxD = q.reshape(batch, q_len, kv_heads, group, head_dim)
+    logits = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k,
+                        preferred_element_type=jnp.float32)
   logits = logits.reshape(batch, heads, q_len, kv_len) * scale
   if alibi_slopes is not None:
     logits = logits + alibi_bias(alibi_slopes, q_len=q_len, kv_len=kv_len,
@@ -129,11 +132,21 @@ def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_
   return logits, mask
 
 
+def _rows_can_be_empty(q_len, kv_len, *, q_segment_ids=None, kv_segment_ids=None,
+                       q_positions=None, kv_positions=None, **_) -> bool:
+  """Whether some query row may see no key at all. Not with the default end-aligned positions
+  and no segment ids when q_len <= kv_len: causal and window masks always show a query itself."""
+  given = (q_segment_ids, kv_segment_ids, q_positions, kv_positions)
+  return q_len > kv_len or any(x is not None for x in given)
+
+
 def attention_weights(q, k, **kwargs):
   """Softmax attention probabilities [B, H, T, S] (float32); fully masked rows are all zero."""
   logits, mask = attention_logits_mask(q, k, **kwargs)
   weights = jax.nn.softmax(logits, axis=-1)
-  if mask is not None:
+  # A fully masked row would softmax to uniform weights over hidden keys: zero it. The select
+  # (and its gradient) is skipped where no row can be empty (~1% of nanoGPT's CPU step).
+  if mask is not None and _rows_can_be_empty(q.shape[1], k.shape[1], **kwargs):
     weights = jnp.where(mask, weights, 0.0)
   return weights
 
@@ -142,6 +155,12 @@ def weighted_values(weights_BxHxTxS, v):
   """sum_s weights[b,h,t,s] v[b,s,kv(h),d] -> BxTxHxD, reading each kv head for its query group."""
   batch, heads, q_len, kv_len = weights_BxHxTxS.shape
   kv_heads, head_dim = v.shape[2], v.shape[3]
+  if heads == kv_heads:
+    # Why not the GQA einsum below with a group axis of size 1: XLA:CPU then lays the batched
+    # products and their gradients out with extra transposes (nanoGPT's CPU recipe: ~4% of the
+    # train step, docs/benchmarks.md).
+    return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS.astype(v.dtype), v,
+                      preferred_element_type=jnp.float32)
   w = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)
   out = jnp.einsum("bkgts,bskd->btkgd", w.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)
