@@ -27,7 +27,6 @@ row b * S + s is sequence s of prompt b (as `num_return_sequences` in other libr
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import NamedTuple, Optional, Sequence, Union
 
 import jax

@@ -485,11 +485,15 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, start_step)
     config_json = json.loads(config.to_json_best_effort())
     timer, last, pace = metrics.Timer(), {}, StepPacer()
-    with sharding.axis_rules(mesh, rules), _StopRequested() as stop:
+    sampler = (_GreedySampler(exp, mesh) if config.task == "lm"
+               and train_cfg.sample_tokens > 0
+               and getattr(exp.dataset, "tokenizer", None) is not None else None)
+    with sharding.axis_rules(mesh, rules), _StopRequested() as stop, (
+        sampler or contextlib.nullcontext()):
       for future in compiling_eval:  # each is done before its function is first called (a call
         future.result()               # meanwhile would compile again); re-raises compile errors
       if start_step == 0 and train_cfg.eval_at_start:
-        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, mesh))
+        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, sampler))
       compiling_train.result()
       step = start_step
       while step < train_cfg.num_steps:
@@ -510,7 +514,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
           last.update(logged)
         if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
           last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, step,
-                                       mesh))
+                                       sampler))
           timer.reset()
         if stop_after_step is not None and step >= stop_after_step:
           stop.signum = stop.signum or signal.SIGTERM
@@ -570,34 +574,52 @@ def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
   return max(1, min(min(ends) - step, train_cfg.steps_per_call))
 
 
-def _eval_and_sample(exp, eval_step, state, eval_batches, writer, step, mesh):
+def _eval_and_sample(exp, eval_step, state, eval_batches, writer, step, sampler):
   out = evaluate(eval_step, state.params, eval_batches)
   writer.write(step, out)
-  if exp.config.task == "lm" and exp.config.train.sample_tokens > 0:
-    # Decoding runs on one device: gather the (possibly multi-host) params onto every device first,
-    # and switch the sharding rules off for its single-row batch.
-    params = jax.jit(lambda p: p, out_shardings=sharding.replicated(mesh))(state.params)
-    with nn.logical_axis_rules(()):
-      sample = _greedy_sample(exp, params)
-    if sample is not None:
-      writer.text(step, "sample", sample)
+  if sampler is not None:
+    writer.text(step, "sample", sampler.sample(state.params))
   return out
 
 
-def _greedy_sample(exp, params):
-  """A short greedy continuation of train.sample_prompt (text LM runs: they have a tokenizer)."""
-  prompt = exp.config.train.sample_prompt or ""
-  tokenizer = getattr(exp.dataset, "tokenizer", None)
-  if tokenizer is None:
-    return None
-  ids = tokenizer.encode(prompt) if prompt else np.zeros((1,), np.int32)
-  limit = exp.model_config.max_len - len(ids) if exp.model_config.position == "learned" else None
-  new = exp.config.train.sample_tokens if limit is None else min(exp.config.train.sample_tokens,
-                                                                 limit)
-  out = decode.generate(exp.model_config, jax.device_get(params), [list(ids)],
-                        max_new_tokens=new, strategy="greedy",
-                        fast_compile=jax.default_backend() == "cpu")
-  return prompt + tokenizer.decode(np.asarray(out.tokens[0][:out.lengths[0]]).tolist())
+class _GreedySampler:
+  """A text LM run's short greedy continuation of train.sample_prompt, for each evaluation.
+
+  Decoding runs on a thread of its own, so outside the training mesh: one device and no sharded
+  helper programs (~0.25 s less compile per run on nanoGPT's CPU recipe). Its program compiles
+  at the first sample, unoptimized on CPU (decode.generate's fast_compile). Use as a context
+  manager: on exit it waits for the thread (none outlives the run).
+  """
+
+  def __init__(self, exp: Experiment, mesh):
+    self._exp, self._mesh = exp, mesh
+    self._prompt = exp.config.train.sample_prompt or ""
+    ids = exp.dataset.tokenizer.encode(self._prompt) if self._prompt else [0]
+    limit = (exp.model_config.max_len - len(ids) if exp.model_config.position == "learned"
+             else None)
+    tokens = exp.config.train.sample_tokens
+    self._prompt_ids = [list(ids)]
+    self._settings = dict(max_new_tokens=tokens if limit is None else min(tokens, limit),
+                          strategy="greedy", fast_compile=jax.default_backend() == "cpu")
+    self._gather = None  # multi-process: a program that replicates the params on every device
+    self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tfjax-sample")
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self._thread.shutdown(wait=True)
+
+  def sample(self, params) -> str:
+    """The continuation under `params` (the training state's, any sharding)."""
+    if jax.process_count() > 1:  # device_get needs every shard addressable from this process
+      if self._gather is None:
+        self._gather = jax.jit(lambda p: p, out_shardings=sharding.replicated(self._mesh))
+      params = self._gather(params)
+    out = self._thread.submit(decode.generate, self._exp.model_config, jax.device_get(params),
+                              self._prompt_ids, **self._settings).result()
+    ids = np.asarray(out.tokens[0][:out.lengths[0]]).tolist()
+    return self._prompt + self._exp.dataset.tokenizer.decode(ids)
 
 
 def _sequence_length(batch, task):
