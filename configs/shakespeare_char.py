@@ -14,7 +14,8 @@ CPU ("cpu" argument):
   seeds) and train step for step alike (experiments/torch_nanogpt.py); the CPU is split into
   one XLA device per core, 50 steps per jitted call. Runtime on 2 cores (whole process): 69-72 s
   on a first run, 64-68 s once its programs are in the compilation cache (the PyTorch 2.13
-  recipe, alternated with it: 66-69 s). Timings and seed spread: docs/benchmarks.md.
+  recipe, alternated with it: 66-69 s); in this VM's slow hours 78-100 s (PyTorch 66-79 s).
+  Timings and seed spread: docs/benchmarks.md.
 
 Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head,
 GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps.

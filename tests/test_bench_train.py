@@ -74,3 +74,31 @@ def test_bench_train_without_a_known_peak_leaves_mfu_out(tmp_path):
   result = json.loads((out / "bench_train.json").read_text())
   assert result["mfu"] is None and result["peak_flops_per_device"] is None
   assert result["timed_steps"] == 2 and "full_run_s" not in result
+
+
+def test_bench_ab_pairs_the_two_variants_call_by_call(tmp_path):
+  out = tmp_path / "ab"
+  env = dict(os.environ, TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  run = subprocess.run(
+      [sys.executable, "experiments/bench_ab.py", "--config=configs/default.py", *OVERRIDES,
+       "--b=model.attention_impl=chunked,train.steps_per_call=1", "--rounds=3", f"--out={out}"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  result = json.loads((out / "bench_ab.json").read_text())
+  assert result["rounds"] == 3 and result["jax"] and "bench_ab.py" in result["command"]
+  a, b = result["a_step_ms"], result["b_step_ms"]
+  assert len(a) == len(b) == 3 and min(a + b) > 0
+  ratios = sorted(y / x for x, y in zip(a, b))
+  assert math.isclose(result["ratio_b_over_a_median"], ratios[1], rel_tol=1e-12)
+  assert result["a_compile_s"] > 0 and result["b_compile_s"] > 0
+  assert "| ratio_b_over_a_median |" in (out / "bench_ab.md").read_text()
+
+
+def test_bench_ab_rejects_an_unknown_override_key(tmp_path):
+  run = subprocess.run(
+      [sys.executable, "experiments/bench_ab.py", "--config=configs/default.py",
+       "--b=model.atention_impl=chunked", f"--out={tmp_path / 'ab'}"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert run.returncode != 0
+  assert "model.atention_impl=chunked" in run.stderr and "existing config key" in run.stderr
+  assert not (tmp_path / "ab").exists()
