@@ -5,7 +5,7 @@
 
 Trains on lengths 1..16 and evaluates exact match at 8 and 16 (in distribution) and 24, 32 (length
 generalization, expected to stay near 0). Measured on a 2-core CPU (docs/benchmarks.md): 41 s
-(one XLA device per core; 52 s on one); eval/exact_match@8 goes 0 -> 1.00 and @16 0 -> 0.97-0.99,
+(one XLA device per core; 52 s on one); eval/exact_match@8 goes 0 -> 1.00 and @16 0 -> 0.97-1.00,
 while @24 and @32 stay 0.
 """
 from tfjax.defaults import base_config
