@@ -30,37 +30,27 @@ _ROUNDS = flags.DEFINE_integer("rounds", 30, "Timed calls of each variant, alter
 _OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
 
 
-def with_overrides(config, spec: str):
-  """A copy of `config` with 'a.b=1,c=x' applied; values parse as Python literals, else text."""
-  config = config.copy_and_resolve_references()
+def parse_overrides(spec: str) -> dict:
+  """'a.b=1,c=x' -> {'a.b': 1, 'c': 'x'}: values parse as Python literals, else as text."""
+  overrides = {}
   for item in filter(None, (s.strip() for s in spec.split(","))):
     key, sep, text = item.partition("=")
-    *path, leaf = key.split(".")
-    node = config
-    for name in path:
-      node = node[name] if name in node else None
-      if node is None:
-        break
-    if not sep or node is None or leaf not in node:
-      raise ValueError(f"override {item!r}: expected KEY=VALUE with KEY an existing config key "
-                       "such as model.attention_impl")
+    if not sep:
+      raise ValueError(f"override {item!r} is not KEY=VALUE")
     try:
-      value = ast.literal_eval(text)
+      overrides[key] = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-      value = text
-    try:
-      node[leaf] = value
-    except TypeError as e:  # ConfigDict keeps each key's type
-      raise ValueError(f"override {item!r}: {e}") from e
-  return config
+      overrides[key] = text
+  return overrides
 
 
 def main(argv):
   del argv
-  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax import sharding, sweep  # pylint: disable=import-outside-toplevel
   base = _CONFIG.value
-  try:
-    variants = {"a": with_overrides(base, _A.value), "b": with_overrides(base, _B.value)}
+  try:  # the sweep launcher's overrides: unknown keys and wrong types are named, with a fix
+    variants = {name: sweep.apply_overrides(base, parse_overrides(spec))
+                for name, spec in (("a", _A.value), ("b", _B.value))}
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   if _ROUNDS.value < 1:

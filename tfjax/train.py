@@ -493,7 +493,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
       for future in compiling_eval:  # each is done before its function is first called (a call
         future.result()               # meanwhile would compile again); re-raises compile errors
       if start_step == 0 and train_cfg.eval_at_start:
-        last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, 0, sampler))
+        last.update(_eval_and_sample(eval_step, state, eval_batches, writer, 0, sampler))
       compiling_train.result()
       step = start_step
       while step < train_cfg.num_steps:
@@ -513,8 +513,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
           timer.reset()
           last.update(logged)
         if step % train_cfg.eval_every == 0 or step == train_cfg.num_steps:
-          last.update(_eval_and_sample(exp, eval_step, state, eval_batches, writer, step,
-                                       sampler))
+          last.update(_eval_and_sample(eval_step, state, eval_batches, writer, step, sampler))
           timer.reset()
         if stop_after_step is not None and step >= stop_after_step:
           stop.signum = stop.signum or signal.SIGTERM
@@ -574,7 +573,7 @@ def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
   return max(1, min(min(ends) - step, train_cfg.steps_per_call))
 
 
-def _eval_and_sample(exp, eval_step, state, eval_batches, writer, step, sampler):
+def _eval_and_sample(eval_step, state, eval_batches, writer, step, sampler):
   out = evaluate(eval_step, state.params, eval_batches)
   writer.write(step, out)
   if sampler is not None:
