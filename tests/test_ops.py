@@ -1,6 +1,10 @@
 """tfjax.ops.dot_product_attention (xla) against a NumPy softmax(q k^T * scale + M) v written
 here."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -308,7 +312,8 @@ def test_heads_not_multiple_of_kv_heads_raises():
 
 def test_unknown_implementation_raises_with_choices():
   q, k, v = qkv()
-  with pytest.raises(ValueError, match=r"unknown attention implementation 'flash'.*'xla'"):
+  with pytest.raises(ValueError,
+                     match=r"attention implementation='flash' is invalid; choose one of .*'xla'"):
     ops.dot_product_attention(q, k, v, implementation="flash")
 
 
@@ -327,3 +332,18 @@ def test_auto_on_short_cpu_sequences_is_xla():
   np.testing.assert_array_equal(
       np.asarray(ops.dot_product_attention(q, k, v, implementation="auto", **kwargs)),
       np.asarray(ops.dot_product_attention(q, k, v, implementation="xla", **kwargs)))
+
+
+def test_no_import_cycle_and_ops_does_not_import_pallas():
+  """The kernels import the shared mask rules (tfjax.masks), never tfjax.ops; ops reads the
+  kernels' table lazily, so importing ops alone imports neither the kernels nor Pallas."""
+  script = (
+      "import sys\n"
+      "import tfjax.ops\n"
+      "assert not [m for m in sys.modules if 'pallas' in m or m.startswith('tfjax.kernels')]\n"
+      "del sys.modules['tfjax.ops']\n"
+      "import tfjax.kernels\n"
+      "assert 'tfjax.ops' not in sys.modules, 'tfjax.kernels imported tfjax.ops'\n")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  result = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-2000:]

@@ -18,8 +18,21 @@ NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 FFNS = ("relu", "gelu", "swiglu", "geglu")
 REMATS = ("none", "full", "dots")
+# tfjax.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
+# per backend and length, the others are tfjax/kernels/).
 ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def one_of(what: str, value, valid):
+  """`value` if it is one of `valid`, else a ValueError naming `what`, the value and the choices.
+
+  The one check behind every "choose one of" error (config keys, attention implementations,
+  decoding strategies, ...): `one_of("model.ffn", cfg.ffn, FFNS)`.
+  """
+  if value not in valid:
+    raise ValueError(f"{what}={value!r} is invalid; choose one of {tuple(valid)}")
+  return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +117,7 @@ class ModelConfig:
 
   def validated(self) -> "ModelConfig":
     def choice(key, valid):
-      value = getattr(self, key)
-      if value not in valid:
-        raise ValueError(f"model.{key}={value!r} is invalid; choose one of {tuple(valid)}")
+      one_of(f"model.{key}", getattr(self, key), valid)
 
     choice("family", FAMILIES)
     choice("position", POSITIONS)

@@ -1,13 +1,14 @@
-"""Functional attention: `dot_product_attention` and the mask/bias it applies.
+"""Functional attention: `dot_product_attention`, its reference (xla) implementation, and the
+choice between implementations.
 
-Shapes (suffixes name the axes):
-  q_BxTxHxD   queries, T = q_len, H = heads
-  k_BxSxKxD   keys,    S = kv_len, K = kv_heads (H % K == 0: GQA/MQA; K/V are never repeated)
-  v_BxSxKxD   values
-  returns     BxTxHxD
+Shapes (letters as in tfjax/axes.py):
+  q_BxTxHxE   queries, T = q_len, H = heads, E = head_dim
+  k_BxSxKxE   keys,    S = kv_len, K = kv_heads (H % K == 0: GQA/MQA; K/V are never repeated)
+  v_BxSxKxE   values
+  returns     BxTxHxE
 
 Semantics shared by every implementation (the xla one here is the reference):
-  out = softmax(q k^T * scale + M) v,   scale = 1/sqrt(D) unless given.
+  out = softmax(q k^T * scale + M) v,   scale = 1/sqrt(E) unless given.
   Positions: query t sits at absolute position `q_positions[b, t]`, key s at `kv_positions[b, s]`.
     By default keys are at 0..S-1 and queries are aligned to the *end* of the keys
     (query t at S - T + t), which is what decoding and chunked prefill need; with T == S that is
@@ -22,68 +23,27 @@ Semantics shared by every implementation (the xla one here is the reference):
                 published -m * (i - j) on every visible key).
   bias:         any additive array broadcastable to [B, H, T, S].
   Rows with no visible key return 0 (never NaN), and their gradients are 0.
+The position, mask and ALiBi rules live in tfjax/masks.py, which the kernels share; the fused
+implementations live in tfjax/kernels/ and are imported only when one is asked for (so importing
+this module never imports Pallas).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from tfjax.config import ATTENTION_IMPLS, one_of
+from tfjax.masks import MASK_VALUE, alibi_bias, visibility_mask
+
+__all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",
+           "visibility_mask", "weighted_values"]
 
 _log = logging.getLogger(__name__)
-
-IMPLEMENTATIONS = ("xla", "chunked", "pallas", "cudnn", "auto")
-
-# Large finite negative instead of -inf: keeps exp() and its gradient NaN-free on masked rows.
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-
-
-def default_positions(q_len: int, kv_len: int):
-  """Query/key positions used when none are given: queries aligned to the end of the keys."""
-  q_pos = jnp.arange(q_len, dtype=jnp.int32) + (kv_len - q_len)
-  kv_pos = jnp.arange(kv_len, dtype=jnp.int32)
-  return q_pos[None, :], kv_pos[None, :]
-
-
-def visibility_mask(*, q_len, kv_len, causal=False, window=None, q_segment_ids=None,
-                    kv_segment_ids=None, q_positions=None, kv_positions=None):
-  """Boolean mask [B or 1, 1, T, S]: True where query t may attend to key s. None if all visible."""
-  default_q, default_kv = default_positions(q_len, kv_len)
-  q_pos = default_q if q_positions is None else q_positions
-  kv_pos = default_kv if kv_positions is None else kv_positions
-  mask = None
-
-  def _and(m, new):
-    return new if m is None else jnp.logical_and(m, new)
-
-  if causal or window is not None:
-    rel = q_pos[:, :, None] - kv_pos[:, None, :]  # [B, T, S] = i - j
-    mask = _and(mask, rel >= 0)
-    if window is not None:
-      mask = _and(mask, rel < window)
-  if q_segment_ids is not None and kv_segment_ids is not None:
-    same = q_segment_ids[:, :, None] == kv_segment_ids[:, None, :]
-    mask = _and(mask, jnp.logical_and(same, kv_segment_ids[:, None, :] != 0))
-  elif kv_segment_ids is not None:
-    mask = _and(mask, (kv_segment_ids != 0)[:, None, :])
-  elif q_segment_ids is not None:
-    mask = _and(mask, (q_segment_ids != 0)[:, :, None])
-  if mask is None:
-    return None
-  return mask[:, None, :, :]
-
-
-def alibi_bias(alibi_slopes, *, q_len, kv_len, q_positions=None, kv_positions=None):
-  """ALiBi additive bias -m * |i - j| as [B or 1, H, T, S] float32."""
-  default_q, default_kv = default_positions(q_len, kv_len)
-  q_pos = default_q if q_positions is None else q_positions
-  kv_pos = default_kv if kv_positions is None else kv_positions
-  dist = jnp.abs(q_pos[:, :, None] - kv_pos[:, None, :]).astype(jnp.float32)  # [B, T, S]
-  slopes = jnp.asarray(alibi_slopes, jnp.float32)
-  slopes = slopes[None, :] if slopes.ndim == 1 else slopes  # [B or 1, H]
-  return -slopes[:, :, None, None] * dist[:, None, :, :]
 
 
 def _check_shapes(q, k, v, alibi_slopes):
@@ -112,11 +72,11 @@ def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_
   kv_len, kv_heads = k.shape[1], k.shape[2]
   scale = head_dim ** -0.5 if scale is None else scale
   group = heads // kv_heads
-  if group == 1:  # MHA: see weighted_values for why this is not the GQA einsum with g = 1
-    logits = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
-  else:
-    q_BxTxKxGxD = q.reshape(batch, q_len, kv_heads, group, head_dim)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxD, k,
+  if group == 1:  # multi-head: no group axis (see weighted_values)
+    logits = jnp.einsum("bthe,bshe->bhts", q, k, preferred_element_type=jnp.float32)
+  else:  # query head h reads kv head h // G
+    q_BxTxKxGxE = q.reshape(batch, q_len, kv_heads, group, head_dim)
+    logits = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k,
                         preferred_element_type=jnp.float32)
   logits = logits.reshape(batch, heads, q_len, kv_len) * scale
   if alibi_slopes is not None:
@@ -128,7 +88,7 @@ def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_
                          q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                          q_positions=q_positions, kv_positions=kv_positions)
   if mask is not None:
-    logits = jnp.where(mask, logits, _MASK_VALUE)
+    logits = jnp.where(mask, logits, MASK_VALUE)
   return logits, mask
 
 
@@ -144,25 +104,26 @@ def attention_weights(q, k, **kwargs):
   """Softmax attention probabilities [B, H, T, S] (float32); fully masked rows are all zero."""
   logits, mask = attention_logits_mask(q, k, **kwargs)
   weights = jax.nn.softmax(logits, axis=-1)
-  # A fully masked row would softmax to uniform weights over hidden keys: zero it. The select
-  # (and its gradient) is skipped where no row can be empty (~1% of nanoGPT's CPU step).
+  # A fully masked row would softmax to uniform weights over hidden keys: zero it. Where no row
+  # can be empty the select would change nothing, so it (and its gradient) is left out.
   if mask is not None and _rows_can_be_empty(q.shape[1], k.shape[1], **kwargs):
     weights = jnp.where(mask, weights, 0.0)
   return weights
 
 
 def weighted_values(weights_BxHxTxS, v):
-  """sum_s weights[b,h,t,s] v[b,s,kv(h),d] -> BxTxHxD, reading each kv head for its query group."""
+  """sum_s weights[b,h,t,s] v[b,s,h//G,e] -> BxTxHxE (float32), reading each kv head for its
+  group of G query heads."""
   batch, heads, q_len, kv_len = weights_BxHxTxS.shape
   kv_heads, head_dim = v.shape[2], v.shape[3]
   if heads == kv_heads:
-    # Why not the GQA einsum below with a group axis of size 1: XLA:CPU then lays the batched
-    # products and their gradients out with extra transposes (nanoGPT's CPU recipe: ~4% of the
-    # train step, docs/benchmarks.md).
-    return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS.astype(v.dtype), v,
+    # Multi-head attention (G = 1) is written without the group axis: the same products, but a
+    # size-1 axis in the batched products makes XLA:CPU lay them and their gradients out with
+    # extra transposes (docs/benchmarks.md, "no group axis of size 1").
+    return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS.astype(v.dtype), v,
                       preferred_element_type=jnp.float32)
-  w = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)
-  out = jnp.einsum("bkgts,bskd->btkgd", w.astype(v.dtype), v,
+  w_BxKxGxTxS = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)
+  out = jnp.einsum("bkgts,bske->btkge", w_BxKxGxTxS.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)
   return out.reshape(batch, q_len, heads, head_dim)
 
@@ -177,54 +138,68 @@ def _xla_attention(q, k, v, *, dropout_rate=0.0, dropout_rng=None, **kwargs):
   return weighted_values(weights, v).astype(q.dtype)
 
 
-# Implementations other than xla register themselves here (see tfjax/kernels/) so that this file
-# never imports Pallas; each takes the same arguments as `dot_product_attention` (minus
-# `implementation`) and raises ValueError for a combination it does not support.
-_REGISTRY: dict[str, Callable] = {"xla": _xla_attention}
 _LOGGED: set = set()
 
 
-def register_implementation(name: str, fn: Callable) -> None:
-  _REGISTRY[name] = fn
+def _implementations() -> Mapping[str, Callable]:
+  """Every implementation by name: xla here, the fused ones from `tfjax.kernels.IMPLEMENTATIONS`
+  (imported on first use; each takes `dot_product_attention`'s arguments minus `implementation`
+  and raises ValueError for a combination it does not support)."""
+  import tfjax.kernels  # pylint: disable=g-import-not-at-top
+  return {"xla": _xla_attention, **tfjax.kernels.IMPLEMENTATIONS}
 
 
 def _resolve(implementation: str, q_len: int, kv_len: int) -> str:
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(
-        f"unknown attention implementation {implementation!r}; choose one of {IMPLEMENTATIONS}")
-  if implementation == "auto":
-    backend = jax.default_backend()
-    if backend == "gpu" and "pallas" in _available():
-      return "pallas"
-    if backend == "cpu" and max(q_len, kv_len) >= 2048 and "chunked" in _available():
-      return "chunked"
-    return "xla"
-  return implementation
+  """The implementation `auto` stands for on this backend and length; any other name as given."""
+  one_of("attention implementation", implementation, ATTENTION_IMPLS)
+  if implementation != "auto":
+    return implementation
+  backend = jax.default_backend()
+  if backend == "gpu":
+    return "pallas"
+  if backend == "cpu" and max(q_len, kv_len) >= 2048:
+    return "chunked"  # O(T + S) memory where the T x S weights stop fitting caches
+  return "xla"
 
 
-def _available():
-  """The registry, with the fused implementations registered (imported lazily so that this file
-  never imports Pallas unless a fused implementation is asked for)."""
-  import tfjax.kernels  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  return _REGISTRY
+def dot_product_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
+    q_segment_ids: Optional[ArrayLike] = None, kv_segment_ids: Optional[ArrayLike] = None,
+    window: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
+    bias: Optional[ArrayLike] = None, scale: Optional[float] = None, implementation: str = "xla",
+    q_positions: Optional[ArrayLike] = None, kv_positions: Optional[ArrayLike] = None,
+    dropout_rate: float = 0.0, dropout_rng: Optional[jax.Array] = None) -> jax.Array:
+  """Multi-head (GQA/MQA) attention softmax(q k^T * scale + M) v; see the module docstring.
 
+  Args:
+    q: queries [B, T, H, E].
+    k: keys [B, S, K, E], H a multiple of K.
+    v: values [B, S, K, E].
+    causal: hide keys after the query's position.
+    q_segment_ids: int [B, T]; 0 marks padding (see the module docstring for the rules).
+    kv_segment_ids: int [B, S].
+    window: sliding causal window of `window` keys, the query's own position included.
+    alibi_slopes: [H] or [B, H] ALiBi slopes m: adds -m * |q_pos - kv_pos|.
+    bias: additive logits bias broadcastable to [B, H, T, S] (xla only).
+    scale: logits scale; 1/sqrt(E) if None.
+    implementation: one of tfjax.config.ATTENTION_IMPLS: 'xla' (this module), 'chunked',
+      'pallas', 'cudnn' (tfjax/kernels/) or 'auto' (pallas on GPU, chunked on CPU from 2048
+      tokens, else xla).
+    q_positions: int [B, T] absolute query positions, overriding the end-aligned default
+      (KV-cache decoding needs them).
+    kv_positions: int [B, S] absolute key positions.
+    dropout_rate: dropout on the attention weights (xla only: the fused implementations refuse
+      it rather than silently ignoring it).
+    dropout_rng: PRNG key for that dropout.
 
-def dot_product_attention(q, k, v, *, causal: bool = False, q_segment_ids=None,
-                          kv_segment_ids=None, window: Optional[int] = None, alibi_slopes=None,
-                          bias=None, scale: Optional[float] = None, implementation: str = "xla",
-                          q_positions=None, kv_positions=None, dropout_rate: float = 0.0,
-                          dropout_rng=None):
-  """Multi-head (GQA/MQA) attention; see the module docstring for every argument's meaning.
-
-  `q_positions`/`kv_positions` ([B, T] / [B, S] int) override the default end-aligned positions
-  (needed by KV-cache decoding); `dropout_rate`/`dropout_rng` apply dropout to the attention
-  weights (xla only: fused implementations refuse it rather than silently ignoring it).
+  Returns:
+    [B, T, H, E] in q's dtype.
   """
   _check_shapes(q, k, v, alibi_slopes)
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
   name = _resolve(implementation, q.shape[1], k.shape[1])
-  fns = _available() if name != "xla" else _REGISTRY
+  fns = _implementations() if name != "xla" else {"xla": _xla_attention}
   if name not in fns:
     raise ValueError(
         f"attention implementation {name!r} is not available in this install "

@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from tfjax import ops
-
-# Same finite "minus infinity" as the reference: exp(MASK_VALUE - m) underflows to exactly 0.
-MASK_VALUE = ops._MASK_VALUE  # pylint: disable=protected-access
-
 
 def unsupported(feature: str, implementation: str, supported: str) -> ValueError:
   return ValueError(
@@ -56,10 +51,3 @@ def kernel_segment_ids(q_segment_ids, kv_segment_ids, *, batch, q_len, kv_len, q
   kv_ids = jnp.broadcast_to(jnp.asarray(kv_ids, jnp.int32), (batch, kv_len))
   # Padding gets id 0: padded keys are hidden from every query, padded queries see nothing.
   return pad_axis(q_ids, 1, q_len_padded), pad_axis(kv_ids, 1, kv_len_padded)
-
-
-def alibi_slopes_BxH(alibi_slopes, batch: int, heads: int):
-  """ALiBi slopes given as [H] or [B, H] (any float dtype) as float32 [B, H]."""
-  slopes = jnp.asarray(alibi_slopes, jnp.float32)
-  slopes = slopes[None, :] if slopes.ndim == 1 else slopes
-  return jnp.broadcast_to(slopes, (batch, heads))

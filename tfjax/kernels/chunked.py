@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from tfjax import ops
+from tfjax import masks
 from tfjax.kernels import _common
 
 F32 = jnp.float32
@@ -47,12 +47,12 @@ def _block_logits(cfg, q_i, k_j, q_pos, kv_pos, q_ids, kv_ids, slopes_BxKxG):
     rel = (q_pos[:, :, None] - kv_pos[:, None, :])[:, None, None]  # [Bp, 1, 1, bq, bk] = i - j
     neg_dist = -jnp.abs(rel).astype(F32)
     s = s + slopes_BxKxG[..., None, None] * neg_dist
-  # The reference mask rules (tfjax/ops.py), applied to this tile's positions and ids.
-  mask = ops.visibility_mask(
+  # The reference mask rules (tfjax/masks.py), applied to this tile's positions and ids.
+  mask = masks.visibility_mask(
       q_len=q_i.shape[1], kv_len=k_j.shape[1], causal=cfg.causal, window=cfg.window,
       q_segment_ids=q_ids, kv_segment_ids=kv_ids, q_positions=q_pos, kv_positions=kv_pos)
   if mask is not None:
-    s = jnp.where(mask[:, :, None], s, _common.MASK_VALUE)  # [B, 1, 1, bq, bk]
+    s = jnp.where(mask[:, :, None], s, masks.MASK_VALUE)  # [B, 1, 1, bq, bk]
   return s, neg_dist
 
 
@@ -128,10 +128,10 @@ def _forward(cfg, q, k, v, slopes_BxH, aux):
 
       return _when_visible(visible, i, j, update, carry, *carry), None
 
-    init = (jnp.full(row_shape, _common.MASK_VALUE, F32), jnp.zeros(row_shape, F32),
+    init = (jnp.full(row_shape, masks.MASK_VALUE, F32), jnp.zeros(row_shape, F32),
             jnp.zeros(row_shape + (head_dim,), F32))
     (m, l, acc), _ = lax.scan(key_step, init, jnp.arange(k.shape[1] // cfg.block_k))
-    seen = m > _common.MASK_VALUE / 2
+    seen = m > masks.MASK_VALUE / 2
     out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
     lse = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0: no gradient on such rows
     out_BxbqxHxD = out.transpose(0, 3, 1, 2, 4).reshape(batch, cfg.block_q, heads, head_dim)
@@ -216,8 +216,8 @@ def _attention_bwd(cfg, residuals, d_out):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def _positions(positions, default_1xL, length_padded):
-  pos = default_1xL if positions is None else jnp.asarray(positions, jnp.int32)
+def _positions(positions, length_padded):
+  pos = jnp.asarray(positions, jnp.int32)
   pos = pos[None, :] if pos.ndim == 1 else pos
   # Padded rows/keys repeat the last position so that block min/max (for skipping) are unchanged.
   return _common.pad_axis(pos, 1, length_padded, mode="edge")
@@ -233,14 +233,13 @@ def chunked_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_i
   kv_len = k.shape[1]
   block_q, block_k = min(block_q, q_len), min(block_k, kv_len)
   q_len_p, kv_len_p = _common.round_up(q_len, block_q), _common.round_up(kv_len, block_k)
-  default_q, default_kv = ops.default_positions(q_len, kv_len)
+  q_pos, kv_pos = masks.query_key_positions(q_len, kv_len, q_positions, kv_positions)
   q_ids, kv_ids = _common.kernel_segment_ids(
       q_segment_ids, kv_segment_ids, batch=batch, q_len=q_len, kv_len=kv_len,
       q_len_padded=q_len_p, kv_len_padded=kv_len_p)
-  aux = (_positions(q_positions, default_q, q_len_p),
-         _positions(kv_positions, default_kv, kv_len_p), q_ids, kv_ids)
+  aux = (_positions(q_pos, q_len_p), _positions(kv_pos, kv_len_p), q_ids, kv_ids)
   slopes = (None if alibi_slopes is None
-            else _common.alibi_slopes_BxH(alibi_slopes, batch, heads))
+            else masks.alibi_slopes_BxH(alibi_slopes, batch))
   cfg = _Config(scale=float(head_dim ** -0.5 if scale is None else scale),
                 causal=bool(causal or window is not None), window=window,
                 block_q=block_q, block_k=block_k)

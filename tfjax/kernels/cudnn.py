@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tfjax import ops
+from tfjax import masks
 from tfjax.kernels import _common
 
 _OTHERS = "'xla', 'chunked' or 'pallas'"
@@ -38,7 +38,7 @@ def cudnn_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
                      f"{jax.default_backend()!r} (use {_OTHERS})")
   mask = None
   if q_segment_ids is not None or kv_segment_ids is not None:
-    mask = ops.visibility_mask(q_len=q_len, kv_len=kv_len, causal=causal, window=window,
+    mask = masks.visibility_mask(q_len=q_len, kv_len=kv_len, causal=causal, window=window,
                                q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids)
   if bias is not None:
     bias = jnp.asarray(bias)

@@ -28,6 +28,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from tfjax import masks
 from tfjax.kernels import _common
 
 F32 = jnp.float32
@@ -122,7 +123,7 @@ def _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked):
     same = (q_ids[:, None] == kv_ids[None, :]) & (kv_ids[None, :] != 0)
     mask = same if mask is None else mask & same
   if mask is not None:
-    s = jnp.where(mask, s, _common.MASK_VALUE)
+    s = jnp.where(mask, s, masks.MASK_VALUE)
   return s, neg_dist
 
 
@@ -213,10 +214,10 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     return acc, m_new, l * alpha + p.sum(axis=1)
 
   ranges = _kv_ranges(cfg, q_block, block_q, block_k, k_ref.shape[0] // block_k)
-  init = (jnp.zeros(q.shape, F32), jnp.full((block_q,), _common.MASK_VALUE, F32),
+  init = (jnp.zeros(q.shape, F32), jnp.full((block_q,), masks.MASK_VALUE, F32),
           jnp.zeros((block_q,), F32))
   acc, m, l = _masked_loop(ranges, body, init)
-  seen = m > _common.MASK_VALUE / 2
+  seen = m > masks.MASK_VALUE / 2
   out = jnp.where(seen[:, None], acc / jnp.where(seen, l, 1.0)[:, None], 0.0)
   o_ref[...] = out.astype(o_ref.dtype)
   lse_ref[...] = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0 in the backward
@@ -436,7 +437,7 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
       q_segment_ids, kv_segment_ids, batch=batch, q_len=q_len, kv_len=kv_len,
       q_len_padded=q_len_p, kv_len_padded=kv_len_p)
   slopes = (None if alibi_slopes is None
-            else _common.alibi_slopes_BxH(alibi_slopes, batch, heads))
+            else masks.alibi_slopes_BxH(alibi_slopes, batch))
   cfg = _Config(
       scale=float(head_dim ** -0.5 if scale is None else scale),
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
