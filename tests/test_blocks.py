@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import random_params, tiny_config, to_numpy, unboxed
+from tfjax import cpu_fusion
 from tfjax.attention import MultiHeadAttention
 from tfjax.ffn import FeedForward
 from tfjax.layers import TransformerLayer
@@ -221,8 +222,7 @@ def np_ffn_grads(x, p, kind, dy):
 
 @pytest.mark.parametrize("kind", ["relu", "gelu", "swiglu", "geglu"])
 def test_ffn_gradients_match_numpy(kind):
-  """The activations carry a custom VJP on CPU (tfjax.cpu_fusion): check it against the
-  derivative written out."""
+  """Autodiff through each activation against its derivative written out."""
   cfg = tiny_config(ffn=kind)
   x = rand((2, 3, 16), seed=22, scale=1.5)
   dy = rand((2, 3, 16), seed=23)
@@ -509,17 +509,26 @@ def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cr
   assert not np.allclose(y, other, atol=1e-2)
 
 
+@pytest.fixture
+def fusion_policy():
+  """Sets tfjax.cpu_fusion's policy for one test, then restores the default."""
+  yield cpu_fusion.install
+  cpu_fusion.install("auto")
+
+
 @pytest.mark.parametrize("placement,ffn", [("pre", "gelu"), ("post", "swiglu")])
-def test_transformer_layer_gradients_match_finite_differences(placement, ffn):
-  """Directional derivatives of the layer (residual and activation gradients go through custom
-  VJPs on CPU) agree with central differences along random directions."""
+def test_transformer_layer_gradients_match_finite_differences(placement, ffn, fusion_policy):
+  """Directional derivatives of the layer, with the residual gradients going through the CPU
+  fusion boundary's custom JVP (tfjax.cpu_fusion), agree with central differences along random
+  directions."""
+  fusion_policy("on")
   cfg = tiny_config(norm_placement=placement, ffn=ffn, num_heads=4, num_kv_heads=2)
   x = jnp.asarray(rand((2, 5, 16), seed=25))
   cot = jnp.asarray(rand((2, 5, 16), seed=26))
   layer = TransformerLayer(cfg, causal=True)
   params = random_params(layer, x, seed=27, scale=0.3)
   f = lambda p, x: jnp.sum(layer.apply({"params": p}, x) * cot)
-  grads = jax.grad(f, argnums=(0, 1))(params, x)
+  grads = jax.grad(cpu_fusion.applied(f), argnums=(0, 1))(params, x)
   rng = np.random.default_rng(28)
   for _ in range(3):
     direction = jax.tree_util.tree_map(
@@ -534,3 +543,70 @@ def test_transformer_layer_gradients_match_finite_differences(placement, ffn):
     analytic = sum(float(jnp.sum(g * d)) for g, d in zip(jax.tree_util.tree_leaves(grads),
                                                          jax.tree_util.tree_leaves(direction)))
     assert analytic == pytest.approx(numeric, rel=5e-3, abs=5e-2)
+
+
+def _conds(jaxpr) -> int:
+  """Number of `cond` equations in a closed jaxpr, nested ones included."""
+  count = 0
+  for eqn in jaxpr.eqns:
+    count += eqn.primitive.name == "cond"
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      count += _conds(sub)
+  return count
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_cpu_fusion_boundary_is_one_cond_per_sublayer_and_changes_no_value(cross, fusion_policy):
+  """cpu_fusion.applied routes the residual stream entering each sublayer through an identity
+  whose cotangent passes a cond: conds in the gradient for each sublayer ('on'), none ('off'), the
+  same gradients either way; forward-mode autodiff still works through it."""
+  cfg = tiny_config(num_heads=4, num_kv_heads=2)
+  x = jnp.asarray(rand((2, 5, 16), seed=40))
+  enc = jnp.asarray(rand((2, 3, 16), seed=41))
+  cot = jnp.asarray(rand((2, 5, 16), seed=42))
+  layer = TransformerLayer(cfg, causal=True, cross_attention=cross)
+  params = random_params(layer, x, None, None, enc, seed=43)
+  # A new function per policy: JAX caches traces by function, and the policy is read when tracing.
+  loss = lambda: cpu_fusion.applied(lambda p, x: jnp.sum(
+      layer.apply({"params": p}, x, encoded_BxSxD=enc) * cot))
+  grads, conds = {}, {}
+  for policy in ("on", "off"):
+    fusion_policy(policy)
+    conds[policy] = _conds(jax.make_jaxpr(jax.grad(loss(), argnums=(0, 1)))(params, x).jaxpr)
+    grads[policy] = jax.grad(loss(), argnums=(0, 1))(params, x)
+  # Partial evaluation splits each sublayer's cond into a forward and a (transposed) backward one.
+  sublayers = 3 if cross else 2
+  assert conds == {"on": 2 * sublayers, "off": 0}
+  for a, b in zip(jax.tree_util.tree_leaves(grads["on"]), jax.tree_util.tree_leaves(grads["off"])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+  fusion_policy("on")
+  dx = jnp.asarray(rand((2, 5, 16), seed=44))
+  f = loss()
+  _, tangent = jax.jvp(lambda x: f(params, x), (x,), (dx,))
+  assert float(tangent) == pytest.approx(float(jnp.sum(grads["on"][1] * dx)), rel=1e-4)
+
+
+def test_cpu_fusion_policy_auto_follows_the_backend_and_bad_values_are_named(fusion_policy):
+  assert cpu_fusion.installed() == "auto"
+  assert cpu_fusion.enabled() == (jax.default_backend() == "cpu")
+  fusion_policy("off")
+  assert not cpu_fusion.enabled()
+  with pytest.raises(ValueError, match=r"cpu_fusion policy='fast' is invalid; choose one of "
+                                       r"\('auto', 'on', 'off'\)"):
+    cpu_fusion.install("fast")
+  assert cpu_fusion.installed() == "off"  # a rejected value leaves the policy as it was
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_key_value_projections_carry_the_kv_heads_axis(num_kv_heads):
+  """W_K / W_V are sharded by kv_heads whether or not kv_heads == heads (MHA: both 4)."""
+  cfg = tiny_config(num_heads=4, num_kv_heads=num_kv_heads)
+  x = jnp.zeros((1, 3, 16))
+  boxed = jax.eval_shape(MultiHeadAttention(cfg).init, jax.random.PRNGKey(0), x)["params"]
+  names = {k: (v["kernel"].names, v["bias"].names) for k, v in boxed.items()}
+  assert names == {
+      "query": (("embed", "heads", "head_dim"), ("heads", "head_dim")),
+      "key": (("embed", "kv_heads", "head_dim"), ("kv_heads", "head_dim")),
+      "value": (("embed", "kv_heads", "head_dim"), ("kv_heads", "head_dim")),
+      "out": (("heads", "head_dim", "embed"), ("embed",)),
+  }

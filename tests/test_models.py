@@ -11,8 +11,9 @@ import pytest
 
 from conftest import fast_jit, random_params, tiny_config, to_numpy, tokens, unboxed
 from tfjax.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConfig, \
-    default_model_config
+    default_model_config, one_of
 from tfjax.models import build_model, shift_right
+from tfjax.positions import has_learned_table
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -348,6 +349,17 @@ def test_attention_dropout_with_a_fused_implementation_raises(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # Config validation
 # ------------------------------------------------------------------------------------------------
+def test_one_of_returns_the_value_or_names_the_choices():
+  assert one_of("strategy", "beam", ("greedy", "beam")) == "beam"
+  with pytest.raises(ValueError, match=r"^strategy='bean' is invalid; choose one of "
+                                       r"\('greedy', 'beam'\)$"):
+    one_of("strategy", "bean", ["greedy", "beam"])
+
+
+def test_only_the_learned_position_table_has_a_table():
+  assert [p for p in POSITIONS if has_learned_table(tiny_config(position=p))] == ["learned"]
+
+
 @pytest.mark.parametrize("overrides,patterns", [
     (dict(d_model=18, num_heads=4), ["model.d_model=18", "model.num_heads=4", "head_dim"]),
     (dict(num_heads=4, num_kv_heads=3), ["model.num_heads=4", "model.num_kv_heads=3"]),

@@ -1,8 +1,10 @@
 """Multi-head attention (MHA / GQA / MQA), self and cross, with an optional KV cache for decoding.
 
 W_Q: [embed, heads, head_dim], W_K and W_V: [embed, kv_heads, head_dim], W_O: [heads, head_dim,
-embed]. Scores, masks and biases are all computed by `tfjax.ops.dot_product_attention`, so the
-module never changes when the attention implementation does.
+embed]; shape letters as in tfjax/axes.py (E = head_dim). W_K and W_V always carry the kv_heads
+logical axis, also when kv_heads == heads (the sharding rules map kv_heads as they map heads).
+Scores, masks and biases are all computed by `tfjax.ops.dot_product_attention`, so the module
+never changes when the attention implementation does.
 
 Attention weights for visualization: apply with `mutable=['intermediates']` and each attention
 module sows its [batch, heads, q_len, kv_len] probabilities as 'attention_weights'.
@@ -22,23 +24,24 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfjax import ops
+from tfjax import axes, ops
 from tfjax.config import ModelConfig
+from tfjax.masks import default_positions
 from tfjax.positions import alibi_slopes, apply_rope
 
 
 # nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
 # 3-D logical sharding constraint to it when a mesh is active, which fails (flax issue #3676).
 # Same parameters (kernel [embed, heads, head_dim], bias [heads, head_dim]), same values.
-def _projection(cfg: ModelConfig, heads: int, name: str, d_model: int):
+def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_model: int):
+  """x [B, L, D] -> [B, L, heads, E]; `heads_axis` is the logical axis of the heads dimension."""
   return nn.Einsum(
       (d_model, heads, cfg.dim_per_head), "btd,dhk->bthk", use_bias=cfg.attention_bias,
       dtype=cfg.compute_dtype, name=name,
       kernel_init=nn.with_logical_partitioning(
-          nn.initializers.normal(cfg.init_std),
-          ("embed", "heads" if heads == cfg.num_heads else "kv_heads", "head_dim")),
+          nn.initializers.normal(cfg.init_std), (axes.EMBED, heads_axis, axes.HEAD_DIM)),
       bias_init=nn.with_logical_partitioning(
-          nn.initializers.zeros, ("heads" if heads == cfg.num_heads else "kv_heads", "head_dim")))
+          nn.initializers.zeros, (heads_axis, axes.HEAD_DIM)))
 
 
 class MultiHeadAttention(nn.Module):
@@ -47,25 +50,25 @@ class MultiHeadAttention(nn.Module):
   cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
 
   @nn.compact
-  def __call__(self, x_BxTxD, kv_BxSxE=None, *, q_segment_ids=None, kv_segment_ids=None,
+  def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                positions=None):
     """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding)."""
     cfg = self.config
     batch, q_len = x_BxTxD.shape[:2]
-    q_BxTxHxD = _projection(cfg, cfg.num_heads, "query", x_BxTxD.shape[-1])(x_BxTxD)
-    k_BxSxKxD = v_BxSxKxD = None
-    if not (self.cross and cfg.decode and kv_BxSxE is None):
-      source = x_BxTxD if not self.cross else kv_BxSxE
-      k_BxSxKxD = _projection(cfg, cfg.kv_heads, "key", source.shape[-1])(source)
-      v_BxSxKxD = _projection(cfg, cfg.kv_heads, "value", source.shape[-1])(source)
+    q_BxTxHxE = _projection(cfg, cfg.num_heads, axes.HEADS, "query", x_BxTxD.shape[-1])(x_BxTxD)
+    k_BxSxKxE = v_BxSxKxE = None
+    if not (self.cross and cfg.decode and kv_BxSxD is None):
+      source = x_BxTxD if not self.cross else kv_BxSxD
+      k_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "key", source.shape[-1])(source)
+      v_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "value", source.shape[-1])(source)
 
     relative = not self.cross
     if positions is None:
-      positions = jnp.broadcast_to(jnp.arange(q_len, dtype=jnp.int32), (batch, q_len))
+      positions = default_positions(q_len, batch=batch)
     if relative and cfg.position in ("rope", "rope_interleaved"):
       interleaved = cfg.position == "rope_interleaved"
-      q_BxTxHxD = apply_rope(q_BxTxHxD, positions, base=cfg.rope_base, interleaved=interleaved)
-      k_BxSxKxD = apply_rope(k_BxSxKxD, positions, base=cfg.rope_base, interleaved=interleaved)
+      q_BxTxHxE = apply_rope(q_BxTxHxE, positions, base=cfg.rope_base, interleaved=interleaved)
+      k_BxSxKxE = apply_rope(k_BxSxKxE, positions, base=cfg.rope_base, interleaved=interleaved)
     slopes = alibi_slopes(cfg.num_heads) if relative and cfg.position == "alibi" else None
 
     kwargs = dict(causal=self.causal, window=cfg.window if self.causal else None,
@@ -74,31 +77,32 @@ class MultiHeadAttention(nn.Module):
     # encoder (e.g. the encoder of an encoder-decoder run with decode=True) recomputes in full.
     uses_cache = cfg.decode and (self.causal or self.cross)
     if uses_cache and not self.is_initializing():
-      k_BxSxKxD, v_BxSxKxD, kwargs = self._use_cache(k_BxSxKxD, v_BxSxKxD, positions, kwargs)
+      k_BxSxKxE, v_BxSxKxE, kwargs = self._use_cache(k_BxSxKxE, v_BxSxKxE, positions, kwargs)
     elif uses_cache:
-      self._init_cache(k_BxSxKxD)
+      self._init_cache(k_BxSxKxE)
 
     if self.is_mutable_collection("intermediates"):
-      weights = ops.attention_weights(q_BxTxHxD, k_BxSxKxD, **kwargs)
+      weights = ops.attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)
       self.sow("intermediates", "attention_weights", weights)
     dropout = 0.0 if cfg.deterministic else cfg.attention_dropout
-    out_BxTxHxD = ops.dot_product_attention(
-        q_BxTxHxD, k_BxSxKxD, v_BxSxKxD,
+    out_BxTxHxE = ops.dot_product_attention(
+        q_BxTxHxE, k_BxSxKxE, v_BxSxKxE,
         implementation="xla" if cfg.decode else cfg.attention_impl,
         dropout_rate=dropout, dropout_rng=self.make_rng("dropout") if dropout else None, **kwargs)
-    out_BxTxHxD = nn.with_logical_constraint(out_BxTxHxD, ("batch", "length", "heads", "head_dim"))
+    out_BxTxHxE = nn.with_logical_constraint(
+        out_BxTxHxE, (axes.BATCH, axes.LENGTH, axes.HEADS, axes.HEAD_DIM))
     return nn.Einsum(
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
         use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(cfg.residual_init_std), ("heads", "head_dim", "embed")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(out_BxTxHxD)
+            nn.initializers.normal(cfg.residual_init_std), (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)
 
   # ---- KV cache -------------------------------------------------------------------------------
-  def _init_cache(self, k_BxSxKxD):
+  def _init_cache(self, k_BxSxKxE):
     """Called under `init` with a dummy input as long as the longest sequence to decode."""
     cfg = self.config
-    batch, length, kv_heads, head_dim = k_BxSxKxD.shape
+    batch, length, kv_heads, head_dim = k_BxSxKxE.shape
     if self.cross:
       size = length  # the encoder length used at init
     else:

@@ -1,16 +1,35 @@
-"""XLA:CPU performance workarounds (no-ops on GPU/TPU): fusion boundaries that make the backward
-pass fast, and one flat gradient all-reduce for data parallelism over CPU devices.
+"""XLA:CPU performance workarounds, kept out of the model blocks: a fusion boundary on the
+residual-stream gradient (one switch, `install`), and one flat gradient all-reduce for data
+parallelism over CPU devices.
 
-Profiling nanoGPT's CPU recipe (4x128, batch 12 x 64) showed forward+backward ~9x the forward.
-Nearly all of the gap was XLA:CPU fusing elementwise backward math (GELU's erf polynomial,
-LayerNorm's backward and the residual-gradient sum) into the transposes that feed weight-gradient
-matmuls dW = x^T g; such transpose fusions run scalar and strided. XLA:CPU drops
-`optimization_barrier`, but cannot fuse across a data-dependent `lax.cond`, so routing a value
-through one makes it be written once, vectorized, and the transpose becomes a plain copy.
-See docs/benchmarks.md for before/after step times.
+The fusion boundary. XLA:CPU fuses the elementwise backward math that forms the residual-stream
+gradient (LayerNorm's backward plus the skip-connection sum) into the transposes that feed the
+weight-gradient matmuls dW = x^T g, and such transpose fusions run scalar and strided. XLA:CPU
+drops `optimization_barrier`, but cannot fuse across a data-dependent `lax.cond`, so routing the
+cotangent through one makes it be written once, vectorized, and the transpose becomes a plain
+copy. docs/benchmarks.md ("Where XLA's CPU backward lost the time") has the profile and the
+measurements. (The same trick on the activation derivatives no longer paid and was dropped.)
+
+How it is applied, and why this way. The blocks (tfjax/layers.py) are the published math only.
+A Flax method interceptor (`interceptor`) wraps the residual-stream input `x` of every
+`TransformerLayer.sublayer(name, x, fn)` call in an identity whose cotangent goes through the
+cond. Whoever builds a differentiated step wraps the function it traces with `applied(fn)`:
+  * the interceptor is entered inside the traced function, so it holds on whichever thread traces
+    it (Flax keeps interceptors per thread, like logical axis rules), and only there: eval,
+    init and decoding programs are untouched (the identity changes nothing without a gradient);
+  * `install(policy)` is the one switch, decided once at setup before any step is traced
+    (jit caches what it traced): 'auto' (the default, what a caller that never calls `install`
+    gets) turns it on when JAX's default backend is CPU, so GPU/TPU programs are exactly those
+    of the unwrapped function; 'on' / 'off' force it either way.
+A module-level policy read by the blocks would have kept the workaround's call site inside the
+model; the interceptor keeps the blocks unaware of it and the switch in one place.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, Iterator
 
 import flax.linen as nn
 import jax
@@ -18,8 +37,32 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec
 
+from tfjax.config import one_of
+from tfjax.layers import TransformerLayer
 
-def _on_cpu() -> bool:
+POLICIES = ("auto", "on", "off")
+_policy = "auto"
+
+
+def install(policy: str = "auto") -> None:
+  """Sets the fusion-boundary policy for every step traced afterwards: 'auto' (on iff JAX's
+  default backend is CPU), 'on' or 'off'. Call once at setup, before the first trace."""
+  global _policy
+  _policy = one_of("cpu_fusion policy", policy, POLICIES)
+
+
+def installed() -> str:
+  """The policy set by `install` ('auto' unless it was called)."""
+  return _policy
+
+
+def enabled() -> bool:
+  """Whether `applied` adds the fusion boundary (reads the backend for 'auto': call it after the
+  devices are configured, i.e. when tracing)."""
+  return _policy == "on" or (_policy == "auto" and _backend_is_cpu())
+
+
+def _backend_is_cpu() -> bool:
   return jax.default_backend() == "cpu"
 
 
@@ -31,38 +74,49 @@ def _materialized(value, like):
 
 
 @jax.custom_jvp
-def _identity_materialized_cotangent(x):
+def materialized_cotangent(x):
+  """Identity whose cotangent is computed in its own fusion (see the module docstring)."""
   return x
 
 
-@_identity_materialized_cotangent.defjvp
-def _identity_jvp(primals, tangents):
+@materialized_cotangent.defjvp
+def _materialized_cotangent_jvp(primals, tangents):
   (x,), (t,) = primals, tangents
-  # Transposed for the backward pass, this cond materializes the cotangent.
+  # A custom JVP (not VJP) keeps forward-mode autodiff working; transposed for the backward pass,
+  # this cond materializes the cotangent.
   return x, _materialized(t, x)
 
 
-def materialize_cotangent(x):
-  """Identity whose gradient is materialized: put it where a residual-stream gradient forms."""
-  return _identity_materialized_cotangent(x) if _on_cpu() else x
+def interceptor(next_fun, args, kwargs, context):
+  """Flax method interceptor: the residual stream entering each `TransformerLayer.sublayer` goes
+  through `materialized_cotangent`; every other method call is passed through unchanged."""
+  if context.method_name == "sublayer" and isinstance(context.module, TransformerLayer):
+    if len(args) != 3 or kwargs:
+      raise TypeError("cpu_fusion.interceptor expects TransformerLayer.sublayer(name, x, fn) "
+                      f"called positionally; got {len(args)} positional and {sorted(kwargs)}")
+    name, x, fn = args
+    return next_fun(name, materialized_cotangent(x), fn)
+  return next_fun(*args, **kwargs)
 
 
-def derivative_materialized(act):
-  """`act` whose derivative act'(x) is computed and materialized in the forward pass, so the
-  backward pass only multiplies by it. A custom JVP (not VJP) keeps forward-mode autodiff
-  working."""
-  @jax.custom_jvp
-  def fn(x):
-    return act(x)
+@contextlib.contextmanager
+def intercepting() -> Iterator[None]:
+  """Inside: model code traced on this thread gets the fusion boundary if `enabled()`."""
+  if not enabled():
+    yield
+    return
+  with nn.intercept_methods(interceptor):
+    yield
 
-  @fn.defjvp
-  def fn_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y, vjp = jax.vjp(act, x)  # elementwise: act'(x) = vjp(ones)
-    derivative = _materialized(vjp(jnp.ones_like(y))[0], x)
-    return y, derivative * t
 
-  return lambda x: fn(x) if _on_cpu() else act(x)
+def applied(fn: Callable) -> Callable:
+  """`fn` (a loss or step function to be traced and differentiated) running under
+  `intercepting()`: wrap the function once where the step is built."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with intercepting():
+      return fn(*args, **kwargs)
+  return wrapped
 
 
 def flat_all_reduce_applies(mesh, model_config) -> bool:
@@ -70,7 +124,7 @@ def flat_all_reduce_applies(mesh, model_config) -> bool:
   a mesh that is data parallel only (config.mesh.cpu_devices), and no dropout (whose masks
   shard_map would draw per shard, unlike the global draw of the other path)."""
   data_only = mesh.shape.get("data", 1) > 1 and mesh.size == mesh.shape["data"]
-  return (_on_cpu() and jax.process_count() == 1 and data_only
+  return (_backend_is_cpu() and jax.process_count() == 1 and data_only
           and model_config.dropout == 0 and model_config.attention_dropout == 0)
 
 
@@ -80,8 +134,8 @@ def summed_over_shards(fn, mesh, batch_spec):
 
   Why: XLA:CPU all-reduces a tuple of buffers one rendezvous per buffer (~50 per step for a
   4-layer GPT), and each rendezvous waits for the slower device; one flat buffer makes it one
-  (nanoGPT's CPU recipe on 2 devices: 41-44 -> 35-38 ms per step). The sums equal GSPMD's to
-  float rounding: tests/test_sharding.py (8 devices vs 1) and tests/test_train.py (with gradient
+  (docs/benchmarks.md, "One flat gradient all-reduce"). The sums equal GSPMD's to float
+  rounding: tests/test_sharding.py (8 devices vs 1) and tests/test_train.py (with gradient
   accumulation)."""
   axes = batch_spec[0]
 

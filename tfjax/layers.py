@@ -4,7 +4,8 @@ One `TransformerLayer` covers the three layer kinds of the families:
   encoder layer       self-attention (bidirectional) -> FFN
   decoder-only block  causal self-attention -> FFN
   decoder layer       causal self-attention -> cross-attention -> FFN
-Each sublayer f is wrapped as  pre: x + dropout(f(norm(x)))  or  post: norm(x + dropout(f(x))).
+Each sublayer f is one `TransformerLayer.sublayer(name, x, f)` call, x being the residual stream:
+  pre: x + dropout(f(norm(x)))   or   post: norm(x + dropout(f(x))).
 `LayerStack` runs N layers as a Python loop or under `nn.scan` (params stacked on a leading
 'layers' axis; compile time flat in depth), optionally rematerialized (`model.remat`).
 """
@@ -16,13 +17,11 @@ from typing import Callable
 import flax.linen as nn
 import jax
 
+from tfjax import axes
 from tfjax.attention import MultiHeadAttention
 from tfjax.config import ModelConfig
-from tfjax.cpu_fusion import materialize_cotangent
 from tfjax.ffn import FeedForward
 from tfjax.norms import Norm
-
-_ACTIVATION_AXES = ("batch", "length", "embed")
 
 
 class TransformerLayer(nn.Module):
@@ -30,30 +29,30 @@ class TransformerLayer(nn.Module):
   causal: bool = False
   cross_attention: bool = False
 
-  def _sublayer(self, name: str, x, fn: Callable):
+  def sublayer(self, name: str, x_BxLxD, fn: Callable):
+    """One residual sublayer around `fn`, with its norm named `{name}_norm`."""
     cfg = self.config
     dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
-    x = materialize_cotangent(x)  # the residual gradient forms here; see tfjax/cpu_fusion.py
     if cfg.norm_placement == "pre":
-      y = x + dropout(fn(Norm(cfg, name=f"{name}_norm")(x)))
+      y_BxLxD = x_BxLxD + dropout(fn(Norm(cfg, name=f"{name}_norm")(x_BxLxD)))
     else:
-      y = Norm(cfg, name=f"{name}_norm")(x + dropout(fn(x)))
-    return nn.with_logical_constraint(y, _ACTIVATION_AXES)
+      y_BxLxD = Norm(cfg, name=f"{name}_norm")(x_BxLxD + dropout(fn(x_BxLxD)))
+    return nn.with_logical_constraint(y_BxLxD, axes.RESIDUAL_STREAM)
 
   @nn.compact
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
                encoder_segment_ids=None):
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, causal=self.causal, name="self_attention")
-    x_BxLxD = self._sublayer("self_attention", x_BxLxD, lambda h: self_attention(
+    x_BxLxD = self.sublayer("self_attention", x_BxLxD, lambda h: self_attention(
         h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions))
     if self.cross_attention:
       cross = MultiHeadAttention(cfg, cross=True, name="cross_attention")
       # Cross-attention only needs padding masks: decoder rows vs encoder keys.
       dec_ids = None if segment_ids is None or encoder_segment_ids is None else segment_ids
-      x_BxLxD = self._sublayer("cross_attention", x_BxLxD, lambda h: cross(
+      x_BxLxD = self.sublayer("cross_attention", x_BxLxD, lambda h: cross(
           h, encoded_BxSxD, q_segment_ids=dec_ids, kv_segment_ids=encoder_segment_ids))
-    return self._sublayer("ffn", x_BxLxD, FeedForward(cfg, name="ffn"))
+    return self.sublayer("ffn", x_BxLxD, FeedForward(cfg, name="ffn"))
 
 
 class _ScannedLayer(nn.Module):
@@ -93,7 +92,7 @@ class LayerStack(nn.Module):
       scanned = nn.scan(
           _ScannedLayer, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
           split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
-          length=self.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+          length=self.num_layers, metadata_params={nn.PARTITION_NAME: axes.LAYERS})
       x_BxLxD, _ = scanned(cfg, self.causal, self.cross_attention, name="layers")(x_BxLxD, args)
     else:
       layer_cls = _maybe_remat(TransformerLayer, cfg)

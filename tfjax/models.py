@@ -4,6 +4,7 @@
   encoder          BERT:                    (inputs_BxL) -> {'mlm_logits', 'class_logits', ...}
   encoder_decoder  Transformer / T5:        (encoder_inputs_BxS, decoder_inputs_BxL) -> logits_BxLxV
                    decoder inputs are the targets shifted right (see `shift_right`).
+Shape letters as in tfjax/axes.py.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from tfjax import axes
 from tfjax.config import ModelConfig
-from tfjax.ffn import dense
+from tfjax.ffn import dense, gelu
 from tfjax.layers import LayerStack
+from tfjax.masks import default_positions
 from tfjax.norms import Norm
-from tfjax.positions import LearnedPositions, sinusoidal_table
+from tfjax.positions import LearnedPositions, has_learned_table, sinusoidal_table
 
 
 def shift_right(targets_BxL, bos_id: int):
@@ -38,14 +41,14 @@ class Embedder(nn.Module):
     self.tokens = nn.Embed(
         cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
         embedding_init=nn.with_logical_partitioning(nn.initializers.normal(std),
-                                                    ("vocab", "embed")))
-    if cfg.position == "learned":
+                                                    (axes.VOCAB, axes.EMBED)))
+    if has_learned_table(cfg):
       self.positions = LearnedPositions(cfg)
     if cfg.type_vocab_size:
       self.token_types = nn.Embed(
           cfg.type_vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
           embedding_init=nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std),
-                                                      (None, "embed")))
+                                                      (None, axes.EMBED)))
     if cfg.embed_norm:
       self.norm = Norm(cfg)
     self.dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
@@ -55,7 +58,7 @@ class Embedder(nn.Module):
     x_BxLxD = self.tokens(inputs_BxL)
     if cfg.embed_scale:
       x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
-    if cfg.position == "learned":
+    if has_learned_table(cfg):
       x_BxLxD = x_BxLxD + self.positions(positions_BxL, inputs_BxL.shape[1])
     elif cfg.position == "sinusoidal":
       x_BxLxD = x_BxLxD + sinusoidal_table(positions_BxL, cfg.d_model).astype(x_BxLxD.dtype)
@@ -65,16 +68,21 @@ class Embedder(nn.Module):
     if cfg.embed_norm:
       x_BxLxD = self.norm(x_BxLxD)
     x_BxLxD = self.dropout(x_BxLxD)
-    return nn.with_logical_constraint(x_BxLxD, ("batch", "length", "embed"))
+    return nn.with_logical_constraint(x_BxLxD, axes.RESIDUAL_STREAM)
 
   def attend(self, x_BxLxD):
     return self.tokens.attend(x_BxLxD)
 
 
 def _positions(inputs_BxL, positions_BxL):
+  """The given positions, else each row's tokens at 0..L-1."""
   if positions_BxL is not None:
     return positions_BxL
-  return jnp.broadcast_to(jnp.arange(inputs_BxL.shape[1], dtype=jnp.int32), inputs_BxL.shape)
+  batch, length = inputs_BxL.shape
+  return default_positions(length, batch=batch)
+
+
+_LOGITS_AXES = (axes.BATCH, axes.LENGTH, axes.VOCAB)
 
 
 def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD):
@@ -82,8 +90,8 @@ def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD):
   if cfg.tie_embeddings:
     logits = embedder.attend(h_BxLxD)
   else:
-    logits = dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head", False)(h_BxLxD)
-  return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+    logits = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)(h_BxLxD)
+  return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
 
 
 class DecoderLM(nn.Module):
@@ -118,19 +126,20 @@ class Encoder(nn.Module):
         x_BxLxD, segment_ids, _positions(inputs_BxL, positions))
     out = {"hidden": h_BxLxD}
     if cfg.mlm_head:
-      t = dense(cfg, cfg.d_model, ("embed", "mlp"), "mlm_transform", True)(h_BxLxD)
-      t = Norm(cfg, name="mlm_norm")(nn.gelu(t, approximate=False))
-      logits = _lm_logits(cfg, embedder, t)
+      t_BxLxD = dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "mlm_transform", True)(h_BxLxD)
+      t_BxLxD = Norm(cfg, name="mlm_norm")(gelu(t_BxLxD))
+      logits = _lm_logits(cfg, embedder, t_BxLxD)
       bias = self.param("mlm_bias", nn.with_logical_partitioning(nn.initializers.zeros,
-                                                                 ("vocab",)), (cfg.vocab_size,))
+                                                                 (axes.VOCAB,)), (cfg.vocab_size,))
       out["mlm_logits"] = logits + bias
     if cfg.pooler:
       # BERT pools the first ([CLS]) token.
-      pooled = jnp.tanh(dense(cfg, cfg.d_model, ("embed", "mlp"), "pooler", True)(h_BxLxD[:, 0]))
+      pooled = jnp.tanh(dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "pooler", True)(
+          h_BxLxD[:, 0]))
       out["pooled"] = pooled
       if cfg.num_classes:
         pooled = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)(pooled)
-        out["class_logits"] = dense(cfg, cfg.num_classes, ("embed", None), "classifier",
+        out["class_logits"] = dense(cfg, cfg.num_classes, (axes.EMBED, None), "classifier",
                                     True)(pooled).astype(jnp.float32)
     return out
 
@@ -145,7 +154,7 @@ class EncoderDecoder(nn.Module):
     self.encoder = LayerStack(cfg, cfg.num_layers)
     self.decoder = LayerStack(cfg, cfg.decoder_layers, causal=True, cross_attention=True)
     if not cfg.tie_embeddings:
-      self.lm_head = dense(cfg, cfg.vocab_size, ("embed", "vocab"), "lm_head", False)
+      self.lm_head = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)
 
   def encode(self, encoder_inputs_BxS, encoder_segment_ids=None):
     positions = _positions(encoder_inputs_BxS, None)
@@ -163,7 +172,7 @@ class EncoderDecoder(nn.Module):
       logits = self.embed.attend(h_BxLxD)
     else:
       logits = self.lm_head(h_BxLxD)
-    return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+    return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
 
   def __call__(self, encoder_inputs_BxS, decoder_inputs_BxL, *, encoder_segment_ids=None,
                decoder_segment_ids=None, decoder_positions=None):

@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tfjax import axes
 from tfjax.config import ModelConfig
 
 
@@ -24,10 +25,11 @@ class Norm(nn.Module):
     if cfg.norm == "layernorm":
       x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + cfg.norm_eps)
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                       (x.shape[-1],))
+    scale = self.param(
+        "scale", nn.with_logical_partitioning(nn.initializers.ones, (axes.EMBED,)), (x.shape[-1],))
     y = y * scale
     if cfg.norm == "layernorm" and cfg.norm_bias:
-      y = y + self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-                         (x.shape[-1],))
+      y = y + self.param(
+          "bias", nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)),
+          (x.shape[-1],))
     return y.astype(cfg.compute_dtype)
