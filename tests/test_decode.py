@@ -106,8 +106,8 @@ def cached_and_full_logits(cfg, params, prompt_lengths, sequences_BxL, encoder_B
                                                 position_B[:, None])
     return cache, logits_Bx1xV[:, 0]
 
-  _, steps_TxBxV = jax.lax.scan(step, cache, jnp.arange(total - padded_len))
-  return prefill_BxPxV, steps_TxBxV, full_BxLxV
+  _, steps_NxBxV = jax.lax.scan(step, cache, jnp.arange(total - padded_len))
+  return prefill_BxPxV, steps_NxBxV, full_BxLxV
 
 
 # One layer unless the test is about stacking (compile time is what these tests spend).
@@ -132,13 +132,13 @@ def test_cached_logits_match_full_forward(overrides):
   sequences_BxL = random_tokens((3, total), seed=1)
   encoder_BxS = random_tokens((3, 5), seed=2) if cfg.family == "encoder_decoder" else None
   # Shorter rows use a prefix of their sequence; causality makes the rest irrelevant.
-  prefill_BxPxV, steps_TxBxV, expected_BxLxV = cached_and_full_logits(
+  prefill_BxPxV, steps_NxBxV, expected_BxLxV = cached_and_full_logits(
       cfg, params, prompt_lengths, sequences_BxL, encoder_BxS)
   padded_len = max(prompt_lengths)
   for b, n in enumerate(prompt_lengths):
     np.testing.assert_allclose(prefill_BxPxV[b, padded_len - n:], expected_BxLxV[b, :n],
                                atol=1e-5, err_msg=f"prefill of row {b}")
-    np.testing.assert_allclose(steps_TxBxV[:, b], expected_BxLxV[b, n:n + steps], atol=1e-5,
+    np.testing.assert_allclose(steps_NxBxV[:, b], expected_BxLxV[b, n:n + steps], atol=1e-5,
                                err_msg=f"steps of row {b}")
 
 
@@ -372,19 +372,19 @@ def test_beam_search_finds_the_exhaustive_best(family):
   out = decode.generate(cfg, params, prompts, max_new_tokens=max_new, strategy="beam",
                         beam_size=80, num_samples=4, length_penalty=alpha, eos_id=eos,
                         pad_id=0, encoder_inputs=encoder)
-  tokens_BxSxN = np.asarray(out.tokens).reshape(len(prompts), 4, max_new)
-  lengths_BxS = np.asarray(out.lengths).reshape(len(prompts), 4)
-  scores_BxS = np.asarray(out.scores).reshape(len(prompts), 4)
+  tokens_BxMxN = np.asarray(out.tokens).reshape(len(prompts), 4, max_new)
+  lengths_BxM = np.asarray(out.lengths).reshape(len(prompts), 4)
+  scores_BxM = np.asarray(out.scores).reshape(len(prompts), 4)
   returned = []
   for b, prompt in enumerate(prompts):
     ranking = exhaustive_ranking(tables[b], len(prompt), max_new, eos, alpha)
     returned += [c for _, c in ranking[:4]]
     for rank in range(4):
       score, best = ranking[rank]
-      length = lengths_BxS[b, rank]
-      assert tuple(tokens_BxSxN[b, rank, :length].tolist()) == best, rank
-      assert np.all(tokens_BxSxN[b, rank, length:] == 0)
-      assert scores_BxS[b, rank] == pytest.approx(score, abs=1e-4)
+      length = lengths_BxM[b, rank]
+      assert tuple(tokens_BxMxN[b, rank, :length].tolist()) == best, rank
+      assert np.all(tokens_BxMxN[b, rank, length:] == 0)
+      assert scores_BxM[b, rank] == pytest.approx(score, abs=1e-4)
   assert any(c[-1] == eos and len(c) < max_new for c in returned)  # EOS really matters
 
 

@@ -19,9 +19,10 @@ For encoder-decoder models the encoder runs once (right-padded, padding hidden b
 the first decoder call caches every layer's projected encoder keys/values and later calls reuse
 them. `prompt_ids` is then the decoder prefix, usually [[bos_id]] per row.
 
-Shapes: B prompts, S = sequences returned per prompt (num_samples), R = B * S decoded rows (for beam
-search B * beam_size), P = padded prompt length, N = max_new_tokens, V = vocab. Outputs are flat:
-row b * S + s is sequence s of prompt b (as `num_return_sequences` in other libraries).
+Shapes (letters as in tfjax/axes.py): B prompts, M = sequences returned per prompt (num_samples),
+R = B * M decoded rows (for beam search B * W, W = beam_size), P = padded prompt length,
+N = max_new_tokens, V = vocab, C = beam candidates; S is the encoder length. Outputs are flat:
+row b * M + m is sequence m of prompt b (as `num_return_sequences` in other libraries).
 """
 
 from __future__ import annotations
@@ -34,18 +35,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax import compile_cache
-from tfjax.config import ModelConfig
+from tfjax.config import ModelConfig, one_of
 from tfjax.models import build_model
+from tfjax.positions import has_learned_table
 
 STRATEGIES = ("greedy", "sample", "beam")
 
 
 class GenerateOutput(NamedTuple):
-  """Row b * S + s holds sequence s of prompt b (S = num_samples; beam search: best first), so
-  with S = 1 row b is prompt b.
-  tokens [B * S, N]: generated tokens only (EOS included), pad_id after a row finished.
-  lengths [B * S]: generated tokens per sequence, EOS included.
-  scores [B * S]: greedy/sample: sum of the model's log-probabilities of the generated tokens
+  """Row b * M + m holds sequence m of prompt b (M = num_samples; beam search: best first), so
+  with M = 1 row b is prompt b.
+  tokens [B * M, N]: generated tokens only (EOS included), pad_id after a row finished.
+  lengths [B * M]: generated tokens per sequence, EOS included.
+  scores [B * M]: greedy/sample: sum of the model's log-probabilities of the generated tokens
     (untempered, unfiltered); beam: that sum divided by the GNMT length penalty.
   """
   tokens: jax.Array
@@ -133,16 +135,6 @@ def take_cache_rows(model_config: ModelConfig, cache, rows_R):
 
 
 # ---- prompts ----------------------------------------------------------------------------------
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int = 0):
-  """List of token lists -> (tokens [B, P] left-padded, lengths [B]) as numpy int32."""
-  lengths_B = np.asarray([len(p) for p in prompts], np.int32)
-  tokens_BxP = np.full((len(prompts), max(lengths_B, default=0)), pad_id, np.int32)
-  for row, prompt in enumerate(prompts):
-    if len(prompt):
-      tokens_BxP[row, tokens_BxP.shape[1] - len(prompt):] = prompt
-  return tokens_BxP, lengths_B
-
-
 def _right_to_left_padded(tokens_BxP, lengths_B, pad_id):
   length = tokens_BxP.shape[1]
   source_BxP = np.arange(length)[None, :] - (length - lengths_B)[:, None]
@@ -287,53 +279,53 @@ def _sample_loop(step_fn, cache, first_logits_RxV, prompt_lengths_R, rng, plan, 
 class _BeamState(NamedTuple):
   step: jax.Array
   cache: dict              # rows of the *previous* alive beams; reordered by `parents` lazily
-  parents_BxK: jax.Array   # which previous beam each alive beam extends
-  alive_BxKxN: jax.Array
-  alive_logprob_BxK: jax.Array
-  finished_BxKxN: jax.Array
-  finished_score_BxK: jax.Array  # sorted best first; -inf = empty
-  finished_len_BxK: jax.Array
+  parents_BxW: jax.Array   # which previous beam each alive beam extends
+  alive_BxWxN: jax.Array
+  alive_logprob_BxW: jax.Array
+  finished_BxWxN: jax.Array
+  finished_score_BxW: jax.Array  # sorted best first; -inf = empty
+  finished_len_BxW: jax.Array
   done_B: jax.Array
 
 
-def _beam_choose(state: _BeamState, logits_BxKxV, plan: _Plan, knobs: _Knobs) -> _BeamState:
+def _beam_choose(state: _BeamState, logits_BxWxV, plan: _Plan, knobs: _Knobs) -> _BeamState:
   """Extends every alive beam by every token, keeps the best `beam_size` unfinished extensions
   alive and merges the best-ranked ones that end (EOS or max length) into the finished set."""
-  batch, beams, vocab = logits_BxKxV.shape
+  batch, beams, vocab = logits_BxWxV.shape
   step, alpha = state.step, knobs.length_penalty
-  candidate_BxKxV = (state.alive_logprob_BxK[:, :, None]
-                     + jax.nn.log_softmax(logits_BxKxV.astype(jnp.float32), axis=-1))
-  # 2K candidates guarantee K non-EOS ones survive even if K of them end with EOS.
+  candidate_BxWxV = (state.alive_logprob_BxW[:, :, None]
+                     + jax.nn.log_softmax(logits_BxWxV.astype(jnp.float32), axis=-1))
+  # 2W candidates guarantee W non-EOS ones survive even if W of them end with EOS.
   num_candidates = min(2 * beams, beams * vocab)
-  cand_logprob_BxC, flat_BxC = jax.lax.top_k(candidate_BxKxV.reshape(batch, -1), num_candidates)
+  cand_logprob_BxC, flat_BxC = jax.lax.top_k(candidate_BxWxV.reshape(batch, -1), num_candidates)
   cand_parent_BxC, cand_token_BxC = flat_BxC // vocab, (flat_BxC % vocab).astype(jnp.int32)
-  cand_seq_BxCxN = jnp.take_along_axis(state.alive_BxKxN, cand_parent_BxC[:, :, None], axis=1)
+  cand_seq_BxCxN = jnp.take_along_axis(state.alive_BxWxN, cand_parent_BxC[:, :, None], axis=1)
   cand_seq_BxCxN = cand_seq_BxCxN.at[:, :, step].set(cand_token_BxC)
   ends_BxC = (cand_token_BxC == knobs.eos_id) | (step + 1 >= plan.max_new_tokens)
 
-  alive_logprob_BxK, pick_BxK = jax.lax.top_k(
+  alive_logprob_BxW, pick_BxW = jax.lax.top_k(
       jnp.where(ends_BxC, -jnp.inf, cand_logprob_BxC), beams)
-  alive_BxKxN = jnp.take_along_axis(cand_seq_BxCxN, pick_BxK[:, :, None], axis=1)
-  parents_BxK = jnp.take_along_axis(cand_parent_BxC, pick_BxK, axis=1)
+  alive_BxWxN = jnp.take_along_axis(cand_seq_BxCxN, pick_BxW[:, :, None], axis=1)
+  parents_BxW = jnp.take_along_axis(cand_parent_BxC, pick_BxW, axis=1)
 
-  # As in fairseq, a hypothesis is finalized only if it ranks among the top K candidates (it
+  # As in fairseq, a hypothesis is finalized only if it ranks among the top W candidates (it
   # would have taken a beam); that makes beam_size=1 exactly greedy search.
   finalized_BxC = ends_BxC & (jnp.arange(num_candidates) < beams)[None, :]
   length = step + 1
   ended_score_BxC = jnp.where(
       finalized_BxC, cand_logprob_BxC / gnmt_length_penalty(length, alpha), -jnp.inf)
-  all_score = jnp.concatenate([state.finished_score_BxK, ended_score_BxC], axis=1)
-  all_seq = jnp.concatenate([state.finished_BxKxN, cand_seq_BxCxN], axis=1)
+  all_score = jnp.concatenate([state.finished_score_BxW, ended_score_BxC], axis=1)
+  all_seq = jnp.concatenate([state.finished_BxWxN, cand_seq_BxCxN], axis=1)
   all_len = jnp.concatenate(
-      [state.finished_len_BxK, jnp.full(ended_score_BxC.shape, length, jnp.int32)], axis=1)
-  finished_score_BxK, keep_BxK = jax.lax.top_k(all_score, beams)
-  finished_BxKxN = jnp.take_along_axis(all_seq, keep_BxK[:, :, None], axis=1)
-  finished_len_BxK = jnp.take_along_axis(all_len, keep_BxK, axis=1)
+      [state.finished_len_BxW, jnp.full(ended_score_BxC.shape, length, jnp.int32)], axis=1)
+  finished_score_BxW, keep_BxW = jax.lax.top_k(all_score, beams)
+  finished_BxWxN = jnp.take_along_axis(all_seq, keep_BxW[:, :, None], axis=1)
+  finished_len_BxW = jnp.take_along_axis(all_len, keep_BxW, axis=1)
   # A finished row keeps its result while other rows go on (ties must not reshuffle it).
   frozen_B = state.done_B
-  finished_score_BxK = jnp.where(frozen_B[:, None], state.finished_score_BxK, finished_score_BxK)
-  finished_len_BxK = jnp.where(frozen_B[:, None], state.finished_len_BxK, finished_len_BxK)
-  finished_BxKxN = jnp.where(frozen_B[:, None, None], state.finished_BxKxN, finished_BxKxN)
+  finished_score_BxW = jnp.where(frozen_B[:, None], state.finished_score_BxW, finished_score_BxW)
+  finished_len_BxW = jnp.where(frozen_B[:, None], state.finished_len_BxW, finished_len_BxW)
+  finished_BxWxN = jnp.where(frozen_B[:, None, None], state.finished_BxWxN, finished_BxWxN)
 
   # Log-probs only fall as beams grow, so an alive beam's best possible final score is its
   # log-prob over the most favourable penalty still reachable (the longest length for alpha >= 0,
@@ -341,48 +333,48 @@ def _beam_choose(state: _BeamState, logits_BxKxV, plan: _Plan, knobs: _Knobs) ->
   # result is final.
   best_len = jnp.where(alpha >= 0, plan.max_new_tokens,
                        jnp.minimum(length + 1, plan.max_new_tokens))
-  optimistic_B = alive_logprob_BxK[:, 0] / gnmt_length_penalty(best_len, alpha)
-  done_B = (state.done_B | (finished_score_BxK[:, -1] >= optimistic_B)
-            | jnp.isneginf(alive_logprob_BxK[:, 0]))
+  optimistic_B = alive_logprob_BxW[:, 0] / gnmt_length_penalty(best_len, alpha)
+  done_B = (state.done_B | (finished_score_BxW[:, -1] >= optimistic_B)
+            | jnp.isneginf(alive_logprob_BxW[:, 0]))
   return _BeamState(
-      step=step + 1, cache=state.cache, parents_BxK=parents_BxK, alive_BxKxN=alive_BxKxN,
-      alive_logprob_BxK=alive_logprob_BxK, finished_BxKxN=finished_BxKxN,
-      finished_score_BxK=finished_score_BxK, finished_len_BxK=finished_len_BxK, done_B=done_B)
+      step=step + 1, cache=state.cache, parents_BxW=parents_BxW, alive_BxWxN=alive_BxWxN,
+      alive_logprob_BxW=alive_logprob_BxW, finished_BxWxN=finished_BxWxN,
+      finished_score_BxW=finished_score_BxW, finished_len_BxW=finished_len_BxW, done_B=done_B)
 
 
-def _beam_loop(cfg, step_fn, cache_BK, first_logits_BxV, prompt_lengths_B, plan, knobs):
+def _beam_loop(cfg, step_fn, cache_BW, first_logits_BxV, prompt_lengths_B, plan, knobs):
   batch, vocab = first_logits_BxV.shape
   beams, n = plan.beam_size, plan.max_new_tokens
   # All beams start as copies of the prompt; only beam 0 is live so the first step does not pick
-  # the same token K times.
+  # the same token W times.
   state = _BeamState(
-      step=jnp.zeros((), jnp.int32), cache=cache_BK,
-      parents_BxK=jnp.zeros((batch, beams), jnp.int32),
-      alive_BxKxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
-      alive_logprob_BxK=jnp.full((batch, beams), -jnp.inf).at[:, 0].set(0.0),
-      finished_BxKxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
-      finished_score_BxK=jnp.full((batch, beams), -jnp.inf),
-      finished_len_BxK=jnp.zeros((batch, beams), jnp.int32), done_B=jnp.zeros((batch,), bool))
-  first_BxKxV = jnp.broadcast_to(first_logits_BxV[:, None], (batch, beams, vocab))
-  state = _beam_choose(state, first_BxKxV, plan, knobs)
-  positions_BK = jnp.repeat(prompt_lengths_B, beams)
+      step=jnp.zeros((), jnp.int32), cache=cache_BW,
+      parents_BxW=jnp.zeros((batch, beams), jnp.int32),
+      alive_BxWxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
+      alive_logprob_BxW=jnp.full((batch, beams), -jnp.inf).at[:, 0].set(0.0),
+      finished_BxWxN=jnp.full((batch, beams, n), knobs.pad_id, jnp.int32),
+      finished_score_BxW=jnp.full((batch, beams), -jnp.inf),
+      finished_len_BxW=jnp.zeros((batch, beams), jnp.int32), done_B=jnp.zeros((batch,), bool))
+  first_BxWxV = jnp.broadcast_to(first_logits_BxV[:, None], (batch, beams, vocab))
+  state = _beam_choose(state, first_BxWxV, plan, knobs)
+  positions_BW = jnp.repeat(prompt_lengths_B, beams)
 
   def keep_going(st):
     return (st.step < n) & ~jnp.all(st.done_B)
 
   def body(st):
-    rows_BK = (jnp.arange(batch)[:, None] * beams + st.parents_BxK).reshape(-1)
-    cache = take_cache_rows(cfg, st.cache, rows_BK)
-    last_BK = st.alive_BxKxN[:, :, st.step - 1].reshape(-1)
-    logits_BKx1xV, cache = step_fn(cache, last_BK, positions_BK + st.step - 1)
-    return _beam_choose(st._replace(cache=cache), logits_BKx1xV.reshape(batch, beams, -1), plan,
+    rows_BW = (jnp.arange(batch)[:, None] * beams + st.parents_BxW).reshape(-1)
+    cache = take_cache_rows(cfg, st.cache, rows_BW)
+    last_BW = st.alive_BxWxN[:, :, st.step - 1].reshape(-1)
+    logits_BWx1xV, cache = step_fn(cache, last_BW, positions_BW + st.step - 1)
+    return _beam_choose(st._replace(cache=cache), logits_BWx1xV.reshape(batch, beams, -1), plan,
                         knobs)
 
   state = jax.lax.while_loop(keep_going, body, state)
   top = plan.num_samples  # the finished set is sorted best first
-  return (state.finished_BxKxN[:, :top].reshape(batch * top, n),
-          state.finished_len_BxK[:, :top].reshape(-1),
-          state.finished_score_BxK[:, :top].reshape(-1))
+  return (state.finished_BxWxN[:, :top].reshape(batch * top, n),
+          state.finished_len_BxW[:, :top].reshape(-1),
+          state.finished_score_BxW[:, :top].reshape(-1))
 
 
 # ---- generate ---------------------------------------------------------------------------------
@@ -415,17 +407,15 @@ def _generate(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_lengths
 
 
 _generate_jit = jax.jit(_generate, static_argnames=("cfg", "plan"))
-# XLA's backend optimizations off: for nanoGPT's CPU model this compiles in ~0.95 s instead of
-# ~1.4 s and decodes 63 tokens in ~32 ms instead of ~11 ms (docs/benchmarks.md), the right trade
-# for a training run's occasional short sample.
+# XLA's backend optimizations off: a shorter compile for a slower decode (docs/benchmarks.md), the
+# right trade for a training run's occasional short sample.
 _generate_jit_fast_compile = jax.jit(_generate, static_argnames=("cfg", "plan"),
                                      compiler_options=compile_cache.UNOPTIMIZED)
 
 
 def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top_k, top_p,
                     num_samples, beam_size, eos_id, pad_id):
-  if strategy not in STRATEGIES:
-    raise ValueError(f"strategy={strategy!r} is invalid; choose one of {STRATEGIES}")
+  one_of("strategy", strategy, STRATEGIES)
   if max_new_tokens < 1:
     raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
   if not temperature > 0:
@@ -447,7 +437,7 @@ def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top
 
 
 def _check_lengths(cfg: ModelConfig, prompt_lengths_B, max_new_tokens: int, encoder_len):
-  if cfg.position != "learned":
+  if not has_learned_table(cfg):
     return
   longest = int(prompt_lengths_B.max())
   if longest + max_new_tokens > cfg.max_len:
@@ -479,7 +469,7 @@ def generate(model_config: ModelConfig, params,
   encoder_inputs / encoder_lengths: encoder-decoder source, list or right-padded array.
   fast_compile: compile with XLA's backend optimizations off (CPU): faster to compile, slower
     per token; the same tokens up to float rounding. Meant for short, occasional samples.
-  Returns GenerateOutput(tokens [B * S, N], lengths [B * S], scores [B * S]); S = num_samples.
+  Returns GenerateOutput(tokens [B * M, N], lengths [B * M], scores [B * M]); M = num_samples.
   Compiles once per model config, batch/prompt/encoder shape, strategy, max_new_tokens,
   num_samples, beam_size, top_k and top_p-on/off; other settings are traced.
   """
