@@ -7,7 +7,8 @@ One `TransformerLayer` covers the three layer kinds of the families:
 Each sublayer f is one `TransformerLayer.sublayer(name, x, f)` call, x being the residual stream:
   pre: x + dropout(f(norm(x)))   or   post: norm(x + dropout(f(x))).
 `LayerStack` runs N layers as a Python loop or under `nn.scan` (params stacked on a leading
-'layers' axis; compile time flat in depth), optionally rematerialized (`model.remat`).
+'layers' axis; compile time flat in depth), optionally recomputing activations in the backward
+pass (`model.remat`).
 """
 
 from __future__ import annotations
