@@ -247,6 +247,96 @@ def test_aggregation_matches_hand_computed_statistics(tmp_path):
   assert len(result["plots"]) == 3 and all(png_ok(p) for p in result["plots"])
 
 
+def _drawn(monkeypatch):
+  """Captures every figure the report saves (the figure object itself, after drawing)."""
+  from matplotlib import figure  # pylint: disable=import-outside-toplevel
+  saved, savefig = [], figure.Figure.savefig
+
+  def capture(fig, *args, **kwargs):
+    saved.append(fig)
+    return savefig(fig, *args, **kwargs)
+
+  monkeypatch.setattr(figure.Figure, "savefig", capture)
+  return saved
+
+
+def _errorbar_lines(ax):
+  """{label: {x: (y, half error bar)}} read back from the error-bar artists of one axes."""
+  from matplotlib.container import ErrorbarContainer  # pylint: disable=import-outside-toplevel
+  out = {}
+  for container in ax.containers:
+    if not isinstance(container, ErrorbarContainer) or container.lines[0] is None:
+      continue  # a bar chart's own error bars have no data line
+    line, _, (bars,) = container.lines
+    half = {float(seg[0][0]): (seg[1][1] - seg[0][1]) / 2 for seg in bars.get_segments()}
+    out[container.get_label()] = {float(x): (float(y), half[float(x)])
+                                  for x, y in zip(line.get_xdata(), line.get_ydata())}
+  return out
+
+
+def test_plots_draw_the_tables_mean_and_sample_std(tmp_path, monkeypatch):
+  """Error bars are the sample std over seeds, as in results.md: every seed's value is counted
+  once (not once per finished point), in family (@N), bar and override-axis plots alike."""
+  root = str(tmp_path)
+  rng = np.random.default_rng(0)
+  points, written = [], []
+  for ffn in ("relu", "gelu"):
+    for lr in (1e-3, 1e-2):
+      for seed in range(3):
+        loss = float(rng.uniform(1, 3))
+        records = [{"step": 0, "eval/loss": 4.0},
+                   {"step": 20, "train/loss": loss, "eval/loss": loss}]
+        extra = {"long/ppl@64": float(rng.uniform(5, 10)), "long/ppl@128": float(rng.uniform(5,
+                                                                                             20))}
+        overrides = {"model.ffn": ffn, "optimizer.lr": lr, "seed": seed}
+        name = f"ffn={ffn},lr={lr:g},seed={seed}"
+        points.append(fabricate(root, name, overrides, records, extra))
+        written.append((overrides, {"eval/loss": loss, **extra}))
+  saved = _drawn(monkeypatch)
+  report = {"metrics": ["eval/loss", "long/ppl"],
+            "plots": [{"metric": "long/ppl", "x": "@"}, {"metric": "eval/loss"},
+                      {"metric": "eval/loss", "x": "optimizer.lr", "lines": ("model.ffn",)}]}
+  result = sweep_report.write_report(root, points, report)
+  assert len(saved) == 3
+
+  def table(ffn, lr, metric):  # the numbers results.md prints, recomputed here with NumPy
+    values = [m[metric] for o, m in written if (o["model.ffn"], o["optimizer.lr"]) == (ffn, lr)]
+    assert len(values) == 3
+    return np.mean(values), np.std(values, ddof=1)
+
+  for entry in result["summary"]:  # the tables' own statistics agree with NumPy's
+    ffn, lr = entry["variant"]["model.ffn"], entry["variant"]["optimizer.lr"]
+    for metric in ("eval/loss", "long/ppl@64", "long/ppl@128"):
+      mean, std = table(ffn, lr, metric)
+      assert entry["stats"][metric]["mean"] == pytest.approx(mean)
+      assert entry["stats"][metric]["std"] == pytest.approx(std)
+
+  family, bars, by_lr = (fig.axes[0] for fig in saved)
+  drawn = _errorbar_lines(family)  # one line per variant, x = N
+  assert len(drawn) == 4
+  for ffn in ("relu", "gelu"):
+    for lr in (1e-3, 1e-2):
+      line = drawn[f"ffn={ffn}, lr={lr:g}"]
+      for n in (64, 128):
+        mean, std = table(ffn, lr, f"long/ppl@{n}")
+        assert line[n] == pytest.approx((mean, std))
+
+  (bar_container,) = [c for c in bars.containers if hasattr(c, "patches")]
+  labels = [t.get_text() for t in bars.get_yticklabels()]
+  widths = [patch.get_width() for patch in bar_container.patches]
+  halves = [(seg[1][0] - seg[0][0]) / 2
+            for seg in bar_container.errorbar.lines[2][0].get_segments()]
+  assert len(labels) == 4
+  for label, width, half in zip(labels, widths, halves):
+    ffn, lr = (part.split("=")[1] for part in label.split(", "))
+    assert (width, half) == pytest.approx(table(ffn, float(lr), "eval/loss"))
+
+  drawn = _errorbar_lines(by_lr)  # one line per ffn, x = the learning rate
+  for ffn in ("relu", "gelu"):
+    for lr in (1e-3, 1e-2):
+      assert drawn[f"ffn={ffn}"][lr] == pytest.approx(table(ffn, lr, "eval/loss"))
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------

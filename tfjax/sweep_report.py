@@ -157,10 +157,13 @@ def expand_metrics(requested: Sequence[str], available: Sequence[str]) -> list[s
 
 
 def families(metrics: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
-  out: dict[str, list[tuple[int, str]]] = {}
+  """{prefix: [(N, 'prefix@N'), ...] sorted by N}, each member once however often it is named
+  (a plot passes every finished point's keys: a repeated member would count each seed's value
+  once per point, shrinking the error bars towards the population std)."""
+  out: dict[str, set[tuple[int, str]]] = {}
   for key in metrics:
     if m := _FAMILY.match(key):
-      out.setdefault(m.group(1), []).append((int(m.group(2)), key))
+      out.setdefault(m.group(1), set()).add((int(m.group(2)), key))
   return {k: sorted(v) for k, v in out.items()}
 
 
@@ -280,7 +283,7 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
   done = [r for r in rows if r["status"] == "done"]
   metric = spec.get("curve") or spec["metric"]
-  metric_keys = families([k for r in done for k in r["metrics"]]).get(metric, [])
+  metric_keys = families(sorted({k for r in done for k in r["metrics"]})).get(metric, [])
   if not done or (spec.get("x") == "@" and not metric_keys):
     return None
   panel_key = spec.get("panels")
