@@ -23,7 +23,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirecto
                                required=True)
 _SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep: smoke | full.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (> 1: child processes).")
-_ONLY = flags.DEFINE_list("only", [], "Run only these point names.")
+_ONLY = flags.DEFINE_string("only", "", "Run only these points: names as --list prints them, "
+                            "comma-separated (names contain commas; each is matched whole).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only aggregate existing results.")
 _LIST = flags.DEFINE_bool("list", False, "Print the point names and overrides, then exit.")
 _CACHE = flags.DEFINE_string(
@@ -47,11 +48,16 @@ def main(argv):
     for point in sweep.points:
       print(f"{point.name}\t{point.overrides}")
     return
+  try:
+    only = sweep.select(_ONLY.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   statuses = {}
   if not _REPORT_ONLY.value:
     cache = _CACHE.value or os.path.join(root, ".jax_cache")
     try:
-      statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=_ONLY.value,
+      statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=only,
                                      compilation_cache=None if cache == "none" else cache)
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Sweeps and the research scripts: point naming, validation, skip / resume / failure handling,
-aggregation checked against hand-computed numbers, a sweep through the CLI in child processes,
-the sqrt(d_k) demo, length evaluation and attention maps of a tiny trained run."""
+aggregation checked against hand-computed numbers, plots checked against the tables, a sweep
+through the CLI in child processes, the sqrt(d_k) demo and attention maps of a tiny trained run.
+(Length evaluation: tests/test_length_eval.py; gradient norms: tests/test_grad_norms.py.)"""
 
 import csv
 import json
@@ -38,6 +39,11 @@ def get_config(scale=None):
 def get_sweep(scale=None):
   return {points}
 '''
+
+
+def load_script(name):
+  """experiments/NAME.py as a module (the scripts are not a package)."""
+  return sweep.load_module(os.path.join(REPO, "experiments", f"{name}.py"))
 
 
 def write_sweep_module(tmp_path, points, steps=4, name="tiny_sweep.py"):
@@ -83,6 +89,17 @@ def test_children_start_every_variant_before_repeating_a_seed():
   points = [sweep.Point(n, o) for n, o in zip(["a0", "a1", "b0", "b1"], sweep.product(
       {"model.ffn": ["relu", "gelu"], "seed": [0, 1]}))]
   assert [p.name for p in sweep.seeds_last(points)] == ["a0", "b0", "a1", "b1"]
+
+
+def test_only_selects_whole_names_that_contain_commas():
+  overrides = [{"seed": 0}, {"seed": 0, "optimizer.lr": 1e-3}, {"seed": 1, "optimizer.lr": 1e-3}]
+  points = [sweep.Point(n, o) for n, o in zip(sweep.point_names(overrides), overrides)]
+  s = sweep.Sweep("tiny.py", None, None, points)
+  assert [p.name for p in points] == ["seed=0", "seed=0,lr=0.001", "seed=1,lr=0.001"]
+  assert s.select("seed=0,lr=0.001,seed=0") == ["seed=0,lr=0.001", "seed=0"]
+  assert s.select("seed=1,lr=0.001") == ["seed=1,lr=0.001"] and s.select("") == []
+  with pytest.raises(ValueError, match="no point named 'seed=2'"):
+    s.select("seed=0,seed=2,lr=0.001")
 
 
 def test_duplicate_points_are_an_error():
@@ -370,7 +387,7 @@ def test_sweep_end_to_end_in_child_processes_survives_a_failing_point(tmp_path):
 # Research scripts
 # ---------------------------------------------------------------------------------------------
 def test_sqrt_dk_demo_variance_grows_with_dk_unless_scaled(tmp_path):
-  demo = sweep.import_experiment("sqrt_dk_demo")
+  demo = load_script("sqrt_dk_demo")
   rows = demo.score_statistics(dims=(4, 64, 256), samples=20000)
   for row in rows:
     assert row["var_unscaled"] == pytest.approx(row["d_k"], rel=0.1)
@@ -379,18 +396,6 @@ def test_sqrt_dk_demo_variance_grows_with_dk_unless_scaled(tmp_path):
   assert rows[-1]["max_weight_unscaled"] > 0.8  # nearly one-hot without the scaling
   assert png_ok(demo.plot(rows, str(tmp_path / "sqrt_dk.png"), keys=64))
   assert "| 64 |" in demo.markdown(rows, 64)
-
-
-def test_scoring_windows_score_every_target_once_with_enough_context():
-  eval_length = sweep.import_experiment("eval_length")
-  for num_targets, length, stride in ((64, 16, 16), (64, 16, 4), (70, 32, 8), (50, 16, 5)):
-    starts, first = eval_length.scoring_windows(num_targets, length, stride)
-    scored = [s + 1 + o for s, f in zip(starts, first) for o in range(f, length)]
-    assert sorted(scored) == list(range(1, num_targets + 1))  # targets 1..N, each once
-    for w, (s, f) in enumerate(zip(starts, first)):
-      assert s + length <= num_targets
-      if w > 0:  # after the first window every scored target sees >= length - stride tokens
-        assert f >= length - stride
 
 
 @pytest.fixture(scope="module")
@@ -415,36 +420,10 @@ def text_run(tmp_path_factory):
 
 
 def test_visualize_attention_writes_a_grid_of_causal_maps(text_run, tmp_path):
-  viz = sweep.import_experiment("visualize_attention")
+  viz = load_script("visualize_attention")
   workdir, run = text_run
   tokens, maps = viz.attention_maps(workdir, "to be or not to be", run=run)
   assert "".join(tokens) == "to be or not to " and maps.shape == (2, 2, 16, 16)  # cut to seq_len
   np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)  # each query's weights sum to one
   assert np.all(np.triu(maps, k=1) == 0)  # causal: no query attends to a later key
   assert png_ok(viz.plot_grid(tokens, maps, str(tmp_path / "attention.png")))
-
-
-def test_length_eval_matches_direct_scoring_and_marks_learned_overflow_na(text_run):
-  import jax  # pylint: disable=import-outside-toplevel
-  from tfjax import losses  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
-  eval_length = sweep.import_experiment("eval_length")
-  workdir, run = text_run
-  _, exp, params = run
-  out = eval_length.perplexity_vs_length(workdir, multiples=(1, 2, 4), max_tokens=None, run=run)
-  assert out["long/tokens"] > 0 and out["long/tokens"] % 64 == 0
-  assert out["long/ppl_nonoverlap@64"] is None and out["long/ppl_sliding@64"] is None  # > 32
-  for key in ("long/ppl_nonoverlap@16", "long/ppl_sliding@16", "long/ppl_nonoverlap@32",
-              "long/ppl_sliding@32"):
-    assert 1.0 < out[key] < 100.0, (key, out[key])
-  # Nonoverlapping windows of 32 scored directly: chunks of the validation split, summed NLL.
-  tokens = np.asarray(exp.dataset.val_tokens)[:out["long/tokens"] + 1]
-  apply = jax.jit(build_model(exp.model_config).apply)
-  total = 0.0
-  for start in range(0, out["long/tokens"], 32):
-    chunk = tokens[start:start + 33]
-    logits = apply({"params": params}, chunk[None, :-1])
-    loss_sum, _ = losses.cross_entropy(logits, chunk[None, 1:], np.ones((1, 32), np.float32))
-    total += float(jax.device_get(loss_sum))
-  assert out["long/ppl_nonoverlap@32"] == pytest.approx(math.exp(total / out["long/tokens"]),
-                                                        rel=1e-4)

@@ -4,8 +4,9 @@ A config module (configs/ablations/*.py) defines, next to `get_config(scale)`:
   get_sweep(scale) -> [overrides, ...]   each a flat dict of dotted keys, e.g.
                                           {'model.position': 'rope', 'seed': 1}; `product` builds
                                           the usual grid
-  evaluate_point(config, workdir) -> {}  optional: extra metrics of a finished run (e.g. perplexity
-                                          at longer contexts), saved to point_metrics.json
+  evaluate_point(config, workdir) -> {}  optional: extra metrics of a finished run (e.g.
+                                          tfjax.length_eval.perplexity_vs_length), saved to
+                                          point_metrics.json
   REPORT = dict(metrics=[...], plots=[...])  optional: what results.md and the plots show (see
                                           tfjax/sweep_report.py)
 
@@ -42,11 +43,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
-from tfjax import compile_cache
+from tfjax import compile_cache, files
 
 _log = logging.getLogger(__name__)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED_KEYS = ("seed", "data.seed")  # points differing only in these are repeats of one variant
 DONE_FILE = "SWEEP_DONE.json"
 FAILED_FILE = "SWEEP_FAILED.json"
@@ -157,6 +157,26 @@ class Sweep:
   def config_for(self, point: Point):
     return apply_overrides(self.base_config, point.overrides)
 
+  def select(self, names: str) -> list[str]:
+    """Point names from a comma-separated list of them, as `--only` gives it.
+
+    Names contain commas themselves ('position=rope,seed=1'), so the list is read left to right,
+    each time taking the longest run of comma-separated parts that is a point's name.
+    """
+    known = {p.name for p in self.points}
+    parts = [p for p in names.split(",") if p]
+    selected = []
+    while parts:
+      for end in range(len(parts), 0, -1):
+        if ",".join(parts[:end]) in known:
+          selected.append(",".join(parts[:end]))
+          parts = parts[end:]
+          break
+      else:
+        raise ValueError(f"no point named {parts[0]!r} (or starting with it) in "
+                         f"{self.config_path}; `--list` prints the names")
+    return selected
+
   def point(self, name: str) -> Point:
     for point in self.points:
       if point.name == name:
@@ -166,7 +186,7 @@ class Sweep:
 
 
 def load_module(path: str):
-  """Imports a Python file by path (config modules and experiments/*.py are not packages)."""
+  """Imports a Python file by path (config modules are not a package)."""
   if not os.path.exists(path):
     raise ValueError(f"no such file: {path}")
   name = "_tfjax_loaded_" + re.sub(r"\W", "_", os.path.abspath(path))
@@ -174,11 +194,6 @@ def load_module(path: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
-
-
-def import_experiment(name: str):
-  """experiments/NAME.py of this checkout as a module (for evaluate_point hooks)."""
-  return load_module(os.path.join(REPO, "experiments", f"{name}.py"))
 
 
 def _call_with_scale(fn, scale):
@@ -225,15 +240,11 @@ def check_points(sweep: Sweep) -> None:
 # Point state on disk
 # ---------------------------------------------------------------------------------------------
 def write_json(path: str, obj) -> None:
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=True, default=str)
-  os.replace(tmp, path)  # a reader never sees half a file; a crash leaves no marker
+  """Atomically (a reader never sees half a file; a crash leaves no marker)."""
+  files.write_json_atomic(path, obj, indent=2, sort_keys=True, default=str)
 
 
-def read_json(path: str):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+read_json = files.read_json
 
 
 def is_done(workdir: str) -> bool:

@@ -1,0 +1,124 @@
+"""Perplexity against evaluation length (tfjax/length_eval.py): every target scored once with the
+promised context, perplexities equal to scoring the windows directly with the model, learned
+positions past their table reported as n/a, and the CLI's outputs."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfjax import length_eval, sweep, train
+from tfjax.defaults import base_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_scoring_windows_score_every_target_once_with_enough_context():
+  for num_targets, length, stride in ((64, 16, 16), (64, 16, 4), (70, 32, 8), (50, 16, 5)):
+    starts, first = length_eval.scoring_windows(num_targets, length, stride)
+    scored = [s + 1 + o for s, f in zip(starts, first) for o in range(f, length)]
+    assert sorted(scored) == list(range(1, num_targets + 1))  # targets 1..N, each once
+    for w, (s, f) in enumerate(zip(starts, first)):
+      assert s + length <= num_targets
+      if w > 0:  # after the first window every scored target sees >= length - stride tokens
+        assert f >= length - stride
+
+
+def test_window_batches_weight_exactly_the_scored_targets():
+  tokens = np.arange(100) * 3  # token value = 3 x its position: shifts are easy to read
+  starts, first = length_eval.scoring_windows(40, 16, 8)
+  batches = list(length_eval.window_batches(tokens, starts, first, 16, rows=2))
+  assert [b["inputs"].shape for b in batches] == [(2, 16)] * 2  # 4 windows, 2 per batch
+  for b in batches:
+    np.testing.assert_array_equal(b["targets"], b["inputs"] + 3)  # the next token
+  weights = np.concatenate([b["weights"] for b in batches])
+  assert weights.sum() == 40 and weights[0].sum() == 16 and weights[1:].sum(1).tolist() == [8] * 3
+
+
+def test_bad_arguments_name_the_problem():
+  with pytest.raises(ValueError, match="fewer than one window"):
+    length_eval.scoring_windows(10, 16, 4)
+  with pytest.raises(ValueError, match="multiples must be positive integers"):
+    length_eval.perplexity_vs_length("unused", multiples=(1, 0), run=(None, None, None))
+  with pytest.raises(ValueError, match="stride_fraction"):
+    length_eval.perplexity_vs_length("unused", stride_fraction=0.0, run=(None, None, None))
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+  """A tiny char LM trained for a few steps on a small text file (learned positions, table of
+  2 x seq_len)."""
+  root = tmp_path_factory.mktemp("text_run")
+  rng = np.random.default_rng(0)
+  words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "tis"]
+  text = "\n".join(" ".join(rng.choice(words, 8)) for _ in range(200))
+  (root / "corpus.txt").write_text(text)
+  config = base_config()
+  config.data.update(name="text", path=str(root / "corpus.txt"), tokenizer="char", seq_len=16)
+  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=2, num_heads=2,
+                      d_ff=32, position="learned", max_len=32)
+  config.optimizer.update(lr=3e-3, warmup_steps=1)
+  config.train.update(num_steps=6, batch_size=8, eval_batch_size=8, eval_batches=1,
+                      eval_every=6, log_every=3, checkpoint_every=6)
+  workdir = str(root / "run")
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def test_matches_direct_scoring_and_marks_learned_overflow_na(text_run):
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  run = sweep.restore_run(text_run)
+  _, exp, params = run
+  out = length_eval.perplexity_vs_length(text_run, multiples=(1, 2, 4), max_tokens=None, run=run)
+  assert out["long/tokens"] > 0 and out["long/tokens"] % 64 == 0
+  assert out["long/ppl_nonoverlap@64"] is None and out["long/ppl_sliding@64"] is None  # > 32
+  for key in ("long/ppl_nonoverlap@16", "long/ppl_sliding@16", "long/ppl_nonoverlap@32",
+              "long/ppl_sliding@32"):
+    assert 1.0 < out[key] < 100.0, (key, out[key])
+  # Nonoverlapping windows of 32 scored directly: chunks of the validation split, summed NLL.
+  tokens = np.asarray(exp.dataset.val_tokens)[:out["long/tokens"] + 1]
+  apply = jax.jit(build_model(exp.model_config).apply)
+  total = 0.0
+  for start in range(0, out["long/tokens"], 32):
+    chunk = tokens[start:start + 33]
+    logits = apply({"params": params}, chunk[None, :-1])
+    loss_sum, _ = losses.cross_entropy(logits, chunk[None, 1:], np.ones((1, 32), np.float32))
+    total += float(jax.device_get(loss_sum))
+  assert out["long/ppl_nonoverlap@32"] == pytest.approx(math.exp(total / out["long/tokens"]),
+                                                        rel=1e-4)
+  # Without `run`, the newest checkpoint in the workdir is restored: the same numbers.
+  assert length_eval.perplexity_vs_length(text_run, multiples=(1, 2, 4), max_tokens=None) == (
+      pytest.approx(out))
+
+
+def test_cli_writes_length_eval_json_and_prints_the_table(text_run):
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "eval_length.py"),
+       f"--workdir={text_run}", "--multiples=1,4", "--max_tokens=128"],
+      capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert result.returncode == 0, result.stdout + result.stderr
+  with open(os.path.join(text_run, length_eval.RESULT_FILE)) as f:
+    written = json.load(f)
+  assert written["long/tokens"] == 128 and written["long/ppl_sliding@64"] is None
+  assert written == pytest.approx(length_eval.perplexity_vs_length(
+      text_run, multiples=(1, 4), max_tokens=128))
+  assert "perplexity on 128 validation tokens" in result.stdout
+  assert length_eval.format_table(written) in result.stdout
+
+
+def test_rejects_a_run_that_is_not_a_text_lm(tmp_path):
+  config = base_config()  # the synthetic copy task: no validation text to slide over
+  config.task = "lm"
+  config.data.update(name="copy", form="decoder", train_lengths=(1, 4), test_lengths=(4,),
+                     num_symbols=8)
+  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=1, num_heads=2,
+                      d_ff=32, max_len=32)
+  exp = train.prepare(config)
+  with pytest.raises(ValueError, match="needs a text language-model run"):
+    length_eval.perplexity_vs_length(str(tmp_path), run=(config, exp, None))
