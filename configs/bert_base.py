@@ -1,7 +1,5 @@
 """BERT-base (Devlin et al. 2019): 109,482,240 parameters (Hugging Face `BertModel`, pooler incl.).
 
-  python -m tfjax.params --config=configs/bert_base.py       # last line: total: 109482240
-
 12 layers x 768, 12 heads, d_ff 3072, vocab 30522, 512 learned positions, 2 token types,
 post-LN LayerNorm (eps 1e-12) also on the embedding sum, GELU, pooler on [CLS].
 The MLM head is off so the count is the published backbone's; pretraining turns it on with
@@ -12,6 +10,12 @@ from tfjax.defaults import base_config
 
 
 def get_config(arg=None):
+  """The architecture as published; its parameter count is the expected result.
+
+    python -m tfjax.params --config=configs/bert_base.py
+
+  Expected last line: "total: 109482240".
+  """
   del arg
   config = base_config()
   config.model.update(

@@ -1,7 +1,5 @@
 """GPT-2 small (Radford et al. 2019): 124,439,808 parameters.
 
-  python -m tfjax.params --config=configs/gpt2_small.py      # last line: total: 124439808
-
 12 layers x 768, 12 heads, d_ff 3072, learned positions (1024), pre-LN LayerNorm (eps 1e-5),
 GELU, biases everywhere, LM head tied to the token embedding.
 """
@@ -9,6 +7,12 @@ from tfjax.defaults import base_config
 
 
 def get_config(arg=None):
+  """The architecture as published; its parameter count is the expected result.
+
+    python -m tfjax.params --config=configs/gpt2_small.py
+
+  Expected last line: "total: 124439808".
+  """
   del arg
   config = base_config()
   config.model.update(

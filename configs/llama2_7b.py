@@ -1,8 +1,5 @@
 """LLaMA-2 7B (Touvron et al. 2023): 6,738,415,616 parameters.
 
-  python -m tfjax.params --config=configs/llama2_7b.py       # last line: total: 6738415616
-  (jax.eval_shape only: nothing is allocated; ~10 s on a laptop)
-
 32 layers x 4096, 32 heads (MHA), SwiGLU d_ff 11008, RMSNorm (eps 1e-5) pre-LN, RoPE (rotate-half
 pairing as in Hugging Face; base 10000), no biases, untied 32000-token output head.
 """
@@ -10,6 +7,13 @@ from tfjax.defaults import base_config
 
 
 def get_config(arg=None):
+  """The architecture as published; its parameter count is the expected result.
+
+    python -m tfjax.params --config=configs/llama2_7b.py
+    (jax.eval_shape only: nothing is allocated)
+
+  Expected last line: "total: 6738415616".
+  """
   del arg
   config = base_config()
   config.model.update(

@@ -1,7 +1,5 @@
 """Transformer base (Vaswani et al. 2017, Table 3 "base"): 63,082,496 parameters.
 
-  python -m tfjax.params --config=configs/transformer_base.py   # last line: total: 63082496
-
 6 encoder + 6 decoder layers, d_model 512, 8 heads, d_ff 2048, ReLU, post-LN LayerNorm, sinusoidal
 positions, embeddings scaled by sqrt(d_model), one 37000-token BPE vocabulary shared by source and
 target, and the two embedding tables and the pre-softmax projection all the same matrix.
@@ -26,6 +24,12 @@ from tfjax.defaults import base_config
 
 
 def get_config(arg=None):
+  """The architecture as published; its parameter count is the expected result.
+
+    python -m tfjax.params --config=configs/transformer_base.py
+
+  Expected last line: "total: 63082496".
+  """
   del arg
   config = base_config()
   config.model.update(

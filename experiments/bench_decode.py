@@ -2,7 +2,7 @@
 
   python experiments/bench_decode.py --out=bench_results/decode            # CPU-sized default
   python experiments/bench_decode.py --d_model=1024 --num_layers=12 ...    # bigger, on a GPU
-  python experiments/bench_decode.py --smoke --out=/tmp/bench              # seconds, for tests
+  python experiments/bench_decode.py --smoke --out=/tmp/bench              # tiny, for tests
 
 Both paths are greedy and compiled once per length:
   cached     tfjax.decode.generate: one prefill, then one token per step reading the cache.

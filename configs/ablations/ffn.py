@@ -1,8 +1,5 @@
 """FFN ablation: ReLU / GELU / SwiGLU / GeGLU at a matched parameter count (Shazeer 2020).
 
-  python experiments/sweep.py --config=configs/ablations/ffn.py --scale=smoke \
-      --workdir=runs/ablations/ffn
-
 The gated variants have three matrices instead of two, so their hidden width is 2/3 of the
 ungated one (d_ff = 4 d and 8 d / 3): every FFN then holds 8 d^2 weights (no FFN biases, as in
 Shazeer's experiments). d_model is 96 (smoke) / 384 (full) so that 8 d / 3 is a whole number.
@@ -26,6 +23,15 @@ REPORT = dict(
 
 
 def get_config(scale=None):
+  """The char LM without FFN biases at d_model 96 / 384; get_sweep varies model.ffn and d_ff.
+
+    python experiments/sweep.py --config=configs/ablations/ffn.py --scale=smoke \
+        --workdir=runs/ablations/ffn
+
+  Expected (smoke, 2 seeds, docs/ablations.md): params/ffn 147,456 for all four; eval/loss
+  relu 2.05, gelu 2.09, swiglu 2.17 ± 0.16, geglu 2.15 ± 0.16 (at 600 steps the gated FFNs are
+  behind, with a large seed spread).
+  """
   scale = _lm.check_scale(scale, "ffn.py")
   config = _lm.char_lm(scale)
   d_model = 96 if scale == "smoke" else 384

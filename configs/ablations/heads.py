@@ -1,8 +1,5 @@
 """Number of attention heads at a fixed d_model (Vaswani et al. 2017, table 3, rows (A)).
 
-  python experiments/sweep.py --config=configs/ablations/heads.py --scale=smoke \
-      --workdir=runs/ablations/heads
-
 1, 2, 4, 8, 16 heads with head dimension d_model / heads (64 -> 64..4 smoke, 384 -> 384..24 full),
 so the attention parameter count and FLOPs stay the same: only how attention is split changes.
 
@@ -27,6 +24,14 @@ REPORT = dict(
 
 
 def get_config(scale=None):
+  """The char LM; get_sweep varies model.num_heads (d_k = d_model / heads) and the seed.
+
+    python experiments/sweep.py --config=configs/ablations/heads.py --scale=smoke \
+        --workdir=runs/ablations/heads
+
+  Expected (smoke, 2 seeds, docs/ablations.md): eval/loss within 0.03 nats from 1 to 16 heads
+  (2.177 for 1 head, 2.204 for 16).
+  """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))
 
 
