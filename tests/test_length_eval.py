@@ -101,7 +101,9 @@ def test_cli_writes_length_eval_json_and_prints_the_table(text_run):
   result = subprocess.run(
       [sys.executable, os.path.join(REPO, "experiments", "eval_length.py"),
        f"--workdir={text_run}", "--multiples=1,4", "--max_tokens=128"],
-      capture_output=True, text=True, timeout=300, cwd=REPO)
+      capture_output=True, text=True, timeout=300, cwd=REPO,
+      env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+          REPO, os.environ.get("PYTHONPATH")]))})  # this checkout's tfjax, not an installed one
   assert result.returncode == 0, result.stdout + result.stderr
   with open(os.path.join(text_run, length_eval.RESULT_FILE)) as f:
     written = json.load(f)
