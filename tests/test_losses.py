@@ -87,18 +87,21 @@ def test_token_accuracy():
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.2])
-def test_classification_loss_is_batch_mean(eps):
+def test_cross_entropy_of_class_logits_with_masked_rows(eps):
+  """Classification shapes (logits [B, C], labels [B]): rows with weight 0 (a padded eval batch's
+  filler) add nothing to either sum."""
   rng = np.random.default_rng(1)
   logits = rng.normal(size=(6, 4)).astype(np.float32)
   labels = rng.integers(0, 4, size=6)
   expected_sum, count = numpy_cross_entropy(logits, labels, np.ones(6), eps)
-  loss = losses.classification_loss(logits, labels, label_smoothing=eps)
-  assert float(loss) == pytest.approx(expected_sum / count, rel=1e-5)
+  loss_sum, weight_sum = losses.cross_entropy(logits, labels, label_smoothing=eps)
+  assert float(loss_sum) == pytest.approx(expected_sum, rel=1e-5) and float(weight_sum) == count
   weights = np.array([1, 1, 1, 1, 0, 0], np.float32)
   masked_sum, masked_count = numpy_cross_entropy(logits, labels, weights, eps)
-  loss = losses.classification_loss(logits, labels, label_smoothing=eps, weights_B=weights)
-  assert float(loss) == pytest.approx(masked_sum / masked_count, rel=1e-5)
-  assert float(losses.classification_loss(logits, labels, weights_B=np.zeros(6))) == 0.0
+  loss_sum, weight_sum = losses.cross_entropy(logits, labels, weights, label_smoothing=eps)
+  assert float(loss_sum) == pytest.approx(masked_sum, rel=1e-5)
+  assert float(weight_sum) == masked_count == 4
+  assert [float(x) for x in losses.cross_entropy(logits, labels, np.zeros(6))] == [0.0, 0.0]
 
 
 def test_label_smoothing_out_of_range():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tfjax import synthetic
-from tfjax.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset, exact_match
+from tfjax import tasks
+from tfjax.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset
 
 SEQUENCE_TASKS = ("copy", "reverse", "sort", "addition", "associative_recall")
 
@@ -149,21 +150,43 @@ def test_addition_vocab_and_decode():
   assert ds.decode([BOS, PAD, SEP, EOS], skip_pad=False) == "^_|$"
 
 
-def test_exact_match():
+class _PredictsGiven:
+  """A stand-in model whose logits put all mass on the given ids (one-hot over `vocab`)."""
+
+  def __init__(self, pred_ids, vocab):
+    self._logits = np.eye(vocab, dtype=np.float32)[pred_ids] * 10.0
+
+  def apply(self, variables, *args, **kwargs):
+    del variables, args, kwargs
+    return self._logits
+
+
+def _row_exact(pred_ids, batch, vocab):
+  """tasks.forward's per-row exact match (what eval/exact_match@L averages) for these argmaxes."""
+  stats = tasks.forward(_PredictsGiven(pred_ids, vocab), {}, batch, "lm")
+  return np.asarray(stats["row_correct"]), np.asarray(stats["row_count"])
+
+
+def test_row_exact_match_counts_only_weighted_positions_and_rows_with_targets():
   targets = np.array([[5, 6, 7], [5, 6, 7], [1, 2, 3]])
   weights = np.array([[0, 1, 1], [0, 1, 1], [0, 0, 0]], np.float32)
   preds = np.array([[9, 6, 7], [5, 6, 8], [0, 0, 0]])
-  np.testing.assert_array_equal(exact_match(preds, targets, weights), [True, False, True])
+  batch = {"inputs": np.zeros_like(targets), "targets": targets, "weights": weights}
+  correct, counted = _row_exact(preds, batch, vocab=10)
+  # A row with no weighted position is neither correct nor counted (no vacuous matches).
+  np.testing.assert_array_equal(correct, [True, False, False])
+  np.testing.assert_array_equal(counted, [True, True, False])
 
 
-def test_exact_match_on_a_real_batch():
-  batch = _dataset("reverse").train_batch(0, 4)
+def test_row_exact_match_on_a_real_batch():
+  ds = _dataset("reverse")
+  batch = ds.train_batch(0, 4)
   preds = batch["targets"].copy()
   preds[batch["weights"] == 0] = 1  # unweighted positions don't matter
-  assert exact_match(preds, batch["targets"], batch["weights"]).all()
+  assert _row_exact(preds, batch, ds.vocab_size)[0].all()
   row, col = 2, int(np.flatnonzero(batch["weights"][2])[-1])
-  preds[row, col] += 1
-  np.testing.assert_array_equal(exact_match(preds, batch["targets"], batch["weights"]),
+  preds[row, col] = (preds[row, col] + 1) % ds.vocab_size
+  np.testing.assert_array_equal(_row_exact(preds, batch, ds.vocab_size)[0],
                                 [True, True, False, True])
 
 

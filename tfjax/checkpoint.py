@@ -17,6 +17,8 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from tfjax.trees import path_names
+
 _log = logging.getLogger(__name__)
 
 
@@ -90,6 +92,29 @@ class Checkpointer:
                      "falling back to step %d", step, type(e).__name__, e, moved, earlier[-1])
     return None
 
+  def restore_params(self, abstract_params: Any) -> Optional[tuple[int, Any]]:
+    """(step, params) of the newest checkpoint whose params read back, or None if there is none;
+    only the params are read (no optimizer state, no data position), into the layout of
+    `abstract_params` (ShapeDtypeStructs with shardings). Read-only: an unreadable step is
+    skipped with a warning, never moved (the run may still be writing)."""
+    reader = ocp.CheckpointManager(self.directory,
+                                   item_handlers={"state": ocp.PyTreeCheckpointHandler()})
+    try:
+      item = {"params": abstract_params}
+      args = ocp.args.PyTreeRestore(
+          item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+          partial_restore=True)
+      for step in reversed(self.steps()):
+        try:
+          restored = reader.restore(step, args=ocp.args.Composite(state=args))
+          return step, restored["state"]["params"]
+        except Exception as e:  # pylint: disable=broad-except
+          _log.warning("checkpoint step %d: params unreadable (%s: %s); trying an earlier step",
+                       step, type(e).__name__, e)
+      return None
+    finally:
+      reader.close()
+
   def _layout_difference(self, step: int, abstract_state: Any) -> str:
     """'' if the step's metadata is unreadable (corrupt) or lists the same arrays (path, shape,
     dtype) as `abstract_state`; else a short description of what differs."""
@@ -112,8 +137,8 @@ def _one_replica(state: Any) -> Any:
   """In a single-process run, each array replicated over several devices as its copy on one.
 
   Why: orbax splits the write of a replicated array among its replicas and compiles a slicing
-  program per array shape for that (~0.6 s on a run's first save for nanoGPT's CPU recipe), but
-  one process writes every slice anyway. The values written are the same, and restoring places
+  program per array shape for that (a cost on a run's first save; docs/benchmarks.md), but one
+  process writes every slice anyway. The values written are the same, and restoring places
   them by the target's shardings, not the saved ones. Multi-process runs keep orbax's split
   across hosts."""
   if jax.process_count() > 1:
@@ -130,10 +155,5 @@ def _one_replica(state: Any) -> Any:
 def _signature(tree: Any) -> set:
   """{(path, shape, dtype)} of a state tree or of its checkpoint metadata. Paths are normalized
   (a dataclass field or namedtuple attribute is saved as a dict key) so the two compare."""
-  def name(key):
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        return str(getattr(key, attr))
-    return str(key)
-  return {(tuple(name(k) for k in path), tuple(leaf.shape), str(leaf.dtype))
+  return {(path_names(path), tuple(leaf.shape), str(leaf.dtype))
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}

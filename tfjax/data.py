@@ -38,11 +38,11 @@ from typing import Optional
 import ml_collections
 import numpy as np
 
-from tfjax import synthetic
+from tfjax import files, synthetic
 from tfjax.synthetic import row_range
-from tfjax.tokenizers import Tokenizer, make_tokenizer
+from tfjax.tokenizers import (TOKENIZER_FILE, ByteTokenizer, Tokenizer, load_tokenizer,
+                              make_tokenizer)
 
-TASKS = ("lm", "mlm", "seq2seq", "classification")
 TEXT_DATASETS = ("tinyshakespeare", "text")
 DATASETS = TEXT_DATASETS + tuple(synthetic.TASKS)
 MODES = ("random", "packed")
@@ -159,10 +159,9 @@ def mask_tokens(inputs, seed, vocab_size: int, mask_id: int, maskable=None, prob
 def _download(url: str, dest: str) -> None:
   """Fetches url into dest (write-then-rename, so concurrent processes never see half a file)."""
   os.makedirs(os.path.dirname(dest), exist_ok=True)
-  tmp = f"{dest}.tmp{os.getpid()}"
-  with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as f:
+  with urllib.request.urlopen(url, timeout=60) as response, files.replaced_atomically(
+      dest, "wb") as f:
     f.write(response.read())
-  os.replace(tmp, dest)
 
 
 def cache_dir() -> str:
@@ -253,6 +252,11 @@ def _packed_lm_targets(tokens, segment_ids):
 # --- text dataset ------------------------------------------------------------------------------
 
 
+def text_vocab_size(tokenizer_vocab_size: int, task: str) -> int:
+  """The model vocabulary of a text dataset: the tokenizer's, + 1 for [MASK] when task='mlm'."""
+  return tokenizer_vocab_size + (1 if task == "mlm" else 0)
+
+
 class TextDataset:
   """A tokenized text file for task 'lm' or 'mlm', split into train / val (see module docstring).
 
@@ -277,7 +281,7 @@ class TextDataset:
     self.source, self.eval_mode, self.mlm_prob = source, eval_mode, float(mlm_prob)
     self.seed, self.eval_seed = int(seed), int(eval_seed)
     self.mask_id = tokenizer.vocab_size if task == "mlm" else None
-    self.vocab_size = tokenizer.vocab_size + (1 if task == "mlm" else 0)
+    self.vocab_size = text_vocab_size(tokenizer.vocab_size, task)
 
     train_text, val_text = split_text(text, val_fraction)
     self.train_tokens = tokenizer.encode(train_text)
@@ -467,7 +471,7 @@ class DataIterator:
 
 
 def make_dataset(data_config, task: str, workdir: Optional[str] = None):
-  """The dataset `data_config.name` for `task` ('lm' | 'mlm' | 'seq2seq' | 'classification').
+  """The dataset `data_config.name` for `task` (one of tfjax.tasks.TASKS).
 
   Text datasets ('tinyshakespeare', 'text') serve 'lm' and 'mlm'; their tokenizer is saved in /
   loaded from `workdir` (None: not saved). Synthetic sequence tasks serve 'lm' with
@@ -475,7 +479,6 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   """
   name = _require(data_config, "name")
   _check_choice("dataset name", name, DATASETS)
-  _check_choice("task", task, TASKS)
   get = lambda key: _require(data_config, key)  # noqa: E731
   if name in TEXT_DATASETS:
     if task not in ("lm", "mlm"):
@@ -508,3 +511,31 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
       name, form=form, train_lengths=tuple(get("train_lengths")),
       test_lengths=tuple(get("test_lengths")), num_symbols=get("num_symbols"),
       seed=get("seed"), eval_seed=get("eval_seed"))
+
+
+def resolve_vocab_size(config, dataset=None, *, workdir: Optional[str] = None,
+                       unknown: Optional[int] = None) -> int:
+  """config.model.vocab_size, where 0 (or None) means the data's vocabulary. The one place that
+  resolves vocab_size=0 (training, reading a run back, parameter accounting, sweeps).
+
+  The data's vocabulary is `dataset.vocab_size` when the dataset is built; else, without building
+  it, a synthetic task's, the tokenizer saved in `workdir`'s, or the byte tokenizer's. A char or
+  BPE vocabulary not yet saved is known only once its corpus is read: then `unknown` if given (a
+  stand-in for checks that need only a valid number, e.g. a sweep's), else ValueError."""
+  given = config.model.get("vocab_size")
+  if given not in (0, None):
+    return int(given)
+  if dataset is not None:
+    return int(dataset.vocab_size)
+  name = _require(config.data, "name")
+  if name not in TEXT_DATASETS:
+    return synthetic.vocab_size(name, _require(config.data, "num_symbols"))
+  if workdir is not None and os.path.exists(os.path.join(workdir, TOKENIZER_FILE)):
+    return text_vocab_size(load_tokenizer(workdir).vocab_size, config.task)
+  if config.data.tokenizer == "byte":
+    return text_vocab_size(ByteTokenizer().vocab_size, config.task)
+  if unknown is not None:
+    return unknown
+  raise ValueError("model.vocab_size=0 takes the vocabulary from the data's "
+                   f"'{config.data.tokenizer}' tokenizer; give it here with "
+                   "--config.model.vocab_size=N")

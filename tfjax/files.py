@@ -6,16 +6,32 @@ command, a resumed run) never sees half a file, and a crash mid-write leaves the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str, mode: str = "w") -> Iterator[IO]:
+  """An open file whose contents replace `path` when the block ends without an error (text modes
+  write UTF-8). On an error the temporary file is removed and `path` is left as it was."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  encoding = None if "b" in mode else "utf-8"
+  try:
+    with open(tmp, mode, encoding=encoding) as f:
+      yield f
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+  os.replace(tmp, path)
 
 
 def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
   """Writes `obj` as JSON to `path` atomically; `dump_kwargs` go to `json.dump`."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
+  with replaced_atomically(path) as f:
     json.dump(obj, f, **dump_kwargs)
-  os.replace(tmp, path)
 
 
 def read_json(path: str):

@@ -57,11 +57,3 @@ def token_accuracy(logits_BxLxV, targets_BxL, weights_BxL=None):
   correct = jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL
   return jnp.sum(jnp.where(correct, weights, 0.0)), jnp.sum(weights)
 
-
-def classification_loss(logits_BxC, labels_B, label_smoothing: float = 0.0, weights_B=None):
-  """Weighted mean cross entropy over the batch (0 when every weight is 0), float32 scalar.
-
-  weights_B (None = all 1) lets a padded final eval batch mark its filler rows with 0.
-  """
-  loss_sum, weight_sum = cross_entropy(logits_BxC, labels_B, weights_B, label_smoothing)
-  return loss_sum / jnp.maximum(weight_sum, 1e-8)

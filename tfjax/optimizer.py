@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from tfjax.trees import path_names
+
 _log = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "adamw")
@@ -150,12 +152,6 @@ def _decay_exclude(value) -> tuple[str, ...]:
   return names
 
 
-def _path_names(path) -> tuple[str, ...]:
-  # Dict keys only: a boxed leaf (nn.LogicallyPartitioned) adds a trailing `.value` attribute key
-  # that is not part of the parameter's name.
-  return tuple(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
-
-
 def _decays(names: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
   if not names:
     return True
@@ -182,7 +178,10 @@ def weight_decay_mask(params, decay_exclude=DECAY_EXCLUSIONS):
   """
   exclude = _decay_exclude(decay_exclude)
   paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-  flags = [_decays(_path_names(path), exclude) for path, _ in paths_and_leaves]
+  # Dict keys only: a boxed leaf (nn.LogicallyPartitioned) adds a trailing `.value` attribute key
+  # that is not part of the parameter's name.
+  flags = [_decays(path_names(path, dict_keys_only=True), exclude)
+           for path, _ in paths_and_leaves]
   return jax.tree_util.tree_unflatten(treedef, flags)
 
 

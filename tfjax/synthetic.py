@@ -176,6 +176,13 @@ TASKS = {t.name: t for t in (_Copy, _Reverse, _Sort, _Addition, _AssociativeReca
 FORMS = ("decoder", "seq2seq")
 
 
+def vocab_size(task: str, num_symbols: int) -> int:
+  """The vocabulary of synthetic task `task`: the special ids, then the task's symbols."""
+  if task not in TASKS:
+    raise ValueError(f"unknown synthetic task {task!r}; choices: {sorted(TASKS)}")
+  return NUM_SPECIAL + TASKS[task](num_symbols).num_symbols
+
+
 class SyntheticDataset:
   """A synthetic task served as batches; see the module docstring for the layouts.
 
@@ -210,7 +217,7 @@ class SyntheticDataset:
     if seed < 0 or eval_seed < 0:
       raise ValueError("seeds must be non-negative")
     self.seed, self.eval_seed = int(seed), int(eval_seed)
-    self.vocab_size = NUM_SPECIAL + self._task.num_symbols
+    self.vocab_size = vocab_size(task, num_symbols)
     # Attributes describe the longest rows (all test lengths included); training batches are only
     # as long as the longest training example and each eval group as long as its test length, so
     # short-sequence training does not pay for long-sequence evaluation.
@@ -312,19 +319,3 @@ def row_range(batch_size: int, row_start: int, row_count: Optional[int]) -> rang
 
 def _zeros(rows: int, length: int, *names: str) -> dict:
   return {k: np.zeros((rows, length), np.float32 if k == "weights" else np.int32) for k in names}
-
-
-def exact_match(pred_ids, targets, weights) -> np.ndarray:
-  """Per-row bool: True iff every position with weight > 0 has pred == target.
-
-  pred_ids, targets, weights: [B, L]. Rows with no weighted position count as correct (vacuously);
-  eval batches here never contain such rows.
-
-  With teacher forcing (inputs = the true sequence) and argmax predictions this equals exact match
-  of greedy decoding: while every predicted answer token is right, greedy decoding feeds back
-  exactly the teacher-forced inputs, so both see the same prefixes and make the same predictions up
-  to the first error; a row with an error is wrong under both.
-  """
-  pred_ids, targets = np.asarray(pred_ids), np.asarray(targets)
-  ok = (pred_ids == targets) | (np.asarray(weights) <= 0)
-  return ok.all(axis=-1)

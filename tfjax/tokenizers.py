@@ -13,22 +13,14 @@ extra ids (the [MASK] of masked LM) appends them after `vocab_size` and says so 
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterable, Optional
 
 import numpy as np
 
+from tfjax import files
+
 TOKENIZER_FILE = "tokenizer.json"
-
-
-def _write_json_atomic(path: str, obj) -> None:
-  # Several processes of a multi-host run may save the same (identical) tokenizer into a shared
-  # workdir; write-then-rename means a reader never sees a half-written file.
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, ensure_ascii=False)
-  os.replace(tmp, path)
 
 
 class Tokenizer:
@@ -53,7 +45,9 @@ class Tokenizer:
     """Writes `<directory>/tokenizer.json`; returns its path."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, TOKENIZER_FILE)
-    _write_json_atomic(path, {"type": self.name, **self._state()})
+    # Several processes of a multi-host run may save the same (identical) tokenizer into a shared
+    # workdir; written atomically, a reader never sees a half-written file.
+    files.write_json_atomic(path, {"type": self.name, **self._state()}, ensure_ascii=False)
     return path
 
   @classmethod
@@ -183,8 +177,7 @@ def _check_name(name: str) -> None:
 def load_tokenizer(directory: str) -> Tokenizer:
   """Loads whatever tokenizer `save` wrote into `directory`."""
   path = os.path.join(directory, TOKENIZER_FILE)
-  with open(path, encoding="utf-8") as f:
-    state = json.load(f)
+  state = files.read_json(path)
   name = state.get("type")
   _check_name(name)
   if name == "byte":
