@@ -58,30 +58,30 @@ def main(argv):
     raise app.UsageError("--rounds must be at least 1")
   sharding.configure_cpu_devices(base)  # before JAX starts; both variants share the devices
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax import data, train  # pylint: disable=import-outside-toplevel
+  from tfjax import data, experiment  # pylint: disable=import-outside-toplevel
 
   runs = {}
   for name, config in variants.items():
-    exp = train.prepare(config)
-    mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-    state, state_shardings = train.init_state(exp, mesh, rules)
+    exp = experiment.prepare(config)
+    placement = sharding.BatchPlacement.for_config(config)
+    layout = experiment.state_layout(exp, placement)
+    state = layout.init()
     iterator = data.DataIterator(exp.dataset, config.train.batch_size)
-    advance, program, abstract_args = train.make_advancer(
-        exp, mesh, rules, train.abstract_state(exp, mesh, rules), state_shardings, iterator)
-    with sharding.axis_rules(mesh, rules):
+    runner = experiment.make_step_runner(exp, placement, layout, iterator)
+    with placement.axis_rules():
       start = time.perf_counter()
-      program.lower(*abstract_args).compile()  # the jitted program's cache serves the calls
+      runner.program.lower(*runner.abstract_args).compile()  # its cache serves the calls
       compile_s = time.perf_counter() - start
-      state, metrics = advance(state, config.train.steps_per_call)  # warm-up call
+      state, metrics = runner.run(state, config.train.steps_per_call)  # warm-up call
       jax.block_until_ready((state, metrics))
-    runs[name] = dict(advance=advance, state=state, mesh=mesh, rules=rules, compile_s=compile_s,
+    runs[name] = dict(runner=runner, state=state, placement=placement, compile_s=compile_s,
                       steps=config.train.steps_per_call, step_ms=[])
 
   for _ in range(_ROUNDS.value):
     for run in runs.values():
-      with sharding.axis_rules(run["mesh"], run["rules"]):
+      with run["placement"].axis_rules():
         start = time.perf_counter()
-        run["state"], metrics = run["advance"](run["state"], run["steps"])
+        run["state"], metrics = run["runner"].run(run["state"], run["steps"])
         jax.block_until_ready((run["state"], metrics))
         run["step_ms"].append((time.perf_counter() - start) / run["steps"] * 1e3)
 

@@ -36,46 +36,45 @@ _CACHE = flags.DEFINE_string(
 def measure_steps(config, steps: int, warmup: int) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
-  from tfjax import data, params as accounting, sharding, train
+  from tfjax import data, experiment, flops, params as accounting, runtime, sharding, tasks
 
-  exp = train.prepare(config)
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, state_shardings = train.init_state(exp, mesh, rules)
-  # Steps advance as in the training loop (train.make_advancer): one step per call, or
+  exp = experiment.prepare(config)
+  placement = sharding.BatchPlacement.for_config(config)
+  layout = experiment.state_layout(exp, placement)
+  state = layout.init()
+  # Steps run as in the training loop (experiment.make_step_runner): one step per call, or
   # train.steps_per_call steps per call on stacked batches (then `steps` rounds up to whole
   # calls); batches are made and copied inside the timed loop.
   per_call = config.train.steps_per_call
   calls, warmup_calls = -(-steps // per_call), -(-warmup // per_call)
   iterator = data.DataIterator(exp.dataset, config.train.batch_size)
-  advance, program, abstract_args = train.make_advancer(
-      exp, mesh, rules, train.abstract_state(exp, mesh, rules), state_shardings, iterator)
-  with sharding.axis_rules(mesh, rules):
+  runner = experiment.make_step_runner(exp, placement, layout, iterator)
+  with placement.axis_rules():
     start = time.perf_counter()
-    program.lower(*abstract_args).compile()  # the jitted program's cache serves the calls below
+    runner.program.lower(*runner.abstract_args).compile()  # its cache serves the calls below
     compile_s = time.perf_counter() - start
-    pace = train.StepPacer()  # several CPU devices deadlock if the host runs far ahead
+    host_lead = runtime.HostLeadLimiter()  # several CPU devices deadlock if the host runs ahead
     for _ in range(1 + warmup_calls):
-      state, metrics = advance(state, per_call)
-      pace(metrics)
+      state, metrics = runner.run(state, per_call)
+      host_lead.wait_if_ahead(metrics)
     jax.block_until_ready(state)
     start = time.perf_counter()
     for _ in range(calls):
-      state, metrics = advance(state, per_call)
-      pace(metrics)
+      state, metrics = runner.run(state, per_call)
+      host_lead.wait_if_ahead(metrics)
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / (calls * per_call)
-  key = "decoder_inputs" if config.task == "seq2seq" else "inputs"
-  seq_len = exp.dataset.train_batch(0, 1)[key].shape[-1]
+  seq_len, _ = tasks.row_lengths(exp.dataset.train_batch(0, 1), config.task)
   tokens_per_s = config.train.batch_size * seq_len / step_s
-  flops = accounting.flops_per_token(exp.model_config, seq_len)
-  peak = accounting.peak_flops(_PEAK.value)
+  flops_per_token = flops.flops_per_token(exp.model_config, seq_len)
+  peak = flops.peak_flops(_PEAK.value)
   return {
       "params": accounting.analytic_count(exp.model_config),
       "batch_size": config.train.batch_size, "seq_len": int(seq_len),
       "steps_per_call": per_call, "timed_steps": calls * per_call,
       "compile_s": compile_s, "step_ms": step_s * 1e3, "tokens_per_s": tokens_per_s,
-      "flops_per_token": flops,
-      "mfu": tokens_per_s * flops / (peak * jax.device_count()) if peak else None,
+      "flops_per_token": flops_per_token,
+      "mfu": tokens_per_s * flops_per_token / (peak * jax.device_count()) if peak else None,
       "peak_flops_per_device": peak or None,
   }
 

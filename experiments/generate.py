@@ -71,8 +71,9 @@ def decode_ids(dataset, ids) -> str:
 
 
 def generate_from_run(args) -> list[dict]:
-  _, exp, step, params = runs.restore_run(args.workdir)
-  cfg, task, dataset = exp.model_config, exp.config.task, exp.dataset
+  run = runs.restore_run(args.workdir)
+  cfg, task, dataset, step, params = (run.model_config, run.config.task, run.dataset, run.step,
+                                      run.params)
   if task not in ("lm", "seq2seq"):
     raise ValueError(f"run {args.workdir} trains task {task!r}; only 'lm' and 'seq2seq' generate")
   ids = ([int(t) for t in args.prompt_ids.replace(",", " ").split()] if args.prompt_ids is not None

@@ -225,7 +225,7 @@ def run_lockstep(config, exp, steps):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax import sharding, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
   from tfjax.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
 
   torch.manual_seed(_SEED.value)
@@ -242,24 +242,24 @@ def run_lockstep(config, exp, steps):
 
   ours_opt, _ = make_optimizer(opt, steps, mc.d_model, schedule=nanogpt_schedule)
   exp = dataclasses.replace(exp, optimizer=ours_opt, schedule=nanogpt_schedule)
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, shardings = train.init_state(exp, mesh, rules)
+  placement = sharding.BatchPlacement.for_config(config)
+  layout = experiment.state_layout(exp, placement)
+  state, shardings = layout.init(), layout.shardings
   params = jax.device_put(params_from_torch(model, jax.device_get(state.params), mc),
                           shardings.params)
   state = state.replace(params=params, opt_state=jax.device_put(ours_opt.init(params),
                                                                 shardings.opt_state))
-  train_step, _ = train.jit_steps(exp, mesh, rules, shardings)
-  put = train.global_batch_putter(mesh, rules)
+  train_step = experiment.jit_train_step(exp, placement, shardings)
   rng = np.random.default_rng(_SEED.value)
   tokens, length = exp.dataset.train_tokens, mc.max_len
   ours, theirs = [], []
-  with sharding.axis_rules(mesh, rules):
+  with placement.axis_rules():
     for it in range(steps):
       inputs, targets = windows(tokens, rng.integers(0, len(tokens) - length, tc.batch_size),
                                 length)
       theirs.append(torch_step(model, optimizer, nanogpt_lr(it, opt, steps), opt.clip_norm,
                                torch.from_numpy(inputs), torch.from_numpy(targets)))
-      state, metrics = train_step(state, put({"inputs": inputs.astype(np.int32),
+      state, metrics = train_step(state, placement.put({"inputs": inputs.astype(np.int32),
                                                "targets": targets.astype(np.int32),
                                                "weights": np.ones(inputs.shape, np.float32)}))
       ours.append(float(metrics["train/loss"]))
@@ -292,7 +292,7 @@ def run_speed(config, exp, steps):
   del steps
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax import sharding, tasks, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
 
   mc, opt, tc = exp.model_config, config.optimizer, config.train
@@ -318,10 +318,11 @@ def run_speed(config, exp, steps):
             "torch_step_ms": best_ms(lambda: torch_step(model, optimizer, opt.lr, opt.clip_norm,
                                                         x, y))}
 
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, shardings = train.init_state(exp, mesh, rules)
-  train_step, _ = train.jit_steps(exp, mesh, rules, shardings)
-  batch = train.global_batch_putter(mesh, rules)(
+  placement = sharding.BatchPlacement.for_config(config)
+  layout = experiment.state_layout(exp, placement)
+  state = layout.init()
+  train_step = experiment.jit_train_step(exp, placement, layout.shardings)
+  batch = placement.put(
       {"inputs": inputs.astype(np.int32), "targets": targets.astype(np.int32),
        "weights": np.ones(inputs.shape, np.float32)})
   eval_model, train_model = build_model(mc), build_model(mc.replace(deterministic=False))
@@ -338,7 +339,7 @@ def run_speed(config, exp, steps):
     holder["state"], metrics = train_step(holder["state"], batch)
     jax.block_until_ready(metrics)
 
-  with sharding.axis_rules(mesh, rules):
+  with placement.axis_rules():
     result.update({
         "tfjax_forward_ms": best_ms(lambda: jax.block_until_ready(forward(state.params))),
         "tfjax_forward_backward_ms": best_ms(
@@ -350,11 +351,11 @@ def run_speed(config, exp, steps):
 
 def main(argv):
   del argv
-  from tfjax import sharding, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   import jax  # pylint: disable=import-outside-toplevel
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   check_nanogpt_shaped(exp.model_config)
   steps = _STEPS.value or config.train.num_steps
   result = {"config": flags.FLAGS["config"].config_filename, "mode": _MODE.value,

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tfjax import checkpoint, sharding, train  # pylint: disable=wrong-import-position
+from tfjax import checkpoint, experiment, sharding, train  # pylint: disable=wrong-import-position
 import scaleout_config  # pylint: disable=wrong-import-position
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4))
@@ -41,19 +41,19 @@ def config_for(mesh):
 
 
 def run_steps(config, mesh, num_steps):
-  """The loop's own pieces (init_state, jit_steps, process_rows, global_batch_putter) for
-  `num_steps` steps on `mesh`; returns the losses and the final state."""
-  exp = train.prepare(config)
-  rules = sharding.rules(config)
-  state, state_shardings = train.init_state(exp, mesh, rules)
-  train_step, _ = train.jit_steps(exp, mesh, rules, state_shardings)
+  """The loop's own pieces (state_layout, jit_train_step, BatchPlacement) for `num_steps` steps
+  on `mesh`; returns the losses and the final state."""
+  exp = experiment.prepare(config)
+  placement = sharding.BatchPlacement.create(mesh, sharding.rules(config))
+  layout = experiment.state_layout(exp, placement)
+  state = layout.init()
+  train_step = experiment.jit_train_step(exp, placement, layout.shardings)
   batch_size = config.train.batch_size
-  rows = sharding.process_rows(sharding.batch_sharding(mesh, rules), batch_size)
-  put = train.global_batch_putter(mesh, rules)
+  rows = placement.process_rows(batch_size)
   losses = []
-  with sharding.axis_rules(mesh, rules):
+  with placement.axis_rules():
     for index in range(num_steps):
-      batch = put(exp.dataset.train_batch(index, batch_size, *rows))
+      batch = placement.put(exp.dataset.train_batch(index, batch_size, *rows))
       if index == 0:
         hlo = train_step.lower(state, batch).compile().as_text()
         ALL_REDUCES.setdefault(",".join(map(str, mesh.shape.values())), [
@@ -84,9 +84,9 @@ def read_losses(workdir):
 def replicated_checkpoint_round_trip(workdir):
   """Saves a state replicated over the 8 devices (written from one replica) and restores it."""
   config = config_for((8, 1, 1))
-  exp, mesh, rules = train.prepare(config), sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, _ = train.init_state(exp, mesh, rules)
-  abstract = train.abstract_state(exp, mesh, rules)
+  exp = experiment.prepare(config)
+  layout = experiment.state_layout(exp, sharding.BatchPlacement.for_config(config))
+  state, abstract = layout.init(), layout.abstract
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, "replicated"))
   ckpt.save(1, state, {"position": 7}, {})
   ckpt.wait()
@@ -125,8 +125,8 @@ def main(workdir):
                                                   config.train.num_steps)
   _tick("2,2,2 grad accumulation")
   config = config_for((1, 8, 1))  # pure FSDP: where the parameters and moments live
-  exp = train.prepare(config)
-  state, _ = train.init_state(exp, sharding.make_mesh(config.mesh), sharding.rules(config))
+  exp = experiment.prepare(config)
+  state = experiment.state_layout(exp, sharding.BatchPlacement.for_config(config)).init()
   report["shards"]["1,8,1"] = shard_shapes(state)
   _tick("1,8,1 init")
   # Checkpoint written on (8,1,1), restored onto (2,2,2), training continues.

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
+from tfjax import experiment, flops
 from tfjax import params as tfparams
-from tfjax import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The default config (synthetic reversal, no files) at test size, two steps per jitted call.
@@ -45,10 +45,10 @@ def test_bench_train_writes_consistent_json_and_markdown(tmp_path):
   from configs import default  # pylint: disable=import-outside-toplevel
   config = default.get_config()
   config.model.update(num_layers=1, d_model=32, d_ff=64)
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   assert result["seq_len"] == exp.dataset.train_batch(0, 1)["inputs"].shape[-1]
   assert result["params"] == tfparams.analytic_count(exp.model_config)
-  assert result["flops_per_token"] == tfparams.flops_per_token(exp.model_config,
+  assert result["flops_per_token"] == flops.flops_per_token(exp.model_config,
                                                                result["seq_len"])
   assert result["peak_flops_per_device"] == peak
   assert math.isclose(result["mfu"], result["tokens_per_s"] * result["flops_per_token"]

@@ -56,7 +56,7 @@ def _tiny_decoder(scan_layers=False):
 
 def test_norms_of_a_decoder_equal_the_tests_own_gradients():
   import optax  # pylint: disable=import-outside-toplevel
-  from tfjax import sharding, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
   config = _tiny_decoder()
   norms = grad_norms.per_layer_grad_norms(config)
@@ -64,8 +64,8 @@ def test_norms_of_a_decoder_equal_the_tests_own_gradients():
 
   # The reference: the same initial params and first batch, the mean token cross-entropy written
   # here with optax, dropout off (deterministic model), the gradient by jax.grad.
-  exp = train.prepare(config)
-  state, _ = train.init_state(exp, sharding.make_mesh(config.mesh), sharding.rules(config))
+  exp = experiment.prepare(config)
+  state = experiment.state_layout(exp, sharding.BatchPlacement.for_config(config)).init()
   batch = exp.dataset.train_batch(0, config.train.batch_size)
   model = build_model(exp.model_config)
 

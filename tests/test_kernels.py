@@ -318,7 +318,7 @@ def test_chunked_16k_forward_backward_fits_in_2gb():
 def test_small_model_trains_the_same_with_every_cpu_implementation():
   """20 training steps of a tiny causal LM with attention_impl chunked and pallas (interpret)
   follow the xla run's losses: the fused paths plug into the model, forward and backward."""
-  from tfjax import sharding, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
   from tfjax.defaults import base_config  # pylint: disable=import-outside-toplevel
 
   def losses(impl):
@@ -329,12 +329,13 @@ def test_small_model_trains_the_same_with_every_cpu_implementation():
                         num_kv_heads=2, d_ff=64, position="alibi", attention_impl=impl)
     config.optimizer.update(lr=3e-3, warmup_steps=2)
     config.train.update(num_steps=20, batch_size=4)
-    exp = train.prepare(config)
-    mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-    state, shardings = train.init_state(exp, mesh, rules)
-    step, _ = train.jit_steps(exp, mesh, rules, shardings)
+    exp = experiment.prepare(config)
+    placement = sharding.BatchPlacement.for_config(config)
+    layout = experiment.state_layout(exp, placement)
+    state = layout.init()
+    step = experiment.jit_train_step(exp, placement, layout.shardings)
     out = []
-    with sharding.axis_rules(mesh, rules):
+    with placement.axis_rules():
       for i in range(20):
         state, metrics = step(state, exp.dataset.train_batch(i, 4))
         out.append(float(metrics["train/loss"]))

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfjax import length_eval, sweep, train
+from tfjax import experiment, length_eval, sweep, train
 from tfjax.defaults import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,6 +121,6 @@ def test_rejects_a_run_that_is_not_a_text_lm(tmp_path):
                      num_symbols=8)
   config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=1, num_heads=2,
                       d_ff=32, max_len=32)
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   with pytest.raises(ValueError, match="needs a text language-model run"):
     length_eval.perplexity_vs_length(str(tmp_path), run=(config, exp, None))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, unboxed
+from tfjax import flops
 from tfjax import params as tfparams
 from tfjax.config import ModelConfig
 from tfjax.models import build_model
@@ -159,7 +160,7 @@ def test_flops_per_token_is_nanogpts_estimate_for_its_recipes(arg, published_mil
   if published_millions is not None:
     assert round(n / 1e6, 2) == published_millions
   expected = 6 * n + 12 * layers * heads * (d // heads) * context
-  assert tfparams.flops_per_token(cfg, context) == expected
+  assert flops.flops_per_token(cfg, context) == expected
 
 
 @pytest.mark.parametrize("family,overrides", [
@@ -185,5 +186,5 @@ def test_flops_per_token_matches_xlas_count_of_forward_and_backward(family, over
     return jax.numpy.sum(jax.nn.log_softmax(logits)[..., 0])
 
   xla_flops = jax.jit(jax.grad(loss)).lower(variables).cost_analysis()["flops"]
-  ratio = xla_flops / (batch * seq_len) / tfparams.flops_per_token(cfg, seq_len)
+  ratio = xla_flops / (batch * seq_len) / flops.flops_per_token(cfg, seq_len)
   assert 1.0 <= ratio < 1.01, ratio

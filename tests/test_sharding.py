@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from tfjax import memory_plan
 from tfjax import params as param_accounting
 from tfjax import sharding
 from tfjax.config import ModelConfig
@@ -69,13 +70,13 @@ def test_mesh_shape_fills_and_validates():
 
 
 def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
-  from tfjax import train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.train.batch_size = 12
   config.mesh.update(data=8, fsdp=1, tensor=1)
   monkeypatch.setattr("jax.device_count", lambda: 8)
   with pytest.raises(ValueError, match="12 rows do not split over the 8 batch shards"):
-    train.prepare(config)
+    experiment.prepare(config)
 
 
 # ---- 8 devices, in one subprocess -------------------------------------------------------------
@@ -188,14 +189,14 @@ def test_memory_plan_matches_hand_arithmetic():
   optimizer, _ = make_optimizer(config.optimizer, 5, cfg.d_model)
   n = param_accounting.analytic_count(cfg)
   for mesh, rows, tensor in (((1, 1, 1), 8, 1), ((1, 4, 1), 2, 1), ((2, 1, 2), 4, 2)):
-    plan = param_accounting.memory_plan(cfg, mesh, batch_size=8, seq_len=16, optimizer=optimizer)
+    plan = memory_plan.memory_plan(cfg, mesh, batch_size=8, seq_len=16, optimizer=optimizer)
     if tensor == 1:  # every weight has an embed axis: fsdp divides all of them
       assert plan["params"] == 4 * n // mesh[1]
       assert 2 * plan["params"] <= plan["optimizer state"] <= 2 * plan["params"] + 64
     assert plan["activations"] == _hand_activations(cfg, rows, 16, tensor), mesh
-  remat = param_accounting.memory_plan(cfg.replace(remat="full"), (1, 1, 1), batch_size=8,
+  remat = memory_plan.memory_plan(cfg.replace(remat="full"), (1, 1, 1), batch_size=8,
                                        seq_len=16)
-  none = param_accounting.memory_plan(cfg, (1, 1, 1), batch_size=8, seq_len=16)
+  none = memory_plan.memory_plan(cfg, (1, 1, 1), batch_size=8, seq_len=16)
   per_layer = (none["activations"] - 2 * 16 * 8 * 16 * 4) / 2
   assert remat["activations"] == 2 * 32 * 8 * 16 * 4 + per_layer + 2 * 16 * 8 * 16 * 4
 

@@ -18,8 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax import cpu_fusion, train
-from tfjax import params as param_accounting
+from tfjax import cpu_fusion, experiment, flops, sharding, steps, tasks, train
 from tfjax.defaults import base_config
 from tfjax.models import build_model
 
@@ -66,11 +65,11 @@ def test_default_config_trains_and_writes_outputs(tmp_path):
   last_train = [m for m in records if "train/loss" in m][-1]
   for key in ("train/lr", "train/grad_norm", "train/tokens_per_sec", "train/accuracy"):
     assert np.isfinite(last_train[key])
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   seq_len = exp.dataset.train_batch(0, 1)["inputs"].shape[-1]
-  flops = param_accounting.flops_per_token(exp.model_config, seq_len)
+  flops_per_token = flops.flops_per_token(exp.model_config, seq_len)
   assert last_train["train/mfu"] == pytest.approx(
-      last_train["train/tokens_per_sec"] * flops / (1e9 * jax.device_count()), rel=1e-6)
+      last_train["train/tokens_per_sec"] * flops_per_token / (1e9 * jax.device_count()), rel=1e-6)
   for key in ("eval/loss", "eval/perplexity", "eval/accuracy", "eval/exact_match@8",
               "eval/exact_match@32"):
     assert key in final
@@ -122,19 +121,19 @@ def test_multi_step_equals_single_steps_and_ignores_padding():
   """make_multi_step over 5 of 8 stacked batches = 5 train_step calls (the 3 padded rows unread);
   its metrics are the 5th step's."""
   config = tiny_config()
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   model = build_model(exp.model_config.replace(deterministic=False))
-  step_fn = train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.0, 1)
-  state, _ = train.init_state(exp, *_one_device_mesh(config))
+  step_fn = steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.0, 1)
+  state = experiment.state_layout(exp, _one_device_placement(config)).init()
   batches = [exp.dataset.train_batch(i, 8) for i in range(5)]
   single = jax.jit(step_fn)
   expected = state
   for batch in batches:
     expected, expected_metrics = single(expected, batch)
-  stacked = train.stack_batches(batches, 8)
+  stacked = experiment.stack_batches(batches, 8)
   for key in stacked:  # other batches in the padding must not matter
     stacked[key][5:] = np.asarray(batches[0][key])[::-1]
-  got, got_metrics = jax.jit(train.make_multi_step(step_fn))(state, stacked, np.int32(5))
+  got, got_metrics = jax.jit(steps.make_multi_step(step_fn))(state, stacked, np.int32(5))
   assert int(got.step) == 5
   for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(expected.params)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -147,9 +146,9 @@ def test_state_init_draws_flax_init_params():
   init program is compiled unoptimized (faster), which may change float rounding only."""
   config = tiny_config()
   config.seed = 7
-  exp = train.prepare(config)
-  state, _ = train.init_state(exp, *_one_device_mesh(config))
-  args, kwargs = train._model_inputs(exp.dataset.train_batch(0, 1), config.task)
+  exp = experiment.prepare(config)
+  state = experiment.state_layout(exp, _one_device_placement(config)).init()
+  args, kwargs = tasks.model_inputs(exp.dataset.train_batch(0, 1), config.task)
   params_rng = jax.random.split(jax.random.PRNGKey(7))[0]
   model = build_model(exp.model_config)
   expected = nn.meta.unbox(model.init(params_rng, *args, **kwargs)["params"])
@@ -159,10 +158,9 @@ def test_state_init_draws_flax_init_params():
   assert int(state.step) == 0
 
 
-def _one_device_mesh(config):
-  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+def _one_device_placement(config):
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
-  return mesh, sharding.rules(config)
+  return sharding.BatchPlacement.create(mesh, sharding.rules(config))
 
 
 def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
@@ -191,21 +189,21 @@ def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
 
 def test_gradient_accumulation_equals_one_big_batch():
   config = tiny_config()
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   model = build_model(exp.model_config)
-  from tfjax import sharding  # pylint: disable=import-outside-toplevel
-  mesh = sharding.make_mesh(config.mesh)
-  state, _ = train.init_state(exp, mesh, sharding.rules(config))
+  placement = sharding.BatchPlacement.for_config(config)
+  mesh = placement.mesh
+  state = experiment.state_layout(exp, placement).init()
   batch = {k: jnp.asarray(v) for k, v in exp.dataset.train_batch(0, 8).items()}
-  one = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 1))
-  four = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4))
+  one = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 1))
+  four = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4))
   # Rows carry different numbers of answer tokens, so a mean of micro-batch means would differ.
   weights = np.asarray(batch["weights"]).sum(1)
   assert len(set(weights.tolist())) > 1
   # The same four micro-batches, summed by cpu_fusion.summed_over_shards' flat all-reduce.
   flat = functools.partial(cpu_fusion.summed_over_shards, mesh=mesh,
-                           batch_spec=sharding.batch_sharding(mesh, sharding.rules(config)).spec)
-  four_flat = jax.jit(train.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4,
+                           batch_spec=placement.sharding.spec)
+  four_flat = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4,
                                             flat))
   state_one, metrics_one = one(state, batch)
   for state_four, metrics_four in (four(state, batch), four_flat(state, batch)):
@@ -252,8 +250,9 @@ def test_lm_run_logs_the_greedy_sample_of_the_params_it_evaluated(tmp_path, capl
     train.train_and_evaluate(config, workdir)
   samples = [r.getMessage() for r in caplog.records if " sample: " in r.getMessage()]
   from tfjax import runs  # pylint: disable=import-outside-toplevel
-  _, exp, step, params = runs.restore_run(workdir)
-  model, tokenizer = build_model(exp.model_config), exp.dataset.tokenizer
+  run = runs.restore_run(workdir)
+  step, params = run.step, run.params
+  model, tokenizer = build_model(run.model_config), run.dataset.tokenizer
   tokens = np.asarray(tokenizer.encode("abc")).tolist()
   for _ in range(7):
     logits = model.apply({"params": params}, np.asarray([tokens], np.int32))
@@ -482,7 +481,8 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["mesh"]["cpu_devices"] == 2
   from tfjax import runs  # pylint: disable=import-outside-toplevel
-  config, _, step, params = runs.restore_run(workdir)  # this process: 1 device
+  run = runs.restore_run(workdir)  # this process: 1 device
+  config, step, params = run.config, run.step, run.params
   assert step == 4 and jax.device_count() == 1
   assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
   config.train.num_steps = 6
@@ -494,7 +494,7 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
 _QUEUED_STEPS = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from tfjax.train import StepPacer
+from tfjax.runtime import HostLeadLimiter
 mesh = Mesh(np.array(jax.devices()), ("data",))
 replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
 
@@ -506,17 +506,17 @@ step = jax.jit(step, in_shardings=(replicated, rows), out_shardings=(replicated,
                donate_argnums=0)
 w = jax.device_put(jnp.full((512, 512), 0.01), replicated)
 x = jax.device_put(jnp.ones((64, 512)), rows)
-pace = StepPacer()
+host_lead = HostLeadLimiter()
 for _ in range(600):
   w, loss = step(w, x)
-  pace(loss)
+  host_lead.wait_if_ahead(loss)
 print("done", float(loss))
 """
 
 
-def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
+def test_host_lead_limiter_keeps_two_cpu_devices_from_deadlocking():
   """Regression: with 2 XLA:CPU devices (jax 0.10.2), 25-75 steps queued without a host sync
-  deadlock the all-reduce (XLA aborts after 40 s); this loop queues 600 unless paced."""
+  deadlock the all-reduce (XLA aborts after 40 s); this loop queues 600 unless limited."""
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=2")
   run = subprocess.run([sys.executable, "-c", _QUEUED_STEPS], env=env, cwd=REPO,
@@ -527,7 +527,7 @@ def test_step_pacer_keeps_two_cpu_devices_from_deadlocking():
 @pytest.mark.parametrize("per_call,program", [(1, "train_step"), (2, "multi_step")])
 def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog, per_call,
                                                                      program):
-  """train._compiling_in_background compiles the train and eval steps from shapes alone while the
+  """runtime.compiling_in_background compiles the train and eval steps from shapes alone while the
   state initializes; the first calls must reuse those programs (same shapes, shardings and axis
   rules), not compile second ones. Eval batches compile once per distinct shape."""
   config = tiny_config(num_steps=4, eval_at_start=True, steps_per_call=per_call, log_every=2)
@@ -543,7 +543,7 @@ def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, ca
               and "eval_step" not in m]
   assert len(compiles) == 1 and f"jit({program})" in compiles[0], compiles
   eval_shapes = {tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
-                 for _, batch in train.prepare(config).dataset.eval_batches(
+                 for _, batch in experiment.prepare(config).dataset.eval_batches(
                      config.train.eval_batch_size, config.train.eval_batches)}
   eval_compiles = [m for m in messages if "XLA compilation of jit(eval_step)" in m]
   assert len(eval_compiles) == len(eval_shapes) >= 2, (eval_compiles, eval_shapes)

@@ -1,7 +1,7 @@
 """The persistent XLA compilation cache shared by the entry points (train, sweep, benchmarks).
 
-Why: a run compiles its state init, train step, eval step and sampler from scratch (about 9 s of
-CPU for nanoGPT's CPU recipe on 2 cores, half of it before the first step). JAX keys each program
+Why: a run compiles its state init, train step, eval step and sampler from scratch, a large share
+of a short run's time (docs/benchmarks.md). JAX keys each program
 by its HLO, compile options, devices and JAX version, so a rerun, a resume, or a sweep point that
 differs only in seed loads them instead. Values are never affected: a hit returns the same
 executable.
@@ -15,9 +15,6 @@ import os
 from tfjax.data import cache_dir
 
 OFF = "none"
-# Compile options for programs that run once or rarely (a run's state init, its occasional greedy
-# sample): on CPU, XLA's backend optimizations cost more compile time than they save in runtime.
-UNOPTIMIZED = {"xla_backend_optimization_level": 0}
 _log = logging.getLogger(__name__)
 
 

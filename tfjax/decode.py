@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax import compile_cache
+from tfjax import runtime
 from tfjax.config import ModelConfig, one_of
 from tfjax.models import build_model
 from tfjax.positions import has_learned_table
@@ -410,7 +410,7 @@ _generate_jit = jax.jit(_generate, static_argnames=("cfg", "plan"))
 # XLA's backend optimizations off: a shorter compile for a slower decode (docs/benchmarks.md), the
 # right trade for a training run's occasional short sample.
 _generate_jit_fast_compile = jax.jit(_generate, static_argnames=("cfg", "plan"),
-                                     compiler_options=compile_cache.UNOPTIMIZED)
+                                     compiler_options=runtime.UNOPTIMIZED)
 
 
 def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top_k, top_p,

@@ -62,15 +62,15 @@ def init_gradients(config):
   """(model config, gradient tree) of the mean loss on the first training batch at the state
   training starts from; dropout off (no dropout rng is passed)."""
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax import sharding, tasks, train  # pylint: disable=import-outside-toplevel
+  from tfjax import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
   from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
 
-  exp = train.prepare(config)
+  exp = experiment.prepare(config)
   if exp.model_config.family != "decoder":
     raise ValueError(f"per-layer gradient norms are implemented for decoder-only models; "
                      f"model.family is {exp.model_config.family!r}")
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.rules(config)
-  state, _ = train.init_state(exp, mesh, rules)
+  placement = sharding.BatchPlacement.for_config(config)
+  state = experiment.state_layout(exp, placement).init()
   model = build_model(exp.model_config)
   batch = exp.dataset.train_batch(0, config.train.batch_size)
 
@@ -78,7 +78,7 @@ def init_gradients(config):
     stats = tasks.forward(model, params, batch, config.task)
     return stats["loss_sum"] / stats["weight_sum"]
 
-  with sharding.axis_rules(mesh, rules):
+  with placement.axis_rules():
     grads = jax.device_get(jax.jit(jax.grad(mean_loss))(state.params))
   return exp.model_config, grads
 

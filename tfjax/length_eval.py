@@ -81,7 +81,8 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
     raise ValueError(f"stride_fraction must be in (0, 1], got {stride_fraction}")
   if run is None:
     from tfjax import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
-    config, exp, _, params = runs.restore_run(workdir)
+    restored = runs.restore_run(workdir)  # has the experiment's model_config and dataset
+    config, exp, params = restored.config, restored, restored.params
   else:
     config, exp, params = run
   if config.task != "lm" or not hasattr(exp.dataset, "val_tokens"):

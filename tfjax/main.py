@@ -2,8 +2,8 @@
 
   python experiments/train.py --config=configs/NAME.py[:arg] --workdir=DIR [--config.key=value ...]
 
-With no flags it trains configs/default.py into a fresh workdir under runs/. Running again with the
-same --workdir resumes from its latest checkpoint.
+With no flags it trains the default config (tfjax/defaults.py, = configs/default.py) into a fresh
+workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
 
 Multi-process (multi-host) runs start the same command on every process. Under SLURM (`srun`) or
 Open MPI (`mpirun`) nothing else is needed (jax.distributed auto-detects them); elsewhere give
@@ -13,7 +13,6 @@ docs/scaling.md.
 """
 
 import datetime
-import gc
 import logging
 import os
 import sys
@@ -21,10 +20,11 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from tfjax import metrics
+from tfjax import defaults, metrics
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CONFIG = os.path.join(_REPO, "configs", "default.py")
+# The default run ships inside the package (tfjax/defaults.py's get_config), so an installed
+# `tfjax-train` works from any directory; configs/default.py is the same config.
+DEFAULT_CONFIG = defaults.__file__
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", DEFAULT_CONFIG, "Config file, e.g. configs/shakespeare_char.py or ...py:cpu.",
@@ -54,7 +54,9 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_list(
 
 
 def fresh_workdir(config_path: str) -> str:
-  name = os.path.splitext(os.path.basename(config_path.split(":")[0]))[0]
+  """runs/<config name>-<time>; the package's default config is named 'default'."""
+  path = config_path.split(":")[0]
+  name = "default" if path == DEFAULT_CONFIG else os.path.splitext(os.path.basename(path))[0]
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   return os.path.join("runs", f"{name}-{stamp}")
 
@@ -73,7 +75,8 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   compile_cache.enable(_COMPILATION_CACHE.value)
-  from tfjax import train  # pylint: disable=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
+  # pylint: disable-next=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
+  from tfjax import runtime, train
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
     print("error: a multi-process run needs --workdir (on a filesystem all processes share)",
@@ -83,10 +86,7 @@ def main(argv):
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
-  # Why: tracing the model allocates many short-lived objects, and every full collection would
-  # re-scan the ~140,000 objects the imports leave to the collector; frozen, they are skipped
-  # (~0.2 s less tracing for nanoGPT's CPU recipe).
-  gc.freeze()
+  runtime.freeze_startup_objects()  # after the imports, before tracing (see tfjax/runtime.py)
   try:
     final = train.train_and_evaluate(_CONFIG.value, workdir)
   except ValueError as e:  # configuration and data errors: one clear line, no traceback

@@ -5,7 +5,6 @@ Only process 0 writes (multi-host runs call every method on every process).
 
 from __future__ import annotations
 
-import importlib.abc
 import json
 import logging
 import math
@@ -14,6 +13,8 @@ import sys
 import time
 
 import jax
+
+from tfjax import runtime
 
 _log = logging.getLogger(__name__)
 
@@ -32,37 +33,6 @@ def setup_logging() -> None:
   logger.propagate = False
 
 
-class _RefuseImports(importlib.abc.MetaPathFinder):
-  """A finder that makes `import <root>` (and its submodules) fail while it is installed."""
-
-  def __init__(self, *roots: str):
-    self._roots = roots
-
-  def find_spec(self, fullname, path=None, target=None):
-    del path, target
-    if fullname.split(".")[0] in self._roots:
-      raise ModuleNotFoundError(f"{fullname} is not imported while tfjax loads tensorboardX")
-    return None
-
-
-def _summary_writer_class():
-  """tensorboardX.SummaryWriter, imported without importing PyTorch.
-
-  Why: tensorboardX imports torch, when it is installed, only to accept torch tensors; tfjax
-  writes Python floats and strings. On 2 cores that import cost every run ~1.3 s of startup.
-  A torch that is already imported stays in use, and later `import torch` works as usual."""
-  if "torch" in sys.modules:
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    return SummaryWriter
-  refuse = _RefuseImports("torch")
-  sys.meta_path.insert(0, refuse)
-  try:
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.meta_path.remove(refuse)
-  return SummaryWriter
-
-
 class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, initial_step: int = 0,
                progress: bool | None = None):
@@ -72,7 +42,7 @@ class MetricsWriter:
       return
     self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
     try:
-      self._tb = _summary_writer_class()(os.path.join(workdir, "tensorboard"))
+      self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"))
     except ImportError:  # pragma: no cover - tensorboardX is a dependency
       _log.warning("tensorboardX missing: no TensorBoard events")
     use_bar = sys.stderr.isatty() if progress is None else progress

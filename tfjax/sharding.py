@@ -21,6 +21,7 @@ replicated instead: jit needs even shardings for its inputs and outputs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -29,6 +30,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tfjax.trees import path_names
 
 _log = logging.getLogger(__name__)
 
@@ -97,10 +100,9 @@ def cpu_device_count(config, cores: int | None = None) -> int:
 def configure_cpu_devices(config) -> int:
   """Splits the host CPU into `config.mesh.cpu_devices` XLA devices; call before JAX starts.
 
-  Why: on a few cores, XLA:CPU runs each of a small model's matmuls on about one core (a 768x128
-  @ 128x512 product: 139 GFLOP/s on 1 core, 162 on 2), while the ops of one step form a chain that
-  leaves little to run side by side. One device per core with the batch split over the 'data'
-  axis keeps every core busy (nanoGPT's CPU recipe on 2 cores: 47 -> 35 ms per step).
+  Why: on a few cores, XLA:CPU runs each of a small model's matmuls on about one core, while the
+  ops of one step form a chain that leaves little to run side by side. One device per core with
+  the batch split over the 'data' axis keeps every core busy (measurements: docs/benchmarks.md).
   Sets --xla_force_host_platform_device_count in XLA_FLAGS, unless the environment already sets
   it (the user's value wins). Only the CPU platform is affected: on a GPU host the mesh still
   uses the GPUs. Returns the count requested (0: nothing to do).
@@ -227,11 +229,11 @@ def follow_params(tree, param_tree, default, is_leaf=None):
   """For every leaf of `tree` (e.g. a train or optimizer state), the leaf of `param_tree`
   (shardings or specs) whose path is the longest suffix of the leaf's path, if its rank fits;
   else `default`. So Adam's mu/nu of a parameter share its layout: FSDP shards them too."""
-  flat = {_path_names(p): s for p, s in jax.tree_util.tree_flatten_with_path(
+  flat = {path_names(p): s for p, s in jax.tree_util.tree_flatten_with_path(
       param_tree, is_leaf=is_leaf)[0]}
 
   def for_leaf(path, leaf):
-    names = _path_names(path)
+    names = path_names(path)
     for size in range(len(names), 0, -1):  # the param path is a suffix of the moment's path
       match = flat.get(names[-size:])
       if match is not None:
@@ -241,10 +243,6 @@ def follow_params(tree, param_tree, default, is_leaf=None):
     return default
 
   return jax.tree_util.tree_map_with_path(for_leaf, tree)
-
-
-def _path_names(path) -> tuple:
-  return tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def batch_sharding(mesh: Mesh, logical_rules) -> NamedSharding:
@@ -305,3 +303,66 @@ def global_rows(sharding: NamedSharding, local_rows: int) -> int:
   shards = batch_shards(sharding.mesh, _rules_of(sharding))
   local_blocks = len(_row_blocks(sharding, shards))
   return local_rows * shards // local_blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlacement:
+  """Where a run's batches live: the mesh, its logical-axis rules, the batch shardings, which rows
+  of each global batch this process builds, and how those rows become one global jax.Array.
+
+  Built once per run (`BatchPlacement.create(config)`) and handed to the setup and the loop, so
+  that they never recompute a sharding. A batch is split over its leading (row) axis as the
+  rules place 'batch'; K stacked batches ([K, B, ...], one jitted call of K steps) keep the
+  stacking axis on every device and split their rows the same way.
+  """
+  mesh: Mesh
+  rules: tuple
+  sharding: NamedSharding          # one batch [B, ...]; every leaf alike
+  stacked_sharding: NamedSharding  # K batches [K, B, ...]
+
+  @classmethod
+  def create(cls, mesh: Mesh, logical_rules) -> "BatchPlacement":
+    batch = batch_sharding(mesh, logical_rules)
+    stacked = NamedSharding(mesh, PartitionSpec(None, *batch.spec))
+    return cls(mesh, tuple(logical_rules), batch, stacked)
+
+  @classmethod
+  def for_config(cls, config) -> "BatchPlacement":
+    """The mesh of `config.mesh` over all devices, and `config`'s sharding rules."""
+    return cls.create(make_mesh(config.mesh), rules(config))
+
+  def axis_rules(self):
+    """Context manager: the mesh and rules as current, so activation constraints apply."""
+    return axis_rules(self.mesh, self.rules)
+
+  def replicated(self) -> NamedSharding:
+    return replicated(self.mesh)
+
+  def process_rows(self, global_rows: int) -> tuple[int, int]:
+    """(row_start, row_count) of a `global_rows`-row batch that this process builds."""
+    return process_rows(self.sharding, global_rows)
+
+  def abstract(self, one_row: dict, rows: int, stacked: int | None = None) -> dict:
+    """ShapeDtypeStructs (with their shardings) of a `rows`-row batch laid out like `one_row`
+    (a one-row host batch), or of `stacked` such batches."""
+    where, lead = (self.sharding, ()) if stacked is None else (self.stacked_sharding, (stacked,))
+    return {k: jax.ShapeDtypeStruct(lead + (rows,) + np.shape(v)[1:], np.asarray(v).dtype,
+                                    sharding=where) for k, v in one_row.items()}
+
+  def put(self, local_batch: dict) -> dict:
+    """This process's rows of a batch (host arrays) -> the global batch, sharded over devices."""
+    return self._put(local_batch, self.sharding, row_axis=0)
+
+  def put_stacked(self, local_batches: dict) -> dict:
+    """The same for K stacked batches: leaves [K, rows, ...]."""
+    return self._put(local_batches, self.stacked_sharding, row_axis=1)
+
+  def _put(self, local_batch: dict, target: NamedSharding, row_axis: int) -> dict:
+    def one(x):
+      x = np.asarray(x)
+      if jax.process_count() == 1:
+        return jax.device_put(x, target)
+      rows = global_rows(self.sharding, x.shape[row_axis])
+      global_shape = x.shape[:row_axis] + (rows,) + x.shape[row_axis + 1:]
+      return jax.make_array_from_process_local_data(target, x, global_shape)
+    return {k: one(v) for k, v in local_batch.items()}

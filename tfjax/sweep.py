@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
-from tfjax import compile_cache, files
+from tfjax import compile_cache, data, files
 
 _log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def check_points(sweep: Sweep) -> None:
     try:
       config = sweep.config_for(point)
       model = dict(config.model)
-      model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
+      model["vocab_size"] = data.resolve_vocab_size(config, unknown=1)  # 1: a char/BPE stand-in
       ModelConfig.from_config(model)
     except (ValueError, TypeError) as e:
       problems.append(f"  {point.name}: {e}")
@@ -420,8 +420,8 @@ def _tail(path: str, lines: int = 30) -> str:
 def restore_run(workdir: str):
   """(config, experiment, params) of a finished point (see tfjax.runs.restore_run)."""
   from tfjax import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
-  config, exp, _, params = runs.restore_run(workdir)
-  return config, exp, params
+  run = runs.restore_run(workdir)  # has the experiment's model_config and dataset
+  return run.config, run, run.params
 
 
 def finite(value) -> bool:
