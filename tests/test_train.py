@@ -158,6 +158,28 @@ def test_state_init_draws_flax_init_params():
   assert int(state.step) == 0
 
 
+def test_train_step_gets_the_cpu_fusion_boundary_the_config_asks_for():
+  """train.cpu_fusion reaches the jitted train step: 'on' routes each sublayer's residual-stream
+  cotangent through a cond (tfjax/cpu_fusion.py), 'off' leaves none; the loss is the same."""
+  config = tiny_config()
+  placement = _one_device_placement(config)
+  conds, losses = {}, {}
+  try:
+    for policy in ("on", "off"):
+      config.train.cpu_fusion = policy
+      exp = experiment.prepare(config)
+      layout = experiment.state_layout(exp, placement)
+      step = experiment.jit_train_step(exp, placement, layout.shardings)
+      batch = placement.put(exp.dataset.train_batch(0, 8))
+      with placement.axis_rules():
+        conds[policy] = str(jax.make_jaxpr(step)(layout.abstract, batch)).count("cond[")
+        losses[policy] = float(step(layout.init(), batch)[1]["train/loss"])
+  finally:
+    cpu_fusion.install("auto")
+  assert conds["off"] == 0 and conds["on"] >= 2, conds  # 1 layer: attention and FFN sublayers
+  assert losses["on"] == pytest.approx(losses["off"], rel=1e-6)
+
+
 def _one_device_placement(config):
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
   return sharding.BatchPlacement.create(mesh, sharding.rules(config))
@@ -299,6 +321,7 @@ def test_console_script_trains_the_default_config_into_a_fresh_run_directory(tmp
     ("--config.model.num_heads=5", "not divisible by model.num_heads=5"),
     ("--config.optimizer.schedule=cos", "schedule"),
     ("--config.train.steps_per_call=0", "train.steps_per_call=0 must be a positive integer"),
+    ("--config.train.cpu_fusion=fast", "train.cpu_fusion='fast' is invalid; choose one of"),
 ])
 def test_cli_rejects_bad_config_without_making_a_workdir(tmp_path, override, message):
   workdir = tmp_path / "run"

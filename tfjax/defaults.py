@@ -33,7 +33,9 @@ def default_train_config() -> config_dict.ConfigDict:
   c.label_smoothing = 0.0
   c.sample_tokens = 0           # LM runs: greedy sample of this many tokens at each eval
   c.sample_prompt = ""
-  c.peak_flops = 0.0            # per device, for MFU; 0 = look the device up (tfjax.params)
+  c.peak_flops = 0.0            # per device, for MFU; 0 = look the device up (tfjax.flops)
+  c.cpu_fusion = "auto"         # XLA:CPU backward fusion boundary (tfjax/cpu_fusion.py):
+                                # auto (on iff the backend is CPU) | on | off; values unchanged
   return c
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from tfjax import cpu_fusion, data, runtime, sharding, steps, tasks
-from tfjax.config import ModelConfig
+from tfjax.config import ModelConfig, one_of
 from tfjax.models import build_model
 from tfjax.optimizer import make_optimizer
 from tfjax.sharding import BatchPlacement
@@ -63,6 +63,8 @@ def prepare(config, workdir: str | None = None) -> Experiment:
   _check_loop_counts(config.train)
   _check_batches(config)
   _check_cpu_devices(config)
+  # Set once, before any step is traced (jit caches what it traced).
+  cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_cfg.d_model)
   return Experiment(config, model_cfg, dataset, optimizer, schedule)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax import tasks
+from tfjax import cpu_fusion, tasks
 
 # The summed statistics of tasks.forward that a step adds up over micro-batches.
 _SUMS = ("loss_sum", "weight_sum", "correct_sum")
@@ -41,7 +41,9 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     stats = tasks.forward(model, params, batch, task, label_smoothing, rngs={"dropout": rng})
     return stats["loss_sum"], {k: stats[k] for k in _SUMS}
 
-  grad_fn = jax.grad(summed_loss, has_aux=True)
+  # cpu_fusion.applied: the XLA:CPU fusion boundary on the residual-stream gradient, per the
+  # policy set at setup (experiment.prepare); the identity elsewhere.
+  grad_fn = jax.grad(cpu_fusion.applied(summed_loss), has_aux=True)
 
   def summed_gradients(params, batch, rng):
     """(gradient of the summed loss, summed loss/weight/correct counts) over `batch`."""
