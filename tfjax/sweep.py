@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
-from tfjax import compile_cache, data, files
+from tfjax import compile_cache, files
 
 _log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def check_points(sweep: Sweep) -> None:
     try:
       config = sweep.config_for(point)
       model = dict(config.model)
-      model["vocab_size"] = data.resolve_vocab_size(config, unknown=1)  # 1: a char/BPE stand-in
+      model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
       ModelConfig.from_config(model)
     except (ValueError, TypeError) as e:
       problems.append(f"  {point.name}: {e}")
