@@ -3,7 +3,7 @@
 12 layers x 768, 12 heads, d_ff 3072, learned positions (1024), pre-LN LayerNorm (eps 1e-5),
 GELU, biases everywhere, LM head tied to the token embedding.
 """
-from tfjax.defaults import base_config
+from tfjax.training.defaults import base_config
 
 
 def get_config(arg=None):

@@ -47,7 +47,8 @@ def parse_overrides(spec: str) -> dict:
 
 def main(argv):
   del argv
-  from tfjax import sharding, sweep  # pylint: disable=import-outside-toplevel
+  from tfjax.training import sharding
+  from tfjax.research import sweep  # pylint: disable=import-outside-toplevel
   base = _CONFIG.value
   try:  # the sweep launcher's overrides: unknown keys and wrong types are named, with a fix
     variants = {name: sweep.apply_overrides(base, parse_overrides(spec))
@@ -58,7 +59,7 @@ def main(argv):
     raise app.UsageError("--rounds must be at least 1")
   sharding.configure_cpu_devices(base)  # before JAX starts; both variants share the devices
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax import data, experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training import data, experiment  # pylint: disable=import-outside-toplevel
 
   runs = {}
   for name, config in variants.items():
@@ -112,6 +113,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

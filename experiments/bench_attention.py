@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
 
-from tfjax import ops
-from tfjax.kernels import flash_attention
-from tfjax.kernels.flash_attention import KernelTiling, Tilings
+from tfjax.nn import ops
+from tfjax.nn.kernels import flash_attention
+from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 
 VARIANT_TOLERANCE = 1.10  # alibi / gqa may cost at most 10% more than plain causal.
 

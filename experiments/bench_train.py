@@ -8,7 +8,7 @@
 
 Writes OUT/bench_train.json and OUT/bench_train.md stamped with device, JAX version and date.
 MFU = tokens/s x FLOPs/token / (peak FLOP/s x devices); the peak comes from --peak_flops or the
-table in tfjax/params.py (none for CPUs: MFU is then omitted).
+table in tfjax/training/params.py (none for CPUs: MFU is then omitted).
 """
 
 import datetime
@@ -36,7 +36,7 @@ _CACHE = flags.DEFINE_string(
 def measure_steps(config, steps: int, warmup: int) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
-  from tfjax import data, experiment, flops, params as accounting, runtime, sharding, tasks
+  from tfjax.training import data, experiment, flops, params as accounting, runtime, sharding, tasks
 
   exp = experiment.prepare(config)
   placement = sharding.BatchPlacement.for_config(config)
@@ -80,7 +80,7 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
 
 
 def measure_full_run(config) -> dict:
-  from tfjax import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel
   with tempfile.TemporaryDirectory() as workdir:
     start = time.perf_counter()
     final = train.train_and_evaluate(config, workdir)
@@ -91,7 +91,7 @@ def measure_full_run(config) -> dict:
 
 def main(argv):
   del argv
-  from tfjax import compile_cache, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training import compile_cache, sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   compile_cache.enable(_CACHE.value)
@@ -118,6 +118,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

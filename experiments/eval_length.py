@@ -5,7 +5,7 @@
 Loads RUN's config.json, tokenizer and latest checkpoint and scores the first `max_tokens` tokens
 of the validation split with contexts T = multiple x data.seq_len, in nonoverlapping and sliding
 windows (stride T x stride_fraction). Writes RUN/length_eval.json and prints a table; n/a where
-learned positions have no embedding. The method and its guarantees: tfjax/length_eval.py.
+learned positions have no embedding. The method and its guarantees: tfjax/research/length_eval.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ _STRIDE = flags.DEFINE_float("stride_fraction", 0.25, "Sliding-window stride as 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from tfjax import files, length_eval  # pylint: disable=import-outside-toplevel
+  from tfjax.training import files
+  from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
   try:
     multiples = [int(m) for m in _MULTIPLES.value]
   except ValueError:
@@ -41,6 +42,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   sys.exit(app.run(main))

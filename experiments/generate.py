@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfjax import decode, runs, synthetic
+from tfjax.training import decode, runs, synthetic
 
 
 def parse_args(argv):
@@ -118,6 +118,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   main()

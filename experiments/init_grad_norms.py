@@ -5,7 +5,7 @@
 
 Prints, per layer, the gradient norm of the FFN output matrix W_2 and of all the layer's
 parameters, for the mean loss on the first training batch at the initial parameters. What is
-measured and why: tfjax/grad_norms.py.
+measured and why: tfjax/research/grad_norms.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ flags.mark_flag_as_required("config")
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from tfjax import grad_norms  # pylint: disable=import-outside-toplevel
+  from tfjax.research import grad_norms  # pylint: disable=import-outside-toplevel
   print(grad_norms.format_table(grad_norms.per_layer_grad_norms(_CONFIG.value)))
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   sys.exit(app.run(main))

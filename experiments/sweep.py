@@ -9,7 +9,7 @@ Each point trains into WORKDIR/<point name>/. Running the same command again ski
 and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
 after failures) it writes WORKDIR/results.csv (one row per point), results_summary.csv and
 results.md (mean ± std over seeds per variant) and PNG plots. Exit status 1 if any point failed.
-See tfjax/sweep.py for the config-module interface.
+See tfjax/research/sweep.py for the config-module interface.
 """
 
 import os
@@ -35,7 +35,7 @@ _CACHE = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  from tfjax import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
+  from tfjax.research import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
   path, _, scale = _CONFIG.value.partition(":")
   scale = _SCALE.value or scale or None
   try:
@@ -80,6 +80,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

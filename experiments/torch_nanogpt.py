@@ -225,8 +225,8 @@ def run_lockstep(config, exp, steps):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
-  from tfjax.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
 
   torch.manual_seed(_SEED.value)
   mc, opt, tc = exp.model_config, config.optimizer, config.train
@@ -292,8 +292,8 @@ def run_speed(config, exp, steps):
   del steps
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
 
   mc, opt, tc = exp.model_config, config.optimizer, config.train
   starts = np.random.default_rng(0).integers(0, len(exp.dataset.train_tokens) - mc.max_len,
@@ -351,7 +351,7 @@ def run_speed(config, exp, steps):
 
 def main(argv):
   del argv
-  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   import jax  # pylint: disable=import-outside-toplevel
@@ -377,6 +377,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   app.run(main)

@@ -21,14 +21,14 @@ import numpy as np
 def attention_maps(workdir: str, text: str, run=None):
   """(tokens as strings, weights [layers, heads, T, T]) for `text` under the run's model.
 
-  `run`: the run's (config, experiment, params) if already restored (tfjax.sweep.restore_run).
+  `run`: the run's (config, experiment, params) if already restored (tfjax.research.sweep.restore_run).
   """
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flax import traverse_util  # pylint: disable=import-outside-toplevel
-  from tfjax import sweep  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.research import sweep  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
 
   config, exp, params = run or sweep.restore_run(workdir)
   tokenizer = getattr(exp.dataset, "tokenizer", None)
@@ -104,7 +104,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   from absl import app, flags as absl_flags  # pylint: disable=g-import-not-at-top
   absl_flags.DEFINE_string("workdir", None, "A trained run directory.", required=True)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax.config import ModelConfig
+from tfjax.nn.config import ModelConfig
 
 # Small enough that eager init/apply take milliseconds; init_std large enough that every
 # weight visibly moves the outputs (the default 0.02 makes many differences tiny).

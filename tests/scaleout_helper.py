@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tfjax import checkpoint, experiment, sharding, train  # pylint: disable=wrong-import-position
+from tfjax.training import checkpoint, experiment, sharding, train  # pylint: disable=wrong-import-position
 import scaleout_config  # pylint: disable=wrong-import-position
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4))

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from conftest import random_params, tiny_config, to_numpy, unboxed
-from tfjax import cpu_fusion
-from tfjax.attention import MultiHeadAttention
-from tfjax.ffn import FeedForward
-from tfjax.layers import TransformerLayer
-from tfjax.models import Embedder
-from tfjax.norms import Norm
-from tfjax.positions import alibi_slopes, apply_rope, sinusoidal_table
+from tfjax.training import cpu_fusion
+from tfjax.nn.attention import MultiHeadAttention
+from tfjax.nn.ffn import FeedForward
+from tfjax.nn.layers import TransformerLayer
+from tfjax.nn.models import Embedder
+from tfjax.nn.norms import Norm
+from tfjax.nn.positions import alibi_slopes, apply_rope, sinusoidal_table
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -511,7 +511,7 @@ def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cr
 
 @pytest.fixture
 def fusion_policy():
-  """Sets tfjax.cpu_fusion's policy for one test, then restores the default."""
+  """Sets tfjax.training.cpu_fusion's policy for one test, then restores the default."""
   yield cpu_fusion.install
   cpu_fusion.install("auto")
 
@@ -519,7 +519,7 @@ def fusion_policy():
 @pytest.mark.parametrize("placement,ffn", [("pre", "gelu"), ("post", "swiglu")])
 def test_transformer_layer_gradients_match_finite_differences(placement, ffn, fusion_policy):
   """Directional derivatives of the layer, with the residual gradients going through the CPU
-  fusion boundary's custom JVP (tfjax.cpu_fusion), agree with central differences along random
+  fusion boundary's custom JVP (tfjax.training.cpu_fusion), agree with central differences along random
   directions."""
   fusion_policy("on")
   cfg = tiny_config(norm_placement=placement, ffn=ffn, num_heads=4, num_kv_heads=2)

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tfjax import data, tokenizers
-from tfjax.data import DataIterator, TextDataset, make_dataset, mask_tokens
+from tfjax.training import data, tokenizers
+from tfjax.training.data import DataIterator, TextDataset, make_dataset, mask_tokens
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")

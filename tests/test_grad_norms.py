@@ -1,4 +1,4 @@
-"""Per-layer gradient norms at initialization (tfjax/grad_norms.py): the per-layer split of a
+"""Per-layer gradient norms at initialization (tfjax/research/grad_norms.py): the per-layer split of a
 gradient tree against NumPy in both layer layouts (a Python loop and nn.scan), and the norms of a
 real decoder against gradients the test takes itself, with its own cross-entropy in optax."""
 
@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax import grad_norms
-from tfjax.defaults import base_config
+from tfjax.research import grad_norms
+from tfjax.training.defaults import base_config
 
 
 def _layer(rng, scale):
@@ -56,8 +56,8 @@ def _tiny_decoder(scan_layers=False):
 
 def test_norms_of_a_decoder_equal_the_tests_own_gradients():
   import optax  # pylint: disable=import-outside-toplevel
-  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
   config = _tiny_decoder()
   norms = grad_norms.per_layer_grad_norms(config)
   assert len(norms) == 6 and all(v > 0 and np.isfinite(v) for v in norms.values())

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from jax import export
 
-from tfjax import ops
-from tfjax.kernels import chunked_attention, flash_attention
-from tfjax.kernels.flash_attention import KernelTiling, Tilings
+from tfjax.nn import ops
+from tfjax.nn.kernels import chunked_attention, flash_attention
+from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_TILINGS = Tilings(KernelTiling(16, 32), KernelTiling(32, 16))
@@ -303,7 +303,7 @@ def test_chunked_16k_forward_backward_fits_in_2gb():
   an 8 GiB logits array alone)."""
   script = textwrap.dedent("""
       import jax, jax.numpy as jnp
-      from tfjax.kernels import chunked_attention
+      from tfjax.nn.kernels import chunked_attention
       q = k = v = jnp.ones((1, 16384, 8, 64), jnp.float32) * 0.01
       loss = lambda q, k, v: chunked_attention(q, k, v, causal=True).sum()
       jax.block_until_ready(jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v))
@@ -318,8 +318,8 @@ def test_chunked_16k_forward_backward_fits_in_2gb():
 def test_small_model_trains_the_same_with_every_cpu_implementation():
   """20 training steps of a tiny causal LM with attention_impl chunked and pallas (interpret)
   follow the xla run's losses: the fused paths plug into the model, forward and backward."""
-  from tfjax import experiment, sharding  # pylint: disable=import-outside-toplevel
-  from tfjax.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
 
   def losses(impl):
     config = base_config()

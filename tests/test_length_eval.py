@@ -1,4 +1,4 @@
-"""Perplexity against evaluation length (tfjax/length_eval.py): every target scored once with the
+"""Perplexity against evaluation length (tfjax/research/length_eval.py): every target scored once with the
 promised context, perplexities equal to scoring the windows directly with the model, learned
 positions past their table reported as n/a, and the CLI's outputs."""
 
@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from tfjax import experiment, length_eval, sweep, train
-from tfjax.defaults import base_config
+from tfjax.training import experiment, train
+from tfjax.research import length_eval, sweep
+from tfjax.training.defaults import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,8 +72,8 @@ def text_run(tmp_path_factory):
 
 def test_matches_direct_scoring_and_marks_learned_overflow_na(text_run):
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax import losses  # pylint: disable=import-outside-toplevel
-  from tfjax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.training import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
   run = sweep.restore_run(text_run)
   _, exp, params = run
   out = length_eval.perplexity_vs_length(text_run, multiples=(1, 2, 4), max_tokens=None, run=run)

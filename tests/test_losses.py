@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax import losses
+from tfjax.training import losses
 
 B, L, V = 2, 5, 7
 

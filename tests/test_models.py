@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import fast_jit, random_params, tiny_config, to_numpy, tokens, unboxed
-from tfjax.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConfig, \
+from tfjax.nn.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConfig, \
     default_model_config, one_of
-from tfjax.models import build_model, shift_right
-from tfjax.positions import has_learned_table
+from tfjax.nn.models import build_model, shift_right
+from tfjax.nn.positions import has_learned_table
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -335,9 +335,9 @@ def test_dropout_depends_on_rng_only_when_not_deterministic(family, rates):
 
 
 def test_attention_dropout_with_a_fused_implementation_raises(monkeypatch):
-  import tfjax.kernels  # pylint: disable=import-outside-toplevel
+  import tfjax.nn.kernels  # pylint: disable=import-outside-toplevel
   calls = []
-  monkeypatch.setitem(tfjax.kernels.IMPLEMENTATIONS, "chunked", lambda *a, **k: calls.append(1))
+  monkeypatch.setitem(tfjax.nn.kernels.IMPLEMENTATIONS, "chunked", lambda *a, **k: calls.append(1))
   cfg = tiny_config(attention_dropout=0.1, attention_impl="chunked", deterministic=False)
   model, variables = init(cfg.replace(deterministic=True, attention_impl="xla"), tokens((1, 4)))
   with pytest.raises(ValueError, match="attention dropout is only supported by implementation="

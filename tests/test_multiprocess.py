@@ -1,6 +1,6 @@
 """A real multi-process run: 2 processes on 127.0.0.1, 4 CPU devices each, collectives over gloo.
 
-Both processes run the actual CLI (`python -m tfjax.main ... --coordinator_address=...
+Both processes run the actual CLI (`python -m tfjax.training.main ... --coordinator_address=...
 --num_processes=2 --process_id=i`), i.e. jax.distributed.initialize, a mesh spanning both
 processes, per-process data loading with jax.make_array_from_process_local_data, orbax checkpoints
 written by both, metrics written only by process 0. The 5 losses must equal a single-device run's.
@@ -32,7 +32,7 @@ _LAUNCH_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
 
 
 def test_distributed_settings_come_from_flags_environment_or_cluster(monkeypatch):
-  from tfjax import distributed  # pylint: disable=import-outside-toplevel
+  from tfjax.training import distributed  # pylint: disable=import-outside-toplevel
   for key in _LAUNCH_ENV:
     monkeypatch.delenv(key, raising=False)
   calls = []
@@ -80,7 +80,7 @@ def launch(workdir, mesh, num_processes=2, devices_per_process=4, overrides=()):
   for pid in range(num_processes):
     log = open(os.path.join(workdir, f"process_{pid}.log"), "w")
     procs.append(subprocess.Popen(
-        [sys.executable, "-m", "tfjax.main", f"--config={TESTS}/scaleout_config.py",
+        [sys.executable, "-m", "tfjax.training.main", f"--config={TESTS}/scaleout_config.py",
          f"--workdir={workdir}/run", f"--coordinator_address=127.0.0.1:{port}",
          f"--num_processes={num_processes}", f"--process_id={pid}",
          f"--config.mesh.data={mesh[0]}", f"--config.mesh.fsdp={mesh[1]}",
@@ -132,7 +132,7 @@ def single_device_losses():
   import jax  # pylint: disable=import-outside-toplevel
   import scaleout_config  # pylint: disable=import-outside-toplevel
   import scaleout_helper  # pylint: disable=import-outside-toplevel
-  from tfjax import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training import sharding  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.mesh.update(data=1, fsdp=1, tensor=1)
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)

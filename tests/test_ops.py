@@ -1,4 +1,4 @@
-"""tfjax.ops.dot_product_attention (xla) against a NumPy softmax(q k^T * scale + M) v written
+"""tfjax.nn.ops.dot_product_attention (xla) against a NumPy softmax(q k^T * scale + M) v written
 here."""
 
 import os
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax import ops
+from tfjax.nn import ops
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -335,15 +335,15 @@ def test_auto_on_short_cpu_sequences_is_xla():
 
 
 def test_no_import_cycle_and_ops_does_not_import_pallas():
-  """The kernels import the shared mask rules (tfjax.masks), never tfjax.ops; ops reads the
+  """The kernels import the shared mask rules (tfjax.nn.masks), never tfjax.nn.ops; ops reads the
   kernels' table lazily, so importing ops alone imports neither the kernels nor Pallas."""
   script = (
       "import sys\n"
-      "import tfjax.ops\n"
-      "assert not [m for m in sys.modules if 'pallas' in m or m.startswith('tfjax.kernels')]\n"
-      "del sys.modules['tfjax.ops']\n"
-      "import tfjax.kernels\n"
-      "assert 'tfjax.ops' not in sys.modules, 'tfjax.kernels imported tfjax.ops'\n")
+      "import tfjax.nn.ops\n"
+      "assert not [m for m in sys.modules if 'pallas' in m or m.startswith('tfjax.nn.kernels')]\n"
+      "del sys.modules['tfjax.nn.ops']\n"
+      "import tfjax.nn.kernels\n"
+      "assert 'tfjax.nn.ops' not in sys.modules, 'tfjax.nn.kernels imported tfjax.nn.ops'\n")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   result = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True)
   assert result.returncode == 0, result.stderr[-2000:]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, unboxed
-from tfjax import flops
-from tfjax import params as tfparams
-from tfjax.config import ModelConfig
-from tfjax.models import build_model
+from tfjax.training import flops
+from tfjax.training import params as tfparams
+from tfjax.nn.config import ModelConfig
+from tfjax.nn.models import build_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

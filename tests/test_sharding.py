@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tfjax import memory_plan
-from tfjax import params as param_accounting
-from tfjax import sharding
-from tfjax.config import ModelConfig
+from tfjax.training import memory_plan
+from tfjax.training import params as param_accounting
+from tfjax.training import sharding
+from tfjax.nn.config import ModelConfig
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
@@ -70,7 +70,7 @@ def test_mesh_shape_fills_and_validates():
 
 
 def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
-  from tfjax import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.train.batch_size = 12
   config.mesh.update(data=8, fsdp=1, tensor=1)
@@ -173,7 +173,7 @@ def check_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
 
 # ---- Memory planning ---------------------------------------------------------------------------
 def _hand_activations(cfg, rows, seq, tensor):
-  """The documented formula (tfjax/params.py) for a decoder, remat none, xla attention."""
+  """The documented formula (tfjax/training/params.py) for a decoder, remat none, xla attention."""
   d, h, kv, dh, f, v = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.dim_per_head, cfg.d_ff, \
       cfg.vocab_size
   tokens = rows * seq
@@ -185,7 +185,7 @@ def _hand_activations(cfg, rows, seq, tensor):
 def test_memory_plan_matches_hand_arithmetic():
   config = scaleout_config.get_config()
   cfg = ModelConfig.from_config(config.model)
-  from tfjax.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  from tfjax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
   optimizer, _ = make_optimizer(config.optimizer, 5, cfg.d_model)
   n = param_accounting.analytic_count(cfg)
   for mesh, rows, tensor in (((1, 1, 1), 8, 1), ((1, 4, 1), 2, 1), ((2, 1, 2), 4, 2)):

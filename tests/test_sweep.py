@@ -13,16 +13,17 @@ import sys
 import numpy as np
 import pytest
 
-from tfjax import sweep, sweep_report, train
-from tfjax.defaults import base_config
+from tfjax.research import sweep, sweep_report
+from tfjax.training import train
+from tfjax.training.defaults import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # A sweep config module: a 1-layer decoder on the synthetic copy task, a few steps.
 TINY_SWEEP = '''
-from tfjax import sweep
-from tfjax.defaults import base_config
+from tfjax.research import sweep
+from tfjax.training.defaults import base_config
 
 def get_config(scale=None):
   config = base_config()

@@ -5,9 +5,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tfjax import synthetic
-from tfjax import tasks
-from tfjax.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset
+from tfjax.training import synthetic
+from tfjax.training import tasks
+from tfjax.training.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset
 
 SEQUENCE_TASKS = ("copy", "reverse", "sort", "addition", "associative_recall")
 

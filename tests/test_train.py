@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax import cpu_fusion, experiment, flops, sharding, steps, tasks, train
-from tfjax.defaults import base_config
-from tfjax.models import build_model
+from tfjax.training import cpu_fusion, experiment, flops, sharding, steps, tasks, train
+from tfjax.training.defaults import base_config
+from tfjax.nn.models import build_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,7 +160,7 @@ def test_state_init_draws_flax_init_params():
 
 def test_train_step_gets_the_cpu_fusion_boundary_the_config_asks_for():
   """train.cpu_fusion reaches the jitted train step: 'on' routes each sublayer's residual-stream
-  cotangent through a cond (tfjax/cpu_fusion.py), 'off' leaves none; the loss is the same."""
+  cotangent through a cond (tfjax/training/cpu_fusion.py), 'off' leaves none; the loss is the same."""
   config = tiny_config()
   placement = _one_device_placement(config)
   conds, losses = {}, {}
@@ -271,7 +271,7 @@ def test_lm_run_logs_the_greedy_sample_of_the_params_it_evaluated(tmp_path, capl
   with caplog.at_level(logging.INFO, logger="tfjax"):
     train.train_and_evaluate(config, workdir)
   samples = [r.getMessage() for r in caplog.records if " sample: " in r.getMessage()]
-  from tfjax import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
   run = runs.restore_run(workdir)
   step, params = run.step, run.params
   model, tokenizer = build_model(run.model_config), run.dataset.tokenizer
@@ -364,7 +364,7 @@ def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
 
 
 def test_unusable_compilation_cache_directory_warns_and_leaves_jax_alone(tmp_path, caplog):
-  from tfjax import compile_cache  # pylint: disable=import-outside-toplevel
+  from tfjax.training import compile_cache  # pylint: disable=import-outside-toplevel
   blocker = tmp_path / "a_file"
   blocker.write_text("")
   before = jax.config.jax_compilation_cache_dir
@@ -388,7 +388,7 @@ def test_resuming_with_a_different_model_is_refused(tmp_path):
 
 _WRITE_METRICS = """
 import os, sys
-from tfjax import metrics
+from tfjax.training import metrics
 writer = metrics.MetricsWriter(sys.argv[1], total_steps=10, progress=False)
 writer.write(1, {"train/loss": 2.5})
 writer.text(1, "sample", "To be")
@@ -419,7 +419,7 @@ def test_tensorboard_writer_does_not_import_torch(tmp_path):
 
 _PROGRESS = """
 import logging, sys
-from tfjax import metrics
+from tfjax.training import metrics
 metrics.setup_logging()
 if sys.argv[2] == "tty":
   sys.stderr.isatty = lambda: True
@@ -503,7 +503,7 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1} over 2 cpu devices" in run.stderr + run.stdout
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["mesh"]["cpu_devices"] == 2
-  from tfjax import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
   run = runs.restore_run(workdir)  # this process: 1 device
   config, step, params = run.config, run.step, run.params
   assert step == 4 and jax.device_count() == 1
@@ -517,7 +517,7 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
 _QUEUED_STEPS = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from tfjax.runtime import HostLeadLimiter
+from tfjax.training.runtime import HostLeadLimiter
 mesh = Mesh(np.array(jax.devices()), ("data",))
 replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
 

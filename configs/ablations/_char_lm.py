@@ -1,6 +1,6 @@
 """The character-level Tiny Shakespeare LM that the ffn, heads, norm and position ablations vary.
 
-Not a sweep itself: the ablations load it with tfjax.sweep.load_module and change one thing.
+Not a sweep itself: the ablations load it with tfjax.research.sweep.load_module and change one thing.
   smoke  2 layers x 64, 4 heads, context 64, batch 16, 600 steps: sized for a CPU, enough to rank
          clear differences only
   full   nanoGPT's shakespeare-char model (6 layers x 384, 6 heads, context 256, batch 64, dropout
@@ -9,7 +9,7 @@ Sweep run times: docs/ablations.md.
 Pre-LN LayerNorm, GELU, learned positions, tied embeddings, AdamW with cosine decay (as
 configs/shakespeare_char.py).
 """
-from tfjax.defaults import base_config
+from tfjax.training.defaults import base_config
 
 SCALES = ("smoke", "full")
 

@@ -12,7 +12,7 @@ docs/ablations.md.
 """
 import os
 
-from tfjax import sweep
+from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 SEEDS = {"smoke": (0, 1), "full": (0, 1, 2)}
@@ -49,9 +49,9 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):
-  from tfjax import params  # pylint: disable=import-outside-toplevel
-  from tfjax.config import ModelConfig  # pylint: disable=import-outside-toplevel
-  from tfjax.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+  from tfjax.training import params  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  from tfjax.training.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   model = dict(config.model)
   model["vocab_size"] = load_tokenizer(workdir).vocab_size  # 0 in the config: "from the data"
   counts = params.count_by_category(ModelConfig.from_config(model))

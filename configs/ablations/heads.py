@@ -12,7 +12,7 @@ many heads".
 """
 import os
 
-from tfjax import sweep
+from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 HEADS = (1, 2, 4, 8, 16)

@@ -7,7 +7,7 @@ least 0.1 nats below `unigram/loss`, the loss of predicting every character from
 split's character frequencies alone: nothing learned from context); training steps/s (median
 over log intervals; compare rmsnorm with layernorm only from a sweep run with --parallel=1 on an
 otherwise idle machine); and per-layer gradient norms at initialization
-(tfjax/grad_norms.py; init/grad_norm_ffn_wo@i is the FFN output matrix of layer i,
+(tfjax/research/grad_norms.py; init/grad_norm_ffn_wo@i is the FFN output matrix of layer i,
 the quantity of Xiong et al.'s figure 3).
 
 Published:
@@ -21,7 +21,7 @@ Published:
 """
 import os
 
-from tfjax import sweep
+from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 GRID = {
@@ -77,7 +77,7 @@ def get_sweep(scale=None):
 def unigram_loss(config, workdir) -> float:
   """Cross-entropy on the validation split of the training split's character frequencies."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from tfjax import data  # pylint: disable=import-outside-toplevel
+  from tfjax.training import data  # pylint: disable=import-outside-toplevel
   dataset = data.make_dataset(config.data, config.task, workdir)
   counts = np.bincount(dataset.train_tokens, minlength=dataset.vocab_size) + 1.0  # add-one
   log_p = np.log(counts / counts.sum())
@@ -85,7 +85,7 @@ def unigram_loss(config, workdir) -> float:
 
 
 def evaluate_point(config, workdir):
-  from tfjax import grad_norms, sweep_report  # pylint: disable=import-outside-toplevel
+  from tfjax.research import grad_norms, sweep_report  # pylint: disable=import-outside-toplevel
   out = grad_norms.per_layer_grad_norms(config)
   metrics = sweep_report.read_point(workdir)["metrics"]
   if metrics.get("train/tokens_per_sec"):

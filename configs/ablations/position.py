@@ -3,7 +3,7 @@
 none (NoPE) / sinusoidal / learned / rope / alibi, each a char-level Tiny Shakespeare LM trained at
 context L (64 smoke, 256 full; configs/ablations/_char_lm.py otherwise), then evaluated at L, 2L,
 4L and 8L on the first 256 x L validation tokens with nonoverlapping and sliding-window evaluation
-(tfjax/length_eval.py). Learned positions have no embedding past L: n/a.
+(tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
 Length generalization on synthetic tasks is configs/ablations/position_lengthgen.py.
 
 Published (Press, Smith & Lewis 2021, "Train Short, Test Long: Attention with Linear Biases
@@ -14,7 +14,7 @@ up to many times L.
 """
 import os
 
-from tfjax import sweep
+from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -48,5 +48,5 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):
-  from tfjax import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
+  from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
   return length_eval.perplexity_vs_length(workdir, MULTIPLES, max_tokens=256 * config.data.seq_len)

@@ -11,8 +11,8 @@ Encoding on Length Generalization in Transformers", figures 1 and 3): on such ta
 reverse, addition, ...) trained on short instances, NoPE (no position encoding) generalizes to
 longer ones best, T5's relative bias next, while ALiBi, rotary and absolute encodings are worse.
 """
-from tfjax import sweep
-from tfjax.defaults import base_config
+from tfjax.research import sweep
+from tfjax.training.defaults import base_config
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
 TASKS = ("copy", "reverse", "addition")

@@ -1,0 +1,187 @@
+"""The one frozen model config every module receives, built (and validated) from `config.model`.
+
+`ModelConfig.from_config(config.model)` is the only way a ConfigDict becomes a model: an unknown key
+or an invalid value fails there, naming the key, the bad value and the valid choices. Train, eval
+and decode are `.replace(deterministic=..., decode=...)` variants of the same config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax.numpy as jnp
+
+FAMILIES = ("encoder", "decoder", "encoder_decoder")
+POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("pre", "post")
+FFNS = ("relu", "gelu", "swiglu", "geglu")
+REMATS = ("none", "full", "dots")
+# tfjax.nn.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
+# per backend and length, the others are tfjax/nn/kernels/).
+ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def one_of(what: str, value, valid):
+  """`value` if it is one of `valid`, else a ValueError naming `what`, the value and the choices.
+
+  The one check behind every "choose one of" error (config keys, attention implementations,
+  decoding strategies, ...): `one_of("model.ffn", cfg.ffn, FFNS)`.
+  """
+  if value not in valid:
+    raise ValueError(f"{what}={value!r} is invalid; choose one of {tuple(valid)}")
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Every architectural switch of tfjax. Field comments give the choices."""
+  family: str = "decoder"            # encoder | decoder | encoder_decoder
+  vocab_size: int = 256
+  d_model: int = 128
+  num_layers: int = 2                # encoder layers, or decoder layers for `decoder`
+  num_decoder_layers: Optional[int] = None  # encoder_decoder only; None = num_layers
+  num_heads: int = 4
+  num_kv_heads: Optional[int] = None  # None = num_heads (MHA); 1 = MQA; in between = GQA
+  head_dim: Optional[int] = None     # None = d_model // num_heads
+  d_ff: int = 512
+  ffn: str = "gelu"                  # relu | gelu | swiglu | geglu (gated: three matrices)
+  ffn_bias: bool = True
+  attention_bias: bool = True        # biases of W_Q, W_K, W_V, W_O
+  norm: str = "layernorm"            # layernorm | rmsnorm
+  norm_eps: float = 1e-5
+  norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
+  norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
+  embed_norm: bool = False           # BERT normalizes the embedding sum
+  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
+  max_len: int = 512                 # size of the learned position table
+  rope_base: float = 10000.0
+  window: Optional[int] = None       # sliding causal window (keys visible incl. self); decoders
+  embed_scale: bool = False          # multiply embeddings by sqrt(d_model) (Vaswani et al.)
+  tie_embeddings: bool = True        # output projection = input embedding^T
+  type_vocab_size: int = 0           # encoder token-type (segment A/B) embeddings; 0 = none
+  mlm_head: bool = True              # encoder: dense+act+norm, then (tied) decoder with bias
+  pooler: bool = False               # encoder: tanh(dense(h_[CLS]))
+  num_classes: int = 0               # encoder: sequence classifier on the pooled output
+  dropout: float = 0.0               # embeddings and every residual branch
+  attention_dropout: float = 0.0     # on attention weights (xla implementation only)
+  init_std: float = 0.02
+  scaled_residual_init: bool = False  # GPT-2: W_O, FFN W_2 init std init_std / sqrt(2 * layers)
+  scan_layers: bool = False          # nn.scan over layers: compile time flat in depth
+  remat: str = "none"                # none | full | dots (save matmul outputs only)
+  attention_impl: str = "xla"        # xla | chunked | pallas | cudnn | auto
+  dtype: str = "float32"             # compute dtype; params stay float32
+  deterministic: bool = True         # False enables dropout (needs a 'dropout' rng)
+  decode: bool = False               # KV-cache decoding (see tfjax/training/decode.py)
+
+  # ---- derived ----
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def dim_per_head(self) -> int:
+    return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_layers if self.num_decoder_layers is None else self.num_decoder_layers
+
+  @property
+  def residual_init_std(self) -> float:
+    """Init std of the projections that write into the residual stream (W_O, FFN W_2)."""
+    if not self.scaled_residual_init:
+      return self.init_std
+    layers = self.num_layers + (self.decoder_layers if self.family == "encoder_decoder" else 0)
+    return self.init_std / (2.0 * layers) ** 0.5
+
+  @property
+  def compute_dtype(self):
+    return DTYPES[self.dtype]
+
+  def replace(self, **kwargs) -> "ModelConfig":
+    return dataclasses.replace(self, **kwargs).validated()
+
+  @classmethod
+  def from_config(cls, model_config: Any) -> "ModelConfig":
+    """Builds from an ml_collections ConfigDict (or a dict), rejecting unknown keys."""
+    items = dict(model_config.items()) if hasattr(model_config, "items") else dict(model_config)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(items) - known)
+    if unknown:
+      raise ValueError(
+          f"unknown model config key(s) {unknown}; valid keys are: {sorted(known)}")
+    return cls(**items).validated()
+
+  def validated(self) -> "ModelConfig":
+    def choice(key, valid):
+      one_of(f"model.{key}", getattr(self, key), valid)
+
+    choice("family", FAMILIES)
+    choice("position", POSITIONS)
+    choice("norm", NORMS)
+    choice("norm_placement", PLACEMENTS)
+    choice("ffn", FFNS)
+    choice("remat", REMATS)
+    choice("attention_impl", ATTENTION_IMPLS)
+    choice("dtype", tuple(DTYPES))
+    for key in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
+      if getattr(self, key) < 1:
+        raise ValueError(f"model.{key}={getattr(self, key)} must be a positive integer")
+    if self.head_dim is None and self.d_model % self.num_heads:
+      raise ValueError(
+          f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}; "
+          "change one of them or set model.head_dim explicitly")
+    if self.num_heads % self.kv_heads:
+      raise ValueError(
+          f"model.num_heads={self.num_heads} is not a multiple of "
+          f"model.num_kv_heads={self.kv_heads}; GQA needs heads to split evenly into kv groups")
+    if self.position.startswith("rope") and self.dim_per_head % 2:
+      raise ValueError(
+          f"model.position={self.position!r} needs an even head dimension, got {self.dim_per_head}")
+    if self.position == "sinusoidal" and self.d_model % 2:
+      raise ValueError(f"model.position='sinusoidal' needs an even d_model, got {self.d_model}")
+    if self.window is not None:
+      if self.window < 1:
+        raise ValueError(f"model.window={self.window} must be a positive number of keys or None")
+      if self.family == "encoder":
+        raise ValueError(
+            f"model.window={self.window} is a causal sliding window and model.family='encoder' is "
+            "bidirectional; set model.window=None")
+    for key in ("dropout", "attention_dropout"):
+      if not 0.0 <= getattr(self, key) < 1.0:
+        raise ValueError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
+    if self.family != "encoder" and (self.pooler or self.num_classes or self.type_vocab_size):
+      raise ValueError(
+          f"model.pooler/num_classes/type_vocab_size are encoder options; "
+          f"model.family={self.family!r} does not use them")
+    if self.num_classes and not self.pooler:
+      raise ValueError("model.num_classes > 0 classifies the pooled output: set model.pooler=True")
+    if self.num_decoder_layers is not None and self.family != "encoder_decoder":
+      raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
+    return self
+
+
+_OPTIONAL_INT_FIELDS = ("num_decoder_layers", "num_kv_heads", "head_dim", "window")
+
+
+def default_model_config(**overrides):
+  """`config.model` as an ml_collections ConfigDict holding every ModelConfig field.
+
+  Optional integers are typed placeholders so `--config.model.window=256` works from the command
+  line; values not given here keep the ModelConfig defaults.
+  """
+  from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
+  values = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+  values.update(overrides)
+  unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)})
+  if unknown:
+    raise ValueError(f"unknown model config key(s) {unknown}")
+  cfg = config_dict.ConfigDict()
+  for key, value in values.items():
+    if key in _OPTIONAL_INT_FIELDS and value is None:
+      value = config_dict.placeholder(int)
+    setattr(cfg, key, value)
+  return cfg

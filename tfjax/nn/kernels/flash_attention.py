@@ -1,0 +1,452 @@
+"""FlashAttention-2 in Pallas (Triton lowering on NVIDIA GPUs, interpreter on CPU).
+
+Three kernels, each over a grid of (block, batch, query head):
+  forward  one query block; loops over key blocks with the online softmax in fp32 and writes the
+           output and the per-row log-sum-exp (lse).
+  dK/dV    one key block; loops over query blocks, recomputing p = exp(s - lse) from the saved lse
+           (FlashAttention-2, Dao 2023, Alg. 2):  dV += p^T dO,  dS = p * (dO V^T - delta),
+           dK += scale * dS^T Q,  where delta = rowsum(dO * O).
+  dQ       one query block; loops over key blocks: dQ += scale * dS K (and the ALiBi slope grad).
+Loops run only over the blocks the causal rule / sliding window can reach, and tiles known to be
+fully visible skip the mask. Masks (causal, window, segment ids, padded keys) and the ALiBi bias
+are computed in-kernel from block offsets. GQA: the index_map reads kv head h // G for query
+head h, so K/V are never repeated (dK/dV are written per query head, in fp32, then summed over
+each group). Inputs keep their [B, L, heads, D] layout (the BlockSpecs squeeze the head axis:
+no transposes); lengths are padded to a block multiple and head_dim to a power of two >= 16, as
+Triton tiles require.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from tfjax.nn import masks
+from tfjax.nn.kernels import _common
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelTiling:
+  block_q: int
+  block_k: int
+  num_warps: int = 4
+  num_stages: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Tilings:
+  forward: KernelTiling
+  backward: KernelTiling  # Shared by the dK/dV and the dQ kernels.
+
+
+# Triton tilings by (padded head_dim, bytes per element). Starting points in the range of the
+# published FlashAttention-2 Triton configs (128x64 forward tiles, 64x64 backward; fp32 halves the
+# tiles to fit shared memory); they have NOT been re-tuned on hardware here: run
+# experiments/bench_attention.py --tune on the target GPU and update this table.
+GPU_TILINGS = {
+    (64, 2): Tilings(KernelTiling(128, 64, 4, 3), KernelTiling(64, 64, 4, 2)),
+    (128, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 8, 2)),
+    (256, 2): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
+    (64, 4): Tilings(KernelTiling(64, 32, 4, 2), KernelTiling(32, 32, 4, 2)),
+    (128, 4): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
+    (256, 4): Tilings(KernelTiling(32, 32, 8, 1), KernelTiling(16, 16, 8, 1)),
+}
+
+
+def default_tilings(head_dim: int, dtype) -> Tilings:
+  padded = max(64, pl.next_power_of_2(head_dim))
+  key = (padded, 2 if jnp.dtype(dtype).itemsize <= 2 else 4)
+  if key not in GPU_TILINGS:
+    raise _common.unsupported(f"head_dim {head_dim} (> 256)", "pallas", "'xla' or 'chunked'")
+  return GPU_TILINGS[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+  """Everything static about one call; the kernels specialise on it."""
+  scale: float
+  causal: bool  # True also when a window is set: the window is causal.
+  window: Optional[int]
+  offset: int  # kv_len - q_len: query t sits at position t + offset (end-aligned), key s at s.
+  groups: int  # query heads per kv head
+  has_segments: bool
+  has_alibi: bool
+  forward: KernelTiling
+  backward: KernelTiling
+  interpret: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# In-kernel helpers
+
+
+def _dot(a, b, contract=(1, 0)):
+  """2-D matmul accumulating in fp32; contract=(1, 1) is a @ b.T, (0, 0) is a.T @ b."""
+  return lax.dot_general(a, b, (((contract[0],), (contract[1],)), ((), ())),
+                         preferred_element_type=F32)
+
+
+def _cdiv_nonneg(a, b: int):
+  """ceil(max(a, 0) / b) for an int32 scalar `a`; lax.div truncates, so clamp first."""
+  return lax.div(jnp.maximum(a, 0) + (b - 1), b)
+
+
+def _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked):
+  """Applies ALiBi and (if `masked`: the tile is not known to be fully visible) every mask to the
+  fp32 logits tile s [bq, bk]. Returns them and -|i - j| (the ALiBi gradient factor, or None).
+  """
+  block_q, block_k = s.shape
+  neg_dist = mask = None
+  if (cfg.causal and masked) or cfg.has_alibi:
+    q_pos = q_start + cfg.offset + jnp.arange(block_q, dtype=jnp.int32)
+    kv_pos = kv_start + jnp.arange(block_k, dtype=jnp.int32)
+    rel = q_pos[:, None] - kv_pos[None, :]  # i - j
+  if cfg.has_alibi:
+    neg_dist = -jnp.abs(rel).astype(F32)
+    s = s + slope * neg_dist
+  if not masked:
+    return s, neg_dist
+  if cfg.causal:
+    mask = rel >= 0
+    if cfg.window is not None:
+      mask = mask & (rel < cfg.window)
+  if cfg.has_segments:
+    same = (q_ids[:, None] == kv_ids[None, :]) & (kv_ids[None, :] != 0)
+    mask = same if mask is None else mask & same
+  if mask is not None:
+    s = jnp.where(mask, s, masks.MASK_VALUE)
+  return s, neg_dist
+
+
+def _masked_loop(ranges, body, carry):
+  """Runs body(block, carry, masked) over each [lo, hi) of `ranges` = [(lo, hi, masked), ...]."""
+  for lo, hi, masked in ranges:
+    carry = lax.fori_loop(lo, hi, functools.partial(body, masked=masked), carry)
+  return carry
+
+
+def _split_ranges(lo, hi, full_lo, full_hi, cfg):
+  """[lo, full_lo) and [full_hi, hi) need the mask; the tiles in between are fully visible."""
+  if cfg.has_segments:  # Segment ids (and padded keys) can hide any pair: mask every tile.
+    return [(lo, hi, True)]
+  full_lo = jnp.clip(full_lo, lo, hi)
+  full_hi = jnp.clip(full_hi, full_lo, hi)
+  return [(lo, full_lo, True), (full_lo, full_hi, False), (full_hi, hi, True)]
+
+
+def _kv_ranges(cfg, q_block, block_q, block_k, num_kv_blocks):
+  """Key-block ranges a query block loops over: only blocks the causal/window rule can reach."""
+  if not cfg.causal:
+    return [(0, num_kv_blocks, cfg.has_segments)]
+  first_q_pos = q_block * block_q + cfg.offset
+  # Keys at positions <= the block's last query position: first_q_pos + block_q of them.
+  hi = jnp.minimum(_cdiv_nonneg(first_q_pos + block_q, block_k), num_kv_blocks)
+  # Fully visible: every key at or before the first query ...
+  full_hi = lax.div(jnp.maximum(first_q_pos + 1, 0), block_k)
+  lo = full_lo = 0
+  if cfg.window is not None:  # ... and after the window start of the last query.
+    lo = lax.div(jnp.maximum(first_q_pos - cfg.window + 1, 0), block_k)
+    full_lo = _cdiv_nonneg(first_q_pos + block_q - cfg.window, block_k)
+  return _split_ranges(lo, hi, full_lo, full_hi, cfg)
+
+
+def _q_ranges(cfg, kv_block, block_q, block_k, num_q_blocks):
+  """Query-block ranges a key block loops over: only blocks that can see it."""
+  if not cfg.causal:
+    return [(0, num_q_blocks, cfg.has_segments)]
+  first_kv_pos = kv_block * block_k
+  last_kv_pos = first_kv_pos + block_k - 1
+  # Rows t with t + offset >= the first key's position; fully visible from the last key's.
+  lo = lax.div(jnp.maximum(first_kv_pos - cfg.offset, 0), block_q)
+  full_lo = _cdiv_nonneg(last_kv_pos - cfg.offset, block_q)
+  hi = full_hi = num_q_blocks
+  if cfg.window is not None:  # Rows whose window still reaches the last / the first key.
+    hi = jnp.minimum(_cdiv_nonneg(last_kv_pos + cfg.window - cfg.offset, block_q), num_q_blocks)
+    full_hi = _cdiv_nonneg(first_kv_pos + cfg.window - block_q + 1 - cfg.offset, block_q)
+  return _split_ranges(lo, hi, full_lo, full_hi, cfg)
+
+
+def _split_refs(cfg, refs):
+  """(q_ids_ref, kv_ids_ref, slope_ref, *outputs), with None for absent optional inputs."""
+  refs = list(refs)
+  ids = (refs.pop(0), refs.pop(0)) if cfg.has_segments else (None, None)
+  slope = refs.pop(0) if cfg.has_alibi else None
+  return (*ids, slope, *refs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels. Ref shapes are the BlockSpec blocks: q/o/dq/do [bq, D]; k/v [Sp, D] (whole sequence of
+# one kv head) or [bk, D]; lse/delta [bq] or [Tp]; ids [bq]/[Sp]; slope a scalar.
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slope_ref, o_ref, lse_ref = _split_refs(cfg, refs)
+  block_q, block_k = cfg.forward.block_q, cfg.forward.block_k
+  q_block = pl.program_id(0)
+  q_start = q_block * block_q
+  q = q_ref[...]
+  q_ids = q_ids_ref[...] if cfg.has_segments else None
+  slope = slope_ref[...] if cfg.has_alibi else None
+
+  def body(kv_block, carry, masked):
+    acc, m, l = carry
+    kv_start = pl.multiple_of(kv_block * block_k, block_k)
+    keys = pl.ds(kv_start, block_k)
+    kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
+    s = _dot(q, k_ref[keys, :], (1, 1)) * cfg.scale
+    s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
+    m_new = jnp.maximum(m, s.max(axis=1))
+    # While a row has met only masked keys m stays MASK_VALUE and p counts them; its first
+    # visible key makes alpha exactly 0 and erases that. Rows that never meet one are zeroed below.
+    alpha = jnp.exp(m - m_new)
+    p = jnp.exp(s - m_new[:, None])
+    v = v_ref[keys, :]
+    acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v)
+    return acc, m_new, l * alpha + p.sum(axis=1)
+
+  ranges = _kv_ranges(cfg, q_block, block_q, block_k, k_ref.shape[0] // block_k)
+  init = (jnp.zeros(q.shape, F32), jnp.full((block_q,), masks.MASK_VALUE, F32),
+          jnp.zeros((block_q,), F32))
+  acc, m, l = _masked_loop(ranges, body, init)
+  seen = m > masks.MASK_VALUE / 2
+  out = jnp.where(seen[:, None], acc / jnp.where(seen, l, 1.0)[:, None], 0.0)
+  o_ref[...] = out.astype(o_ref.dtype)
+  lse_ref[...] = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0 in the backward
+
+
+def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slope_ref, dk_ref, dv_ref = _split_refs(cfg, refs)
+  block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
+  kv_block = pl.program_id(0)
+  kv_start = kv_block * block_k
+  k, v = k_ref[...], v_ref[...]
+  kv_ids = kv_ids_ref[...] if cfg.has_segments else None
+  slope = slope_ref[...] if cfg.has_alibi else None
+
+  def body(q_block, carry, masked):
+    dk, dv = carry
+    q_start = pl.multiple_of(q_block * block_q, block_q)
+    rows = pl.ds(q_start, block_q)
+    q, do = q_ref[rows, :], do_ref[rows, :]
+    q_ids = q_ids_ref[rows] if cfg.has_segments else None
+    s = _dot(q, k, (1, 1)) * cfg.scale
+    s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
+    p = jnp.exp(s - lse_ref[rows][:, None])
+    dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
+    ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
+    dk = dk + _dot(ds.astype(q.dtype), q, (0, 0))
+    return dk, dv
+
+  ranges = _q_ranges(cfg, kv_block, block_q, block_k, q_ref.shape[0] // block_q)
+  zeros = jnp.zeros(k.shape, F32)
+  dk, dv = _masked_loop(ranges, body, (zeros, zeros))
+  dk_ref[...] = (dk * cfg.scale).astype(dk_ref.dtype)
+  dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slope_ref, dq_ref, *d_slope_rows_ref = _split_refs(cfg, refs)
+  block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
+  q_block = pl.program_id(0)
+  q_start = q_block * block_q
+  q, do = q_ref[...], do_ref[...]
+  lse, delta = lse_ref[...], delta_ref[...]
+  q_ids = q_ids_ref[...] if cfg.has_segments else None
+  slope = slope_ref[...] if cfg.has_alibi else None
+
+  def body(kv_block, carry, masked):
+    dq, d_slope = carry
+    kv_start = pl.multiple_of(kv_block * block_k, block_k)
+    keys = pl.ds(kv_start, block_k)
+    kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
+    k = k_ref[keys, :]
+    s = _dot(q, k, (1, 1)) * cfg.scale
+    s, neg_dist = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
+    p = jnp.exp(s - lse[:, None])
+    ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
+    dq = dq + _dot(ds.astype(k.dtype), k)
+    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
+      d_slope = d_slope + (ds * neg_dist).sum(axis=1)
+    return dq, d_slope
+
+  ranges = _kv_ranges(cfg, q_block, block_q, block_k, k_ref.shape[0] // block_k)
+  init = (jnp.zeros(q.shape, F32), jnp.zeros((block_q,), F32))
+  dq, d_slope = _masked_loop(ranges, body, init)
+  dq_ref[...] = (dq * cfg.scale).astype(dq_ref.dtype)
+  if cfg.has_alibi:
+    d_slope_rows_ref[0][...] = d_slope
+
+
+# ---------------------------------------------------------------------------------------------
+# pallas_call wrappers. Grids are (block, batch, head): consecutive programs share one head's K/V.
+
+
+def _call(cfg, kernel, tiling, grid, in_specs, out_specs, out_shape, name):
+  return pl.pallas_call(
+      functools.partial(kernel, cfg=cfg), grid=grid, in_specs=in_specs, out_specs=out_specs,
+      out_shape=out_shape, interpret=cfg.interpret, name=name,
+      # An explicit Triton CompilerParams selects the Triton lowering (Mosaic GPU is the default).
+      compiler_params=pltriton.CompilerParams(num_warps=tiling.num_warps,
+                                              num_stages=tiling.num_stages))
+
+
+def _optional_specs(cfg, q_ids, kv_ids, slopes, q_rows, kv_rows, row_index, kv_index):
+  """BlockSpecs and operands for segment ids and ALiBi slopes, when present."""
+  specs, args = [], []
+  if cfg.has_segments:
+    specs += [pl.BlockSpec((None, q_rows), lambda n, b, h: (b, row_index(n))),
+              pl.BlockSpec((None, kv_rows), lambda n, b, h: (b, kv_index(n)))]
+    args += [q_ids, kv_ids]
+  if cfg.has_alibi:
+    specs.append(pl.BlockSpec((None, None), lambda n, b, h: (b, h)))
+    args.append(slopes)
+  return specs, args
+
+
+def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, block_q = k.shape[1], cfg.forward.block_q
+  kv_head = lambda h: lax.div(h, cfg.groups)  # GQA: query head h reads kv head h // G.
+  q_spec = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
+  kv_spec = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, kv_head(h), 0))
+  row_spec = pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, kv_len,
+                                            lambda i: i, lambda i: 0)
+  return _call(
+      cfg, _forward_kernel, cfg.forward, (q_len // block_q, batch, heads),
+      [q_spec, kv_spec, kv_spec] + extra_specs, [q_spec, row_spec],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, q_len), F32)],
+      "tfjax_flash_forward")(q, k, v, *extra_args)
+
+
+def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, kv_heads, groups = k.shape[1], k.shape[2], cfg.groups
+  block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
+  delta = jnp.einsum("bthd,bthd->bht", out.astype(F32), d_out.astype(F32))
+  kv_head = lambda h: lax.div(h, groups)
+
+  # dK/dV: grid over key blocks; whole query sequence of head h visible to each program.
+  q_all = pl.BlockSpec((None, q_len, None, head_dim), lambda j, b, h: (b, 0, h, 0))
+  kv_tile = pl.BlockSpec((None, block_k, None, head_dim), lambda j, b, h: (b, j, kv_head(h), 0))
+  rows_all = pl.BlockSpec((None, None, q_len), lambda j, b, h: (b, h, 0))
+  per_head_tile = pl.BlockSpec((None, block_k, None, head_dim), lambda j, b, h: (b, j, h, 0))
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, q_len, block_k,
+                                            lambda j: 0, lambda j: j)
+  # With groups > 1 each query head writes its own fp32 partial, summed over the group below.
+  grad_dtype = lambda x: x.dtype if groups == 1 else F32
+  dk, dv = _call(
+      cfg, _dkdv_kernel, cfg.backward, (kv_len // block_k, batch, heads),
+      [q_all, kv_tile, kv_tile, q_all, rows_all, rows_all] + extra_specs,
+      [per_head_tile, per_head_tile],
+      [jax.ShapeDtypeStruct((batch, kv_len, heads, head_dim), grad_dtype(k)),
+       jax.ShapeDtypeStruct((batch, kv_len, heads, head_dim), grad_dtype(v))],
+      "tfjax_flash_dkdv")(q, k, v, d_out, lse, delta, *extra_args)
+  if groups > 1:
+    group_sum = lambda g: g.reshape(batch, kv_len, kv_heads, groups, head_dim).sum(3)
+    dk, dv = group_sum(dk).astype(k.dtype), group_sum(dv).astype(v.dtype)
+
+  # dQ: grid over query blocks, like the forward.
+  q_tile = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
+  kv_all = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, kv_head(h), 0))
+  row_tile = pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, kv_len,
+                                            lambda i: i, lambda i: 0)
+  out_specs, out_shape = [q_tile], [jax.ShapeDtypeStruct(q.shape, q.dtype)]
+  if cfg.has_alibi:  # Per-row partial sums of the slope gradient.
+    out_specs.append(row_tile)
+    out_shape.append(jax.ShapeDtypeStruct((batch, heads, q_len), F32))
+  dq, *d_slope_rows = _call(
+      cfg, _dq_kernel, cfg.backward, (q_len // block_q, batch, heads),
+      [q_tile, kv_all, kv_all, q_tile, row_tile, row_tile] + extra_specs, out_specs, out_shape,
+      "tfjax_flash_dq")(q, k, v, d_out, lse, delta, *extra_args)
+  d_slopes = d_slope_rows[0].sum(-1) if cfg.has_alibi else None
+  return dq, dk, dv, d_slopes
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _flash(cfg, q, k, v, slopes_BxH, segment_ids):
+  return _forward(cfg, q, k, v, *segment_ids, slopes_BxH)[0]
+
+
+def _flash_fwd(cfg, q, k, v, slopes_BxH, segment_ids):
+  out, lse = _forward(cfg, q, k, v, *segment_ids, slopes_BxH)
+  return out, (q, k, v, slopes_BxH, segment_ids, out, lse)
+
+
+def _flash_bwd(cfg, residuals, d_out):
+  q, k, v, slopes_BxH, segment_ids, out, lse = residuals
+  dq, dk, dv, d_slopes = _backward(cfg, q, k, v, *segment_ids, slopes_BxH, out, lse, d_out)
+  return dq, dk, dv, d_slopes, None  # No cotangent for integer segment ids.
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _default_interpret() -> bool:
+  backend = jax.default_backend()
+  if backend == "cpu":
+    return True  # Pallas runs on CPU only through its interpreter (slow; for tests).
+  if backend == "gpu":
+    return False
+  raise ValueError(f"implementation='pallas' runs on GPU (Triton) or CPU (interpreted), not on "
+                   f"{backend!r}; use implementation='xla'")
+
+
+def _clamp_tiling(tiling: KernelTiling, q_len: int, kv_len: int) -> KernelTiling:
+  """Shrinks tiles for short sequences (to a power of two >= 16, the smallest Triton matmul)."""
+  shrink = lambda block, n: min(block, max(16, pl.next_power_of_2(n)))
+  return dataclasses.replace(tiling, block_q=shrink(tiling.block_q, q_len),
+                             block_k=shrink(tiling.block_k, kv_len))
+
+
+def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
+                    window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
+                    kv_positions=None, tilings: Optional[Tilings] = None,
+                    interpret: Optional[bool] = None):
+  """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
+
+  `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
+  """
+  if bias is not None:
+    raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
+  if q_positions is not None or kv_positions is not None:
+    raise _common.unsupported("explicit q_positions/kv_positions", "pallas", "'xla' or 'chunked'")
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, kv_heads = k.shape[1], k.shape[2]
+  tilings = tilings or default_tilings(head_dim, q.dtype)
+  forward = _clamp_tiling(tilings.forward, q_len, kv_len)
+  backward = _clamp_tiling(tilings.backward, q_len, kv_len)
+  # Block sizes are powers of two, so the larger one is a multiple of the smaller.
+  q_len_p = _common.round_up(q_len, max(forward.block_q, backward.block_q))
+  kv_len_p = _common.round_up(kv_len, max(forward.block_k, backward.block_k))
+  head_dim_p = max(16, pl.next_power_of_2(head_dim))  # Zero columns change no dot product.
+  q_ids, kv_ids = _common.kernel_segment_ids(
+      q_segment_ids, kv_segment_ids, batch=batch, q_len=q_len, kv_len=kv_len,
+      q_len_padded=q_len_p, kv_len_padded=kv_len_p)
+  slopes = (None if alibi_slopes is None
+            else masks.alibi_slopes_BxH(alibi_slopes, batch))
+  cfg = _Config(
+      scale=float(head_dim ** -0.5 if scale is None else scale),
+      causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
+      groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
+      forward=forward, backward=backward,
+      interpret=_default_interpret() if interpret is None else interpret)
+
+  def pad(x, length):
+    return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)
+
+  out = _flash(cfg, pad(q, q_len_p), pad(k, kv_len_p), pad(v, kv_len_p), slopes, (q_ids, kv_ids))
+  return out[:, :q_len, :, :head_dim]

@@ -1,0 +1,105 @@
+"""Transformer layers and layer stacks.
+
+One `TransformerLayer` covers the three layer kinds of the families:
+  encoder layer       self-attention (bidirectional) -> FFN
+  decoder-only block  causal self-attention -> FFN
+  decoder layer       causal self-attention -> cross-attention -> FFN
+Each sublayer f is one `TransformerLayer.sublayer(name, x, f)` call, x being the residual stream:
+  pre: x + dropout(f(norm(x)))   or   post: norm(x + dropout(f(x))).
+`LayerStack` runs N layers as a Python loop or under `nn.scan` (params stacked on a leading
+'layers' axis; compile time flat in depth), optionally recomputing activations in the backward
+pass (`model.remat`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+
+from tfjax.nn import axes
+from tfjax.nn.attention import MultiHeadAttention
+from tfjax.nn.config import ModelConfig
+from tfjax.nn.ffn import FeedForward
+from tfjax.nn.norms import Norm
+
+
+class TransformerLayer(nn.Module):
+  config: ModelConfig
+  causal: bool = False
+  cross_attention: bool = False
+
+  def sublayer(self, name: str, x_BxLxD, fn: Callable):
+    """One residual sublayer around `fn`, with its norm named `{name}_norm`."""
+    cfg = self.config
+    dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
+    if cfg.norm_placement == "pre":
+      y_BxLxD = x_BxLxD + dropout(fn(Norm(cfg, name=f"{name}_norm")(x_BxLxD)))
+    else:
+      y_BxLxD = Norm(cfg, name=f"{name}_norm")(x_BxLxD + dropout(fn(x_BxLxD)))
+    return nn.with_logical_constraint(y_BxLxD, axes.RESIDUAL_STREAM)
+
+  @nn.compact
+  def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
+               encoder_segment_ids=None):
+    cfg = self.config
+    self_attention = MultiHeadAttention(cfg, causal=self.causal, name="self_attention")
+    x_BxLxD = self.sublayer("self_attention", x_BxLxD, lambda h: self_attention(
+        h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions))
+    if self.cross_attention:
+      cross = MultiHeadAttention(cfg, cross=True, name="cross_attention")
+      # Cross-attention only needs padding masks: decoder rows vs encoder keys.
+      dec_ids = None if segment_ids is None or encoder_segment_ids is None else segment_ids
+      x_BxLxD = self.sublayer("cross_attention", x_BxLxD, lambda h: cross(
+          h, encoded_BxSxD, q_segment_ids=dec_ids, kv_segment_ids=encoder_segment_ids))
+    return self.sublayer("ffn", x_BxLxD, FeedForward(cfg, name="ffn"))
+
+
+class _ScannedLayer(nn.Module):
+  """Adapts TransformerLayer to nn.scan's (carry, xs) -> (carry, ys) calling convention."""
+  config: ModelConfig
+  causal: bool
+  cross_attention: bool
+
+  @nn.compact
+  def __call__(self, x_BxLxD, broadcast_args):
+    layer = _maybe_remat(TransformerLayer, self.config)
+    y = layer(self.config, self.causal, self.cross_attention, name="layer")(
+        x_BxLxD, *broadcast_args)
+    return y, None
+
+
+def _maybe_remat(layer_cls, cfg: ModelConfig):
+  if cfg.remat == "none":
+    return layer_cls
+  policy = None if cfg.remat == "full" else jax.checkpoint_policies.checkpoint_dots
+  return nn.remat(layer_cls, policy=policy, prevent_cse=not cfg.scan_layers)
+
+
+class LayerStack(nn.Module):
+  """N identical layers, then the final norm when norms are pre-sublayer."""
+  config: ModelConfig
+  num_layers: int
+  causal: bool = False
+  cross_attention: bool = False
+
+  @nn.compact
+  def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
+               encoder_segment_ids=None):
+    cfg = self.config
+    args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids)
+    if cfg.scan_layers:
+      scanned = nn.scan(
+          _ScannedLayer, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+          split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
+          length=self.num_layers, metadata_params={nn.PARTITION_NAME: axes.LAYERS})
+      x_BxLxD, _ = scanned(cfg, self.causal, self.cross_attention, name="layers")(x_BxLxD, args)
+    else:
+      layer_cls = _maybe_remat(TransformerLayer, cfg)
+      for i in range(self.num_layers):
+        x_BxLxD = layer_cls(cfg, self.causal, self.cross_attention, name=f"layers_{i}")(
+            x_BxLxD, *args)
+    if cfg.norm_placement == "pre":
+      x_BxLxD = Norm(cfg, name="final_norm")(x_BxLxD)
+    return x_BxLxD

@@ -1,0 +1,192 @@
+"""The three model families, selected by `model.family`, and `build_model`.
+
+  decoder          GPT / LLaMA causal LM:   (inputs_BxL) -> logits_BxLxV
+  encoder          BERT:                    (inputs_BxL) -> {'mlm_logits', 'class_logits', ...}
+  encoder_decoder  Transformer / T5:        (encoder_inputs_BxS, decoder_inputs_BxL) -> logits_BxLxV
+                   decoder inputs are the targets shifted right (see `shift_right`).
+Shape letters as in tfjax/nn/axes.py.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from tfjax.nn import axes
+from tfjax.nn.config import ModelConfig
+from tfjax.nn.ffn import dense, gelu
+from tfjax.nn.layers import LayerStack
+from tfjax.nn.masks import default_positions
+from tfjax.nn.norms import Norm
+from tfjax.nn.positions import LearnedPositions, has_learned_table, sinusoidal_table
+
+
+def shift_right(targets_BxL, bos_id: int):
+  """Teacher forcing: decoder input at t is the target at t-1, starting from BOS."""
+  return jnp.concatenate(
+      [jnp.full_like(targets_BxL[:, :1], bos_id), targets_BxL[:, :-1]], axis=1)
+
+
+class Embedder(nn.Module):
+  """Token embedding (+ absolute positions, token types), scaling, optional norm, dropout.
+
+  `attend` is the tied output projection: logits = h E^T.
+  """
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    # With sqrt(d_model) scaling the table starts at std d^-0.5, so scaled inputs have unit scale.
+    std = cfg.d_model ** -0.5 if cfg.embed_scale else cfg.init_std
+    self.tokens = nn.Embed(
+        cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
+        embedding_init=nn.with_logical_partitioning(nn.initializers.normal(std),
+                                                    (axes.VOCAB, axes.EMBED)))
+    if has_learned_table(cfg):
+      self.positions = LearnedPositions(cfg)
+    if cfg.type_vocab_size:
+      self.token_types = nn.Embed(
+          cfg.type_vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
+          embedding_init=nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std),
+                                                      (None, axes.EMBED)))
+    if cfg.embed_norm:
+      self.norm = Norm(cfg)
+    self.dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
+
+  def __call__(self, inputs_BxL, positions_BxL, token_type_ids=None):
+    cfg = self.config
+    x_BxLxD = self.tokens(inputs_BxL)
+    if cfg.embed_scale:
+      x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
+    if has_learned_table(cfg):
+      x_BxLxD = x_BxLxD + self.positions(positions_BxL, inputs_BxL.shape[1])
+    elif cfg.position == "sinusoidal":
+      x_BxLxD = x_BxLxD + sinusoidal_table(positions_BxL, cfg.d_model).astype(x_BxLxD.dtype)
+    if cfg.type_vocab_size:
+      types = jnp.zeros_like(inputs_BxL) if token_type_ids is None else token_type_ids
+      x_BxLxD = x_BxLxD + self.token_types(types)
+    if cfg.embed_norm:
+      x_BxLxD = self.norm(x_BxLxD)
+    x_BxLxD = self.dropout(x_BxLxD)
+    return nn.with_logical_constraint(x_BxLxD, axes.RESIDUAL_STREAM)
+
+  def attend(self, x_BxLxD):
+    return self.tokens.attend(x_BxLxD)
+
+
+def _positions(inputs_BxL, positions_BxL):
+  """The given positions, else each row's tokens at 0..L-1."""
+  if positions_BxL is not None:
+    return positions_BxL
+  batch, length = inputs_BxL.shape
+  return default_positions(length, batch=batch)
+
+
+_LOGITS_AXES = (axes.BATCH, axes.LENGTH, axes.VOCAB)
+
+
+def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD):
+  """Output projection in float32 (logits feed a softmax over the whole vocabulary)."""
+  if cfg.tie_embeddings:
+    logits = embedder.attend(h_BxLxD)
+  else:
+    logits = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)(h_BxLxD)
+  return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
+
+
+class DecoderLM(nn.Module):
+  """GPT / LLaMA: embeddings -> causal decoder-only blocks -> (tied) LM head."""
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, inputs_BxL, *, segment_ids=None, positions=None):
+    cfg = self.config
+    embedder = Embedder(cfg, name="embed")
+    positions = _positions(inputs_BxL, positions)
+    x_BxLxD = embedder(inputs_BxL, positions)
+    x_BxLxD = LayerStack(cfg, cfg.num_layers, causal=True, name="decoder")(
+        x_BxLxD, segment_ids, positions)
+    return _lm_logits(cfg, embedder, x_BxLxD)
+
+
+class Encoder(nn.Module):
+  """BERT: embeddings (+ token types) -> bidirectional layers -> MLM head / pooler / classifier.
+
+  Returns a dict with 'hidden' always, 'mlm_logits' if model.mlm_head, 'pooled' if model.pooler
+  and 'class_logits' if model.num_classes.
+  """
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, inputs_BxL, *, segment_ids=None, positions=None, token_type_ids=None):
+    cfg = self.config
+    embedder = Embedder(cfg, name="embed")
+    x_BxLxD = embedder(inputs_BxL, _positions(inputs_BxL, positions), token_type_ids)
+    h_BxLxD = LayerStack(cfg, cfg.num_layers, name="encoder")(
+        x_BxLxD, segment_ids, _positions(inputs_BxL, positions))
+    out = {"hidden": h_BxLxD}
+    if cfg.mlm_head:
+      t_BxLxD = dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "mlm_transform", True)(h_BxLxD)
+      t_BxLxD = Norm(cfg, name="mlm_norm")(gelu(t_BxLxD))
+      logits = _lm_logits(cfg, embedder, t_BxLxD)
+      bias = self.param("mlm_bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                                 (axes.VOCAB,)), (cfg.vocab_size,))
+      out["mlm_logits"] = logits + bias
+    if cfg.pooler:
+      # BERT pools the first ([CLS]) token.
+      pooled = jnp.tanh(dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "pooler", True)(
+          h_BxLxD[:, 0]))
+      out["pooled"] = pooled
+      if cfg.num_classes:
+        pooled = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)(pooled)
+        out["class_logits"] = dense(cfg, cfg.num_classes, (axes.EMBED, None), "classifier",
+                                    True)(pooled).astype(jnp.float32)
+    return out
+
+
+class EncoderDecoder(nn.Module):
+  """Vaswani et al. / T5: encoder, decoder with cross-attention, shared (tied) embeddings."""
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embed = Embedder(cfg)
+    self.encoder = LayerStack(cfg, cfg.num_layers)
+    self.decoder = LayerStack(cfg, cfg.decoder_layers, causal=True, cross_attention=True)
+    if not cfg.tie_embeddings:
+      self.lm_head = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)
+
+  def encode(self, encoder_inputs_BxS, encoder_segment_ids=None):
+    positions = _positions(encoder_inputs_BxS, None)
+    x_BxSxD = self.embed(encoder_inputs_BxS, positions)
+    return self.encoder(x_BxSxD, encoder_segment_ids, positions)
+
+  def decode(self, encoded_BxSxD, decoder_inputs_BxL, *, encoder_segment_ids=None,
+             decoder_segment_ids=None, decoder_positions=None):
+    """encoded may be None when decoding with a cache whose cross K/V are already filled."""
+    positions = _positions(decoder_inputs_BxL, decoder_positions)
+    x_BxLxD = self.embed(decoder_inputs_BxL, positions)
+    h_BxLxD = self.decoder(x_BxLxD, decoder_segment_ids, positions, encoded_BxSxD,
+                           encoder_segment_ids)
+    if self.config.tie_embeddings:
+      logits = self.embed.attend(h_BxLxD)
+    else:
+      logits = self.lm_head(h_BxLxD)
+    return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
+
+  def __call__(self, encoder_inputs_BxS, decoder_inputs_BxL, *, encoder_segment_ids=None,
+               decoder_segment_ids=None, decoder_positions=None):
+    encoded = self.encode(encoder_inputs_BxS, encoder_segment_ids)
+    return self.decode(encoded, decoder_inputs_BxL, encoder_segment_ids=encoder_segment_ids,
+                       decoder_segment_ids=decoder_segment_ids,
+                       decoder_positions=decoder_positions)
+
+
+_FAMILIES = {"decoder": DecoderLM, "encoder": Encoder, "encoder_decoder": EncoderDecoder}
+
+
+def build_model(model_config) -> nn.Module:
+  """A model from `config.model` (ConfigDict, dict or ModelConfig), validated first."""
+  cfg = model_config if isinstance(model_config, ModelConfig) else ModelConfig.from_config(
+      model_config)
+  return _FAMILIES[cfg.family](cfg.validated())

@@ -1,0 +1,219 @@
+"""Functional attention: `dot_product_attention`, its reference (xla) implementation, and the
+choice between implementations.
+
+Shapes (letters as in tfjax/nn/axes.py):
+  q_BxTxHxE   queries, T = q_len, H = heads, E = head_dim
+  k_BxSxKxE   keys,    S = kv_len, K = kv_heads (H % K == 0: GQA/MQA; K/V are never repeated)
+  v_BxSxKxE   values
+  returns     BxTxHxE
+
+Semantics shared by every implementation (the xla one here is the reference):
+  out = softmax(q k^T * scale + M) v,   scale = 1/sqrt(E) unless given.
+  Positions: query t sits at absolute position `q_positions[b, t]`, key s at `kv_positions[b, s]`.
+    By default keys are at 0..S-1 and queries are aligned to the *end* of the keys
+    (query t at S - T + t), which is what decoding and chunked prefill need; with T == S that is
+    the usual 0..T-1 for both.
+  causal:       key visible iff kv_pos <= q_pos.
+  window=W:     sliding causal window, key visible iff 0 <= q_pos - kv_pos < W
+                (W keys, the query's own position included).
+  segment ids:  0 marks padding. Both given: visible iff ids equal and nonzero (packed sequences).
+                Only kv ids: keys with id 0 hidden (e.g. encoder padding seen by cross-attention).
+                Only q ids: query rows with id 0 return 0.
+  alibi_slopes: [H] or [B, H]; adds -m * |q_pos - kv_pos| (for causal attention this is the
+                published -m * (i - j) on every visible key).
+  bias:         any additive array broadcastable to [B, H, T, S].
+  Rows with no visible key return 0 (never NaN), and their gradients are 0.
+The position, mask and ALiBi rules live in tfjax/nn/masks.py, which the kernels share; the fused
+implementations live in tfjax/nn/kernels/ and are imported only when one is asked for (so importing
+this module never imports Pallas).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from tfjax.nn.config import ATTENTION_IMPLS, one_of
+from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
+
+__all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",
+           "visibility_mask", "weighted_values"]
+
+_log = logging.getLogger(__name__)
+
+
+def _check_shapes(q, k, v, alibi_slopes):
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+    raise ValueError(
+        f"attention expects q [batch, q_len, heads, head_dim] and k/v [batch, kv_len, kv_heads, "
+        f"head_dim]; got q {q.shape}, k {k.shape}, v {v.shape}")
+  if k.shape != v.shape:
+    raise ValueError(f"k and v must have the same shape; got k {k.shape}, v {v.shape}")
+  if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+    raise ValueError(f"q and k must agree in batch and head_dim; got q {q.shape}, k {k.shape}")
+  heads, kv_heads = q.shape[2], k.shape[2]
+  if heads % kv_heads:
+    raise ValueError(
+        f"heads ({heads}) must be a multiple of kv_heads ({kv_heads}) for grouped-query attention")
+  if alibi_slopes is not None and jnp.shape(alibi_slopes)[-1] != heads:
+    raise ValueError(
+        f"alibi_slopes has {jnp.shape(alibi_slopes)[-1]} entries but there are {heads} heads")
+
+
+def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
+                          window=None, alibi_slopes=None, bias=None, scale=None,
+                          q_positions=None, kv_positions=None):
+  """Masked, scaled logits [B, H, T, S] in float32 and the visibility mask (or None)."""
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, kv_heads = k.shape[1], k.shape[2]
+  scale = head_dim ** -0.5 if scale is None else scale
+  group = heads // kv_heads
+  if group == 1:  # multi-head: no group axis (see weighted_values)
+    logits = jnp.einsum("bthe,bshe->bhts", q, k, preferred_element_type=jnp.float32)
+  else:  # query head h reads kv head h // G
+    q_BxTxKxGxE = q.reshape(batch, q_len, kv_heads, group, head_dim)
+    logits = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k,
+                        preferred_element_type=jnp.float32)
+  logits = logits.reshape(batch, heads, q_len, kv_len) * scale
+  if alibi_slopes is not None:
+    logits = logits + alibi_bias(alibi_slopes, q_len=q_len, kv_len=kv_len,
+                                 q_positions=q_positions, kv_positions=kv_positions)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  mask = visibility_mask(q_len=q_len, kv_len=kv_len, causal=causal, window=window,
+                         q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                         q_positions=q_positions, kv_positions=kv_positions)
+  if mask is not None:
+    logits = jnp.where(mask, logits, MASK_VALUE)
+  return logits, mask
+
+
+def _rows_can_be_empty(q_len, kv_len, *, q_segment_ids=None, kv_segment_ids=None,
+                       q_positions=None, kv_positions=None, **_) -> bool:
+  """Whether some query row may see no key at all. Not with the default end-aligned positions
+  and no segment ids when q_len <= kv_len: causal and window masks always show a query itself."""
+  given = (q_segment_ids, kv_segment_ids, q_positions, kv_positions)
+  return q_len > kv_len or any(x is not None for x in given)
+
+
+def attention_weights(q, k, **kwargs):
+  """Softmax attention probabilities [B, H, T, S] (float32); fully masked rows are all zero."""
+  logits, mask = attention_logits_mask(q, k, **kwargs)
+  weights = jax.nn.softmax(logits, axis=-1)
+  # A fully masked row would softmax to uniform weights over hidden keys: zero it. Where no row
+  # can be empty the select would change nothing, so it (and its gradient) is left out.
+  if mask is not None and _rows_can_be_empty(q.shape[1], k.shape[1], **kwargs):
+    weights = jnp.where(mask, weights, 0.0)
+  return weights
+
+
+def weighted_values(weights_BxHxTxS, v):
+  """sum_s weights[b,h,t,s] v[b,s,h//G,e] -> BxTxHxE (float32), reading each kv head for its
+  group of G query heads."""
+  batch, heads, q_len, kv_len = weights_BxHxTxS.shape
+  kv_heads, head_dim = v.shape[2], v.shape[3]
+  if heads == kv_heads:
+    # Multi-head attention (G = 1) is written without the group axis: the same products, but a
+    # size-1 axis in the batched products makes XLA:CPU lay them and their gradients out with
+    # extra transposes (docs/benchmarks.md, "no group axis of size 1").
+    return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS.astype(v.dtype), v,
+                      preferred_element_type=jnp.float32)
+  w_BxKxGxTxS = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)
+  out = jnp.einsum("bkgts,bske->btkge", w_BxKxGxTxS.astype(v.dtype), v,
+                   preferred_element_type=jnp.float32)
+  return out.reshape(batch, q_len, heads, head_dim)
+
+
+def _xla_attention(q, k, v, *, dropout_rate=0.0, dropout_rng=None, **kwargs):
+  weights = attention_weights(q, k, **kwargs)
+  if dropout_rate > 0.0:
+    if dropout_rng is None:
+      raise ValueError("attention dropout_rate > 0 needs a dropout_rng")
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  return weighted_values(weights, v).astype(q.dtype)
+
+
+_LOGGED: set = set()
+
+
+def _implementations() -> Mapping[str, Callable]:
+  """Every implementation by name: xla here, the fused ones from `tfjax.nn.kernels.IMPLEMENTATIONS`
+  (imported on first use; each takes `dot_product_attention`'s arguments minus `implementation`
+  and raises ValueError for a combination it does not support)."""
+  import tfjax.nn.kernels  # pylint: disable=g-import-not-at-top
+  return {"xla": _xla_attention, **tfjax.nn.kernels.IMPLEMENTATIONS}
+
+
+def _resolve(implementation: str, q_len: int, kv_len: int) -> str:
+  """The implementation `auto` stands for on this backend and length; any other name as given."""
+  one_of("attention implementation", implementation, ATTENTION_IMPLS)
+  if implementation != "auto":
+    return implementation
+  backend = jax.default_backend()
+  if backend == "gpu":
+    return "pallas"
+  if backend == "cpu" and max(q_len, kv_len) >= 2048:
+    return "chunked"  # O(T + S) memory where the T x S weights stop fitting caches
+  return "xla"
+
+
+def dot_product_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
+    q_segment_ids: Optional[ArrayLike] = None, kv_segment_ids: Optional[ArrayLike] = None,
+    window: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
+    bias: Optional[ArrayLike] = None, scale: Optional[float] = None, implementation: str = "xla",
+    q_positions: Optional[ArrayLike] = None, kv_positions: Optional[ArrayLike] = None,
+    dropout_rate: float = 0.0, dropout_rng: Optional[jax.Array] = None) -> jax.Array:
+  """Multi-head (GQA/MQA) attention softmax(q k^T * scale + M) v; see the module docstring.
+
+  Args:
+    q: queries [B, T, H, E].
+    k: keys [B, S, K, E], H a multiple of K.
+    v: values [B, S, K, E].
+    causal: hide keys after the query's position.
+    q_segment_ids: int [B, T]; 0 marks padding (see the module docstring for the rules).
+    kv_segment_ids: int [B, S].
+    window: sliding causal window of `window` keys, the query's own position included.
+    alibi_slopes: [H] or [B, H] ALiBi slopes m: adds -m * |q_pos - kv_pos|.
+    bias: additive logits bias broadcastable to [B, H, T, S] (xla only).
+    scale: logits scale; 1/sqrt(E) if None.
+    implementation: one of tfjax.nn.config.ATTENTION_IMPLS: 'xla' (this module), 'chunked',
+      'pallas', 'cudnn' (tfjax/nn/kernels/) or 'auto' (pallas on GPU, chunked on CPU from 2048
+      tokens, else xla).
+    q_positions: int [B, T] absolute query positions, overriding the end-aligned default
+      (KV-cache decoding needs them).
+    kv_positions: int [B, S] absolute key positions.
+    dropout_rate: dropout on the attention weights (xla only: the fused implementations refuse
+      it rather than silently ignoring it).
+    dropout_rng: PRNG key for that dropout.
+
+  Returns:
+    [B, T, H, E] in q's dtype.
+  """
+  _check_shapes(q, k, v, alibi_slopes)
+  if window is not None and window < 1:
+    raise ValueError(f"window must be a positive number of keys, got {window}")
+  name = _resolve(implementation, q.shape[1], k.shape[1])
+  fns = _implementations() if name != "xla" else {"xla": _xla_attention}
+  if name not in fns:
+    raise ValueError(
+        f"attention implementation {name!r} is not available in this install "
+        f"(available: {sorted(fns)})")
+  if name not in _LOGGED:
+    _LOGGED.add(name)
+    _log.info("tfjax attention implementation: %s (requested %s)", name, implementation)
+  kwargs = dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                window=window, alibi_slopes=alibi_slopes, bias=bias, scale=scale,
+                q_positions=q_positions, kv_positions=kv_positions)
+  if dropout_rate > 0.0:
+    if name != "xla":
+      raise ValueError(
+          f"attention dropout is only supported by implementation='xla', not {name!r}; "
+          "set model.attention_dropout=0 or model.attention_impl='xla'")
+    kwargs.update(dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  return fns[name](q, k, v, **kwargs)

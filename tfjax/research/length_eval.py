@@ -1,0 +1,131 @@
+"""Perplexity of a trained language model at longer contexts than it was trained on.
+
+Press et al. 2021 ("Train Short, Test Long", section 2 and appendix B) score one validation text
+with contexts T = multiple x L, L the training context (data.seq_len), in two ways:
+  nonoverlap  the text cut into consecutive windows of T tokens; a token at offset i of its window
+              is predicted from the i tokens before it (on average T/2 of context)
+  sliding     windows of T tokens advanced by a stride S (T/4 by default); each window scores only
+              its last S tokens (the first window scores all), so every token but the first T-S
+              is predicted from at least T-S tokens of context
+Every target is scored exactly once in both, and the same targets at every T (a whole number of
+the longest windows), so the perplexities compare across T. Learned absolute positions have no
+embedding past model.max_len: those lengths are None (n/a).
+
+`perplexity_vs_length(workdir)` returns {'long/ppl_nonoverlap@T', 'long/ppl_sliding@T',
+'long/tokens'}: the metric names the position ablation's sweep reports
+(configs/ablations/position.py). The CLI is experiments/eval_length.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+RESULT_FILE = "length_eval.json"  # what the CLI writes into the run directory
+_MAX_MEAN_NLL = 50.0              # exp() of a diverged model's loss stays a finite float
+
+
+def scoring_windows(num_targets: int, length: int, stride: int):
+  """(starts, first_scored) of windows of `length` inputs covering targets 1..num_targets.
+
+  Window w has inputs tokens[s : s+length] and targets tokens[s+1 : s+length+1]; it scores the
+  targets from offset first_scored[w] on. Windows end at length, length+stride, ..., and a last one
+  ending exactly at num_targets, so every target is scored once.
+  """
+  if length < 1 or stride < 1:
+    raise ValueError(f"window length ({length}) and stride ({stride}) must be >= 1")
+  if num_targets < length:
+    raise ValueError(f"{num_targets} targets are fewer than one window of {length}")
+  ends = list(range(length, num_targets + 1, stride))
+  if ends[-1] != num_targets:
+    ends.append(num_targets)
+  starts = np.asarray(ends) - length
+  previous_end = np.asarray([0] + ends[:-1])
+  return starts, previous_end - starts  # offset of the first target not yet scored
+
+
+def window_batches(tokens, starts, first_scored, length: int, rows: int) -> Iterator[dict]:
+  """Batches of `rows` windows: inputs, targets [rows, length] and weights (1 on the scored
+  targets). The last batch is padded with weight-0 rows, so one compiled shape serves all."""
+  offsets_L = np.arange(length)
+  for b in range(0, len(starts), rows):
+    s, f = starts[b:b + rows], first_scored[b:b + rows]
+    pad = rows - len(s)
+    s, f = np.concatenate([s, np.zeros(pad, int)]), np.concatenate([f, np.full(pad, length)])
+    index_BxL = s[:, None] + offsets_L[None, :]
+    yield {"inputs": tokens[index_BxL].astype(np.int32),
+           "targets": tokens[index_BxL + 1].astype(np.int32),
+           "weights": (offsets_L[None, :] >= f[:, None]).astype(np.float32)}
+
+
+def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
+                         max_tokens: Optional[int] = 16384, stride_fraction: float = 0.25,
+                         rows: Optional[int] = None, run=None) -> dict:
+  """{'long/ppl_nonoverlap@T', 'long/ppl_sliding@T', 'long/tokens'} for T = multiple x seq_len.
+
+  Scores the first `max_tokens` targets of the run's validation split (None: all of it), rounded
+  down to a whole number of the longest windows, `rows` windows per call (default: the run's
+  eval_batch_size). `run`: the run's (config, experiment, params) if already restored
+  (tfjax.research.sweep.restore_run); otherwise the newest checkpoint in `workdir` is restored.
+  """
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax.training import tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+
+  if not multiples or any(int(m) != m or m < 1 for m in multiples):
+    raise ValueError(f"multiples must be positive integers, got {list(multiples)}")
+  if not 0 < stride_fraction <= 1:
+    raise ValueError(f"stride_fraction must be in (0, 1], got {stride_fraction}")
+  if run is None:
+    from tfjax.training import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
+    restored = runs.restore_run(workdir)  # has the experiment's model_config and dataset
+    config, exp, params = restored.config, restored, restored.params
+  else:
+    config, exp, params = run
+  if config.task != "lm" or not hasattr(exp.dataset, "val_tokens"):
+    raise ValueError(f"{workdir}: length evaluation needs a text language-model run "
+                     f"(task 'lm' on text data), got task {config.task!r} on {config.data.name!r}")
+  cfg = exp.model_config
+  lengths = [int(m) * config.data.seq_len for m in multiples]
+  tokens = np.asarray(exp.dataset.val_tokens)
+  available = len(tokens) - 1 if max_tokens is None else min(max_tokens, len(tokens) - 1)
+  num_targets = available // max(lengths) * max(lengths)
+  if num_targets == 0:
+    raise ValueError(f"the validation split ({len(tokens)} tokens) is shorter than one window "
+                     f"of {max(lengths)}; use smaller multiples or a larger validation split")
+  rows = rows or config.train.eval_batch_size
+  model = build_model(cfg)
+  step = jax.jit(lambda p, batch: tasks.forward(model, p, batch, "lm"))
+  out = {"long/tokens": num_targets}
+  with nn.logical_axis_rules(()):  # the restored params are on this host: no sharding rules
+    for length in lengths:
+      for mode, stride in (("nonoverlap", length),
+                           ("sliding", max(1, int(length * stride_fraction)))):
+        key = f"long/ppl_{mode}@{length}"
+        if cfg.position == "learned" and length > cfg.max_len:
+          out[key] = None  # no position embedding exists past the table
+          continue
+        starts, first = scoring_windows(num_targets, length, stride)
+        loss = count = 0.0
+        for batch in window_batches(tokens, starts, first, length, rows):
+          stats = jax.device_get(step(params, batch))
+          loss += float(stats["loss_sum"])
+          count += float(stats["weight_sum"])
+        if count != num_targets:  # scoring_windows guarantees it; a wrong batch would break it
+          raise RuntimeError(f"{mode}@{length} scored {count} targets, not {num_targets}")
+        out[key] = math.exp(min(loss / count, _MAX_MEAN_NLL))
+  return out
+
+
+def format_table(metrics: dict) -> str:
+  """The result as a text table: one row per context length, n/a where it could not run."""
+  lengths = sorted({int(k.split("@")[1]) for k in metrics if "@" in k})
+  cell = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+  lines = ["context  nonoverlap  sliding"]
+  for t in lengths:
+    lines.append(f"{t:7d}  {cell(metrics[f'long/ppl_nonoverlap@{t}']):>10}  "
+                 f"{cell(metrics[f'long/ppl_sliding@{t}']):>7}")
+  return "\n".join(lines)

@@ -1,0 +1,456 @@
+"""Sweeps: many training runs of one config that differ in a few overridden keys.
+
+A config module (configs/ablations/*.py) defines, next to `get_config(scale)`:
+  get_sweep(scale) -> [overrides, ...]   each a flat dict of dotted keys, e.g.
+                                          {'model.position': 'rope', 'seed': 1}; `product` builds
+                                          the usual grid
+  evaluate_point(config, workdir) -> {}  optional: extra metrics of a finished run (e.g.
+                                          tfjax.research.length_eval.perplexity_vs_length), saved to
+                                          point_metrics.json
+  REPORT = dict(metrics=[...], plots=[...])  optional: what results.md and the plots show (see
+                                          tfjax/research/sweep_report.py)
+
+Each point trains into ROOT/<point name>/, named from its overrides ('position=rope,seed=1'). A
+point is finished when ROOT/<name>/SWEEP_DONE.json exists, written only after training and
+evaluate_point succeeded; finished points are skipped, others are (re)started, and
+train_and_evaluate resumes them from their latest checkpoint. A failing point writes
+SWEEP_FAILED.json (error and traceback) and the sweep goes on with the others.
+
+Points run in this process one after another (parallel=1) or as `python -m tfjax.research.sweep` child
+processes (parallel > 1). The CLI is experiments/sweep.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import difflib
+import hashlib
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ml_collections import config_dict
+
+from tfjax.training import compile_cache, files
+
+_log = logging.getLogger(__name__)
+
+SEED_KEYS = ("seed", "data.seed")  # points differing only in these are repeats of one variant
+DONE_FILE = "SWEEP_DONE.json"
+FAILED_FILE = "SWEEP_FAILED.json"
+POINT_METRICS_FILE = "point_metrics.json"
+LOG_FILE = "sweep.log"
+SWEEP_FILE = "sweep.json"
+EXIT_INTERRUPTED = 3  # a child stopped by a signal: checkpointed, to be resumed, not failed
+_MAX_NAME = 200       # directory names stay well under the usual 255-byte limit
+
+
+# ---------------------------------------------------------------------------------------------
+# Defining points
+# ---------------------------------------------------------------------------------------------
+def product(axes: Mapping[str, Sequence[Any]]) -> list[dict]:
+  """Every combination of the axes' values, the last axis varying fastest.
+
+  product({'model.position': ['rope', 'alibi'], 'seed': [0, 1]}) ->
+    [{'model.position': 'rope', 'seed': 0}, {... 'rope', 'seed': 1}, {... 'alibi', 0}, ...]
+  """
+  keys = list(axes)
+  return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
+
+
+def format_value(value) -> str:
+  if isinstance(value, bool) or value is None:
+    return str(value).lower()
+  if isinstance(value, float):
+    return f"{value:g}"
+  if isinstance(value, (tuple, list)):
+    return "-".join(format_value(v) for v in value)
+  return str(value)
+
+
+def point_names(points: Sequence[Mapping[str, Any]]) -> list[str]:
+  """Readable, filesystem-safe, unique directory names: 'key=value,key=value' in each point's key
+  order. Keys are shortened to their last component ('model.position' -> 'position') unless two
+  different keys of the sweep share it."""
+  all_keys = {k for p in points for k in p}
+  last = {}
+  for key in all_keys:
+    last.setdefault(key.split(".")[-1], set()).add(key)
+  short = {k: k.split(".")[-1] if len(last[k.split(".")[-1]]) == 1 else k for k in all_keys}
+  names, seen = [], {}
+  for index, point in enumerate(points):
+    raw = ",".join(f"{short[k]}={format_value(v)}" for k, v in point.items()) or "base"
+    name = re.sub(r"[^A-Za-z0-9._+=,-]", "_", raw)
+    if len(name) > _MAX_NAME:  # keep it readable, make it unique
+      digest = hashlib.sha1(raw.encode()).hexdigest()[:10]
+      name = f"{name[:_MAX_NAME - 11]}-{digest}"
+    if name in seen:
+      raise ValueError(f"sweep points {seen[name]} and {index} both get the directory name "
+                       f"{name!r} (duplicate overrides?): {points[seen[name]]} / {point}")
+    seen[name] = index
+    names.append(name)
+  return names
+
+
+def apply_overrides(config, overrides: Mapping[str, Any]):
+  """A copy of `config` with each dotted key set; unknown keys and wrong types are ValueErrors."""
+  config = copy.deepcopy(config)  # keeps typed placeholders (model.window etc.)
+  for key, value in overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      node = node.get(part) if isinstance(node, config_dict.ConfigDict) else None
+    if not isinstance(node, config_dict.ConfigDict) or leaf not in node:
+      raise ValueError(f"unknown override key {key!r}{_did_you_mean(config, key)}")
+    try:
+      node[leaf] = tuple(value) if isinstance(value, list) else value
+    except TypeError as e:
+      raise ValueError(f"override {key}={value!r}: {e}") from None
+  return config
+
+
+def _flat_keys(config, prefix="") -> list[str]:
+  keys = []
+  for key, value in config.items():
+    if isinstance(value, config_dict.ConfigDict):
+      keys += _flat_keys(value, f"{prefix}{key}.")
+    else:
+      keys.append(f"{prefix}{key}")
+  return keys
+
+
+def _did_you_mean(config, key: str) -> str:
+  close = difflib.get_close_matches(key, _flat_keys(config), n=3, cutoff=0.6)
+  return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep loaded from its config module
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Point:
+  name: str
+  overrides: dict
+
+
+@dataclasses.dataclass
+class Sweep:
+  config_path: str
+  scale: Optional[str]
+  base_config: Any
+  points: list[Point]
+  evaluate_point: Optional[Callable[[Any, str], dict]] = None
+  report: dict = dataclasses.field(default_factory=dict)
+
+  def config_for(self, point: Point):
+    return apply_overrides(self.base_config, point.overrides)
+
+  def select(self, names: str) -> list[str]:
+    """Point names from a comma-separated list of them, as `--only` gives it.
+
+    Names contain commas themselves ('position=rope,seed=1'), so the list is read left to right,
+    each time taking the longest run of comma-separated parts that is a point's name.
+    """
+    known = {p.name for p in self.points}
+    parts = [p for p in names.split(",") if p]
+    selected = []
+    while parts:
+      for end in range(len(parts), 0, -1):
+        if ",".join(parts[:end]) in known:
+          selected.append(",".join(parts[:end]))
+          parts = parts[end:]
+          break
+      else:
+        raise ValueError(f"no point named {parts[0]!r} (or starting with it) in "
+                         f"{self.config_path}; `--list` prints the names")
+    return selected
+
+  def point(self, name: str) -> Point:
+    for point in self.points:
+      if point.name == name:
+        return point
+    raise ValueError(f"no point named {name!r} in {self.config_path}; points: "
+                     f"{[p.name for p in self.points]}")
+
+
+def load_module(path: str):
+  """Imports a Python file by path (config modules are not a package)."""
+  if not os.path.exists(path):
+    raise ValueError(f"no such file: {path}")
+  name = "_tfjax_loaded_" + re.sub(r"\W", "_", os.path.abspath(path))
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _call_with_scale(fn, scale):
+  return fn(scale) if inspect.signature(fn).parameters else fn()
+
+
+def load_sweep(config_path: str, scale: Optional[str] = None) -> Sweep:
+  """Loads get_config / get_sweep / evaluate_point / REPORT and checks every point's overrides
+  (unknown keys, wrong types, invalid model settings) before anything runs."""
+  module = load_module(config_path)
+  for required in ("get_config", "get_sweep"):
+    if not hasattr(module, required):
+      raise ValueError(f"{config_path} defines no {required}(); a sweep config needs get_config "
+                       "and get_sweep (see tfjax/research/sweep.py)")
+  base = _call_with_scale(module.get_config, scale)
+  overrides = [dict(p) for p in _call_with_scale(module.get_sweep, scale)]
+  if not overrides:
+    raise ValueError(f"{config_path}: get_sweep returned no points")
+  points = [Point(n, o) for n, o in zip(point_names(overrides), overrides)]
+  sweep = Sweep(config_path, scale, base, points, getattr(module, "evaluate_point", None),
+                dict(getattr(module, "REPORT", {})))
+  check_points(sweep)
+  return sweep
+
+
+def check_points(sweep: Sweep) -> None:
+  """Every point's config must build: all problems reported at once, nothing run."""
+  from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  problems = []
+  for point in sweep.points:
+    try:
+      config = sweep.config_for(point)
+      model = dict(config.model)
+      model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
+      ModelConfig.from_config(model)
+    except (ValueError, TypeError) as e:
+      problems.append(f"  {point.name}: {e}")
+  if problems:
+    raise ValueError(f"{sweep.config_path}: {len(problems)} of {len(sweep.points)} sweep points "
+                     "are invalid, nothing was run:\n" + "\n".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------
+# Point state on disk
+# ---------------------------------------------------------------------------------------------
+def write_json(path: str, obj) -> None:
+  """Atomically (a reader never sees half a file; a crash leaves no marker)."""
+  files.write_json_atomic(path, obj, indent=2, sort_keys=True, default=str)
+
+
+read_json = files.read_json
+
+
+def is_done(workdir: str) -> bool:
+  return os.path.exists(os.path.join(workdir, DONE_FILE))
+
+
+def last_step(workdir: str) -> int:
+  """Highest step in metrics.jsonl (0 if none): the run finished when it reaches num_steps."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return 0
+  steps = [0]
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        steps.append(int(json.loads(line)["step"]))
+      except (ValueError, KeyError):
+        continue  # a line cut short by a crash
+  return max(steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running points
+# ---------------------------------------------------------------------------------------------
+def _default_train(config, workdir):
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel  (jax only when training)
+  return train.train_and_evaluate(config, workdir)
+
+
+def run_point(sweep: Sweep, point: Point, root: str,
+              train_fn: Callable[[Any, str], dict] = _default_train) -> str:
+  """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted'.
+
+  Exceptions propagate after SWEEP_FAILED.json is written.
+  """
+  workdir = os.path.join(root, point.name)
+  if is_done(workdir):
+    return "skipped"
+  os.makedirs(workdir, exist_ok=True)
+  failed = os.path.join(workdir, FAILED_FILE)
+  if os.path.exists(failed):
+    os.remove(failed)
+  start = time.time()
+  try:
+    config = sweep.config_for(point)
+    final = train_fn(config, workdir)
+    if last_step(workdir) < config.train.num_steps:
+      return "interrupted"  # a signal stopped training after a checkpoint
+    extra = sweep.evaluate_point(config, workdir) if sweep.evaluate_point else {}
+    write_json(os.path.join(workdir, POINT_METRICS_FILE), extra)
+  except Exception as e:
+    write_json(failed, {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                        "overrides": point.overrides})
+    raise
+  write_json(os.path.join(workdir, DONE_FILE), {
+      "overrides": point.overrides, "final": final, "point_metrics": extra,
+      "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+  return "done"
+
+
+def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),
+              train_fn: Callable[[Any, str], dict] = _default_train,
+              compilation_cache: Optional[str] = None) -> dict[str, str]:
+  """Runs the sweep's points (or the named ones); returns {name: status}. Status 'failed' means
+  that point raised (or its child process died); the others still run."""
+  os.makedirs(root, exist_ok=True)
+  write_json(os.path.join(root, SWEEP_FILE), {
+      "config": os.path.abspath(sweep.config_path), "scale": sweep.scale,
+      "points": {p.name: p.overrides for p in sweep.points}})
+  points = [sweep.point(n) for n in only] if only else list(sweep.points)
+  if parallel > 1:
+    return _run_in_children(sweep, root, points, parallel, compilation_cache)
+  if compilation_cache:
+    compile_cache.enable(compilation_cache)
+  statuses = {}
+  for i, point in enumerate(points, 1):
+    _log.info("[%d/%d] %s", i, len(points), point.name)
+    try:
+      statuses[point.name] = run_point(sweep, point, root, train_fn)
+    except Exception as e:  # pylint: disable=broad-except
+      statuses[point.name] = "failed"
+      _log.error("point %s failed: %s: %s (details: %s)", point.name, type(e).__name__, e,
+                 os.path.join(root, point.name, FAILED_FILE))
+    if statuses[point.name] == "interrupted":
+      _log.warning("interrupted during %s; run the same command again to resume", point.name)
+      break
+  return statuses
+
+
+def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) -> list[str]:
+  cmd = [sys.executable, "-m", "tfjax.research.sweep", "--config", sweep.config_path, "--workdir", root,
+         "--point", point.name]
+  if sweep.scale is not None:
+    cmd += ["--scale", sweep.scale]
+  if cache:
+    cmd += ["--compilation_cache", cache]
+  return cmd
+
+
+def seeds_last(points: Sequence[Point]) -> list[Point]:
+  """Every variant's first seed before any variant's second (stable otherwise): concurrent
+  children then compile different models, and later seeds find them in the compilation cache."""
+  repeats: dict[tuple, int] = {}
+  ranked = []
+  for point in points:
+    variant = tuple(sorted((k, repr(v)) for k, v in point.overrides.items()
+                           if k not in SEED_KEYS))
+    ranked.append((repeats.get(variant, 0), point))
+    repeats[variant] = repeats.get(variant, 0) + 1
+  return [p for _, p in sorted(ranked, key=lambda item: item[0])]
+
+
+def _run_in_children(sweep, root, points, parallel, cache) -> dict[str, str]:
+  """Up to `parallel` child processes at once, each logging to ROOT/<name>/sweep.log."""
+  statuses = {p.name: "skipped" for p in points if is_done(os.path.join(root, p.name))}
+  queue = seeds_last([p for p in points if p.name not in statuses])
+  running: dict[str, tuple[subprocess.Popen, Any]] = {}
+  try:
+    while queue or running:
+      while queue and len(running) < parallel:
+        point = queue.pop(0)
+        workdir = os.path.join(root, point.name)
+        os.makedirs(workdir, exist_ok=True)
+        log = open(os.path.join(workdir, LOG_FILE), "a", encoding="utf-8")
+        _log.info("start %s (%d waiting)", point.name, len(queue))
+        running[point.name] = (subprocess.Popen(_child_command(sweep, root, point, cache),
+                                                stdout=log, stderr=subprocess.STDOUT), log)
+      time.sleep(0.2)
+      for name, (proc, log) in list(running.items()):
+        if proc.poll() is None:
+          continue
+        log.close()
+        del running[name]
+        statuses[name] = _child_status(root, name, proc.returncode)
+  except KeyboardInterrupt:
+    # Children got the SIGINT too (same process group): they checkpoint and exit; wait for that.
+    _log.warning("interrupted: waiting for %d running point(s) to checkpoint", len(running))
+    for name, (proc, log) in running.items():
+      proc.wait()
+      log.close()
+      statuses[name] = "interrupted"
+    raise
+  return statuses
+
+
+def _child_status(root: str, name: str, returncode: int) -> str:
+  workdir = os.path.join(root, name)
+  if returncode == 0:
+    _log.info("done %s", name)
+    return "done"
+  if returncode == EXIT_INTERRUPTED:
+    return "interrupted"
+  if not os.path.exists(os.path.join(workdir, FAILED_FILE)):  # died without writing it
+    write_json(os.path.join(workdir, FAILED_FILE), {
+        "error": f"child process exited with status {returncode}",
+        "log_tail": _tail(os.path.join(workdir, LOG_FILE))})
+  _log.error("point %s failed (exit %d); see %s", name, returncode,
+             os.path.join(workdir, LOG_FILE))
+  return "failed"
+
+
+def _tail(path: str, lines: int = 30) -> str:
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      return "".join(f.readlines()[-lines:])
+  except OSError:
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Finished runs
+# ---------------------------------------------------------------------------------------------
+def restore_run(workdir: str):
+  """(config, experiment, params) of a finished point (see tfjax.training.runs.restore_run)."""
+  from tfjax.training import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
+  run = runs.restore_run(workdir)  # has the experiment's model_config and dataset
+  return run.config, run, run.params
+
+
+def finite(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Child process entry point: python -m tfjax.research.sweep --config=... --workdir=... --point=NAME
+# ---------------------------------------------------------------------------------------------
+def _child_main(argv: Sequence[str]) -> int:
+  parser = argparse.ArgumentParser(description="Runs one sweep point (started by the sweep).")
+  parser.add_argument("--config", required=True)
+  parser.add_argument("--scale", default=None)
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--point", required=True)
+  parser.add_argument("--compilation_cache", default=None)
+  args = parser.parse_args(argv)
+  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  metrics.setup_logging()
+  sweep = load_sweep(args.config, args.scale)
+  if args.compilation_cache:
+    compile_cache.enable(args.compilation_cache)
+  try:
+    status = run_point(sweep, sweep.point(args.point), args.workdir)
+  except Exception:  # pylint: disable=broad-except
+    traceback.print_exc()
+    return 1
+  return EXIT_INTERRUPTED if status == "interrupted" else 0
+
+
+if __name__ == "__main__":
+  sys.exit(_child_main(sys.argv[1:]))

@@ -1,0 +1,150 @@
+"""XLA:CPU performance workarounds, kept out of the model blocks: a fusion boundary on the
+residual-stream gradient (one switch, `install`), and one flat gradient all-reduce for data
+parallelism over CPU devices.
+
+The fusion boundary. XLA:CPU fuses the elementwise backward math that forms the residual-stream
+gradient (LayerNorm's backward plus the skip-connection sum) into the transposes that feed the
+weight-gradient matmuls dW = x^T g, and such transpose fusions run scalar and strided. XLA:CPU
+drops `optimization_barrier`, but cannot fuse across a data-dependent `lax.cond`, so routing the
+cotangent through one makes it be written once, vectorized, and the transpose becomes a plain
+copy. docs/benchmarks.md ("Where XLA's CPU backward lost the time") has the profile and the
+measurements. (The same trick on the activation derivatives no longer paid and was dropped.)
+
+How it is applied, and why this way. The blocks (tfjax/nn/layers.py) are the published math only.
+A Flax method interceptor (`interceptor`) wraps the residual-stream input `x` of every
+`TransformerLayer.sublayer(name, x, fn)` call in an identity whose cotangent goes through the
+cond. Whoever builds a differentiated step wraps the function it traces with `applied(fn)`:
+  * the interceptor is entered inside the traced function, so it holds on whichever thread traces
+    it (Flax keeps interceptors per thread, like logical axis rules), and only there: eval,
+    init and decoding programs are untouched (the identity changes nothing without a gradient);
+  * `install(policy)` is the one switch, decided once at setup before any step is traced
+    (jit caches what it traced): 'auto' (the default, what a caller that never calls `install`
+    gets) turns it on when JAX's default backend is CPU, so GPU/TPU programs are exactly those
+    of the unwrapped function; 'on' / 'off' force it either way.
+A module-level policy read by the blocks would have kept the workaround's call site inside the
+model; the interceptor keeps the blocks unaware of it and the switch in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, Iterator
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+from jax.sharding import PartitionSpec
+
+from tfjax.nn.config import one_of
+from tfjax.nn.layers import TransformerLayer
+
+POLICIES = ("auto", "on", "off")
+_policy = "auto"
+
+
+def install(policy: str = "auto") -> None:
+  """Sets the fusion-boundary policy for every step traced afterwards: 'auto' (on iff JAX's
+  default backend is CPU), 'on' or 'off'. Call once at setup, before the first trace."""
+  global _policy
+  _policy = one_of("cpu_fusion policy", policy, POLICIES)
+
+
+def installed() -> str:
+  """The policy set by `install` ('auto' unless it was called)."""
+  return _policy
+
+
+def enabled() -> bool:
+  """Whether `applied` adds the fusion boundary (reads the backend for 'auto': call it after the
+  devices are configured, i.e. when tracing)."""
+  return _policy == "on" or (_policy == "auto" and _backend_is_cpu())
+
+
+def _backend_is_cpu() -> bool:
+  return jax.default_backend() == "cpu"
+
+
+def _materialized(value, like):
+  """`value`, computed in its own fusion: a cond whose predicate (on the primal `like`) is never
+  true but cannot be folded away. Linear in `value`, so JAX can transpose it."""
+  never = jnp.isnan(like.reshape(-1)[0])
+  return jax.lax.cond(never, jnp.zeros_like, lambda v: v, value)
+
+
+@jax.custom_jvp
+def materialized_cotangent(x):
+  """Identity whose cotangent is computed in its own fusion (see the module docstring)."""
+  return x
+
+
+@materialized_cotangent.defjvp
+def _materialized_cotangent_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  # A custom JVP (not VJP) keeps forward-mode autodiff working; transposed for the backward pass,
+  # this cond materializes the cotangent.
+  return x, _materialized(t, x)
+
+
+def interceptor(next_fun, args, kwargs, context):
+  """Flax method interceptor: the residual stream entering each `TransformerLayer.sublayer` goes
+  through `materialized_cotangent`; every other method call is passed through unchanged."""
+  if context.method_name == "sublayer" and isinstance(context.module, TransformerLayer):
+    if len(args) != 3 or kwargs:
+      raise TypeError("cpu_fusion.interceptor expects TransformerLayer.sublayer(name, x, fn) "
+                      f"called positionally; got {len(args)} positional and {sorted(kwargs)}")
+    name, x, fn = args
+    return next_fun(name, materialized_cotangent(x), fn)
+  return next_fun(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def intercepting() -> Iterator[None]:
+  """Inside: model code traced on this thread gets the fusion boundary if `enabled()`."""
+  if not enabled():
+    yield
+    return
+  with nn.intercept_methods(interceptor):
+    yield
+
+
+def applied(fn: Callable) -> Callable:
+  """`fn` (a loss or step function to be traced and differentiated) running under
+  `intercepting()`: wrap the function once where the step is built."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with intercepting():
+      return fn(*args, **kwargs)
+  return wrapped
+
+
+def flat_all_reduce_applies(mesh, model_config) -> bool:
+  """Whether `summed_over_shards` should replace GSPMD's gradient all-reduce: on one CPU host,
+  a mesh that is data parallel only (config.mesh.cpu_devices), and no dropout (whose masks
+  shard_map would draw per shard, unlike the global draw of the other path)."""
+  data_only = mesh.shape.get("data", 1) > 1 and mesh.size == mesh.shape["data"]
+  return (_backend_is_cpu() and jax.process_count() == 1 and data_only
+          and model_config.dropout == 0 and model_config.attention_dropout == 0)
+
+
+def summed_over_shards(fn, mesh, batch_spec):
+  """`fn(params, batch, rng) -> pytree of sums over the batch`, computed on each data shard and
+  added up with ONE all-reduce of a flat vector.
+
+  Why: XLA:CPU all-reduces a tuple of buffers one rendezvous per buffer (~50 per step for a
+  4-layer GPT), and each rendezvous waits for the slower device; one flat buffer makes it one
+  (docs/benchmarks.md, "One flat gradient all-reduce"). The sums equal GSPMD's to float
+  rounding: tests/test_sharding.py (8 devices vs 1) and tests/test_train.py (with gradient
+  accumulation)."""
+  axes = batch_spec[0]
+
+  def local(params, batch, rng):
+    with nn.logical_axis_rules(()):  # inside shard_map every array is already this shard's
+      sums = fn(params, batch, rng)
+    flat, unflatten = ravel_pytree(sums)
+    return unflatten(jax.lax.psum(flat, axes))
+
+  replicated = PartitionSpec()
+  return jax.shard_map(local, mesh=mesh, in_specs=(replicated, batch_spec, replicated),
+                       out_specs=replicated, check_vma=False)

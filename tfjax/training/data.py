@@ -1,0 +1,541 @@
+"""Datasets as batches of NumPy arrays: text LM / masked LM and the synthetic tasks.
+
+`make_dataset(data_config, task, workdir)` picks the dataset by `data_config.name`; start the config
+from `default_data_config()`, which lists every key with its meaning.
+
+Multi-host contract: every dataset has
+  train_batch(index, batch_size, row_start=0, row_count=None) -> dict of arrays
+where row r of global batch `index` is a pure function of (seed, index, r). Process p of P builds
+only its rows (row_start=p*B/P, row_count=B/P) and the global batch is identical whatever P is;
+resuming needs only the batch index (`DataIterator.state()`). `eval_batches(...)` is deterministic
+(a fixed eval seed, independent of the training seed, so every run is evaluated on the same data)
+and returns [(group_name, batch)]; metrics are averaged over the batches that share a name.
+
+Text batches (all int32 except float32 `weights`; weights 1 = counts in the loss):
+  lm,  mode='random': inputs [B,L], targets [B,L], weights [B,L]. Each row is a random window of
+       L+1 tokens w of the split (nanoGPT): inputs = w[:-1], targets = w[1:].
+  lm,  mode='packed': the same plus segment_ids [B,L] (1, 2, ... per document, 0 = padding) and
+       positions [B,L] (0-based within each document). Targets never cross a document: weight 0 at
+       each document's last token and on padding.
+  mlm: inputs [B,L] (BERT-masked), targets [B,L] (original tokens), weights [B,L] (1 at the ~15%
+       selected positions); plus segment_ids and positions in packed mode. The [MASK] token is
+       one extra id appended after the tokenizer's: mask_id = tokenizer.vocab_size, and the
+       dataset's vocab_size = tokenizer.vocab_size + 1 (size the model's embedding by it).
+Synthetic batches: see tfjax.training.synthetic.
+
+Randomness for text comes from a counter-based hash of (seed, stream, index, row[, position]):
+vectorized over the batch, so building a 64 x 257 batch costs well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.request
+from collections.abc import Mapping
+from typing import Optional
+
+import ml_collections
+import numpy as np
+
+from tfjax.training import files, synthetic
+from tfjax.training.synthetic import row_range
+from tfjax.training.tokenizers import (TOKENIZER_FILE, ByteTokenizer, Tokenizer, load_tokenizer,
+                              make_tokenizer)
+
+TEXT_DATASETS = ("tinyshakespeare", "text")
+DATASETS = TEXT_DATASETS + tuple(synthetic.TASKS)
+MODES = ("random", "packed")
+EVAL_MODES = ("random", "sequential")
+DOC_SPLITS = ("blank_lines", "chunks")
+
+DATA_DIR_ENV = "TFJAX_DATA_DIR"
+CACHE_DIR_ENV = "TFJAX_CACHE_DIR"
+TINYSHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt")
+
+# Stream tags keep the random numbers of different uses independent for the same seed.
+_TRAIN, _EVAL, _TRAIN_MASK, _EVAL_MASK = 0, 1, 2, 3
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  """Every data key with its default. make_dataset reads them without defaults (a missing key is
+  an error), so build configs from this."""
+  c = ml_collections.ConfigDict()
+  c.name = "tinyshakespeare"  # one of DATASETS: 'tinyshakespeare', 'text' or a synthetic task
+  c.path = ""  # name='text': the UTF-8 text file to read
+  # Text datasets.
+  c.tokenizer = "char"  # 'byte' (256 ids) | 'char' (corpus chars) | 'bpe' (needs `tokenizers`)
+  c.bpe_vocab_size = 1024  # tokenizer='bpe': target vocabulary size (>= 256)
+  c.seq_len = 256  # tokens per row (L); random LM windows take L+1 tokens
+  c.val_fraction = 0.1  # last fraction of the text (in characters) is the validation split
+  c.mode = "random"  # 'random' windows (nanoGPT) | 'packed' documents with segment_ids
+  c.doc_split = "blank_lines"  # packed: documents = paragraphs split on blank lines | 'chunks'
+  c.doc_chunk_tokens = 128  # packed with doc_split='chunks': tokens per document
+  c.eval_mode = "random"  # text eval: 'random' windows (eval_seed) | 'sequential' (whole split)
+  c.mlm_prob = 0.15  # task='mlm': fraction selected (then 80% [MASK], 10% random, 10% kept)
+  # All datasets.
+  c.seed = 0  # training stream: row r of batch i depends only on (seed, i, r)
+  c.eval_seed = 1234  # evaluation data; keep fixed so different runs see the same eval set
+  # Synthetic tasks (copy, reverse, sort, addition, associative_recall, majority).
+  c.train_lengths = (1, 16)  # inclusive (min, max) task length for training rows
+  c.test_lengths = (8, 16, 24, 32)  # one eval group 'len_<n>' per length
+  c.form = "decoder"  # 'decoder' (task='lm') | 'seq2seq' (task='seq2seq'); majority: classification
+  c.num_symbols = 16  # alphabet size of copy/reverse/sort/associative_recall/majority
+  return c
+
+
+def _require(cfg, key: str):
+  try:
+    return cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
+  except (AttributeError, KeyError):
+    raise KeyError(f"data config has no key {key!r}; build it from "
+                   "tfjax.training.data.default_data_config()") from None
+
+
+# --- counter-based randomness ------------------------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+
+
+def _u64(key) -> np.ndarray:
+  if isinstance(key, (int, np.integer)):
+    return np.uint64(int(key) & _MASK64)
+  return np.asarray(key).astype(np.uint64)
+
+
+def hash_bits(*keys) -> np.ndarray:
+  """64 random bits, a pure function of the integer keys (broadcast together), via splitmix64."""
+  h = np.uint64(0)
+  with np.errstate(over="ignore"):
+    for k in keys:
+      z = (h ^ _u64(k)) + np.uint64(0x9E3779B97F4A7C15)
+      z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+      z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+      h = z ^ (z >> np.uint64(31))
+  return h
+
+
+def _uniform(bits) -> np.ndarray:
+  return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def _randint(bits, n: int) -> np.ndarray:
+  # Modulo bias is < n / 2**64: negligible for any corpus size.
+  return (bits % np.uint64(n)).astype(np.int64)
+
+
+# --- masked LM ---------------------------------------------------------------------------------
+
+
+def mask_tokens(inputs, seed, vocab_size: int, mask_id: int, maskable=None, prob: float = 0.15,
+                *, rows=None):
+  """BERT masking -> (masked_inputs, targets, weights), all [B, L].
+
+  Each position with `maskable` True (default: all; pass False for padding / special tokens) is
+  selected with probability `prob`; a selected token becomes `mask_id` 80% of the time, a uniform
+  random id in [0, vocab_size) 10%, and stays 10%. targets = the original inputs, weights = 1.0
+  exactly at selected positions. The randomness at (b, t) is a pure function of
+  (*seed, rows[b], t): `seed` is a tuple of ints and `rows` the global row numbers (default
+  0..B-1), so a process holding a slice of the batch masks its rows as the full batch would.
+  """
+  inputs = np.asarray(inputs, np.int32)
+  num_rows, length = inputs.shape
+  rows = np.arange(num_rows) if rows is None else np.asarray(rows)
+  base = hash_bits(*seed, rows[:, None], np.arange(length)[None, :])
+  selected = _uniform(hash_bits(base, 0)) < prob
+  if maskable is not None:
+    selected &= np.asarray(maskable, bool)
+  kind = _uniform(hash_bits(base, 1))
+  random_ids = _randint(hash_bits(base, 2), vocab_size)
+  masked = np.where(selected & (kind < 0.8), mask_id,
+                    np.where(selected & (kind < 0.9), random_ids, inputs)).astype(np.int32)
+  return masked, inputs.copy(), selected.astype(np.float32)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def _download(url: str, dest: str) -> None:
+  """Fetches url into dest (write-then-rename, so concurrent processes never see half a file)."""
+  os.makedirs(os.path.dirname(dest), exist_ok=True)
+  with urllib.request.urlopen(url, timeout=60) as response, files.replaced_atomically(
+      dest, "wb") as f:
+    f.write(response.read())
+
+
+def cache_dir() -> str:
+  return os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfjax")
+
+
+def tinyshakespeare_path() -> str:
+  """$TFJAX_DATA_DIR/tinyshakespeare/input.txt if present, else the cached copy (fetched once)."""
+  rel = os.path.join("tinyshakespeare", "input.txt")
+  data_dir = os.environ.get(DATA_DIR_ENV)
+  if data_dir and os.path.exists(os.path.join(data_dir, rel)):
+    return os.path.join(data_dir, rel)
+  cached = os.path.join(cache_dir(), rel)
+  if os.path.exists(cached):
+    return cached
+  try:
+    _download(TINYSHAKESPEARE_URL, cached)
+  except Exception as e:  # any network / filesystem failure gets the same actionable message
+    where = os.path.join(data_dir, rel) if data_dir else f"${DATA_DIR_ENV}/{rel}"
+    raise FileNotFoundError(
+        f"Tiny Shakespeare not found and the download from {TINYSHAKESPEARE_URL} failed ({e!r}). "
+        f"Put the file at {where} (set {DATA_DIR_ENV} to the folder holding tinyshakespeare/), "
+        f"or at {cached} (the cache: ${CACHE_DIR_ENV} or ~/.cache/tfjax)") from e
+  return cached
+
+
+def read_text(path: str) -> str:
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"text file not found: {path}")
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  if not text:
+    raise ValueError(f"text file {path} is empty (0 characters)")
+  return text
+
+
+def split_text(text: str, val_fraction: float) -> tuple[str, str]:
+  """First (1 - val_fraction) of the characters for training, the rest for validation."""
+  if not 0.0 < val_fraction < 1.0:
+    raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+  cut = int(len(text) * (1.0 - val_fraction))
+  return text[:cut], text[cut:]
+
+
+# --- packing -----------------------------------------------------------------------------------
+
+
+def pack_documents(docs: list, row_len: int) -> dict:
+  """Greedily packs token arrays, in order, into rows of `row_len` tokens.
+
+  Documents longer than a row are cut into row-sized pieces (each its own segment). Returns
+  `tokens`, `segment_ids` (1, 2, ... within a row; 0 = padding) and `positions` (0-based within
+  each segment), all int32 [num_rows, row_len].
+  """
+  pieces = [d[i:i + row_len] for d in docs for i in range(0, len(d), row_len)]
+  rows, current, used = [], [], 0
+  for piece in pieces:
+    if used + len(piece) > row_len:
+      rows.append(current)
+      current, used = [], 0
+    current.append(piece)
+    used += len(piece)
+  if current:
+    rows.append(current)
+  out = {k: np.zeros((len(rows), row_len), np.int32)
+         for k in ("tokens", "segment_ids", "positions")}
+  for r, row in enumerate(rows):
+    start = 0
+    for s, piece in enumerate(row, start=1):
+      end = start + len(piece)
+      out["tokens"][r, start:end] = piece
+      out["segment_ids"][r, start:end] = s
+      out["positions"][r, start:end] = np.arange(len(piece))
+      start = end
+  return out
+
+
+def _packed_lm_targets(tokens, segment_ids):
+  """Next token within the same segment; weight 0 at each segment's last token and padding."""
+  same = (segment_ids[:, 1:] == segment_ids[:, :-1]) & (segment_ids[:, :-1] != 0)
+  targets = np.zeros_like(tokens)
+  weights = np.zeros(tokens.shape, np.float32)
+  targets[:, :-1] = np.where(same, tokens[:, 1:], 0)
+  weights[:, :-1] = same
+  return targets, weights
+
+
+# --- text dataset ------------------------------------------------------------------------------
+
+
+def text_vocab_size(tokenizer_vocab_size: int, task: str) -> int:
+  """The model vocabulary of a text dataset: the tokenizer's, + 1 for [MASK] when task='mlm'."""
+  return tokenizer_vocab_size + (1 if task == "mlm" else 0)
+
+
+class TextDataset:
+  """A tokenized text file for task 'lm' or 'mlm', split into train / val (see module docstring).
+
+  Attributes: `tokenizer`, `task`, `mode`, `seq_len` (L), `vocab_size` (model vocabulary: the
+  tokenizer's, + 1 for [MASK] when task='mlm'), `mask_id` (mlm, else None), `source` (file path),
+  `train_tokens`, `val_tokens` (int32 arrays of each split).
+  """
+
+  def __init__(self, text: str, tokenizer: Tokenizer, *, source: str, task: str = "lm",
+               seq_len: int = 256, val_fraction: float = 0.1, mode: str = "random",
+               doc_split: str = "blank_lines", doc_chunk_tokens: int = 128,
+               eval_mode: str = "random", mlm_prob: float = 0.15, seed: int = 0,
+               eval_seed: int = 1234):
+    if task not in ("lm", "mlm"):
+      raise ValueError(f"text datasets support tasks 'lm' and 'mlm', not {task!r}")
+    _check_choice("mode", mode, MODES)
+    _check_choice("eval_mode", eval_mode, EVAL_MODES)
+    _check_choice("doc_split", doc_split, DOC_SPLITS)
+    if seq_len < 1:
+      raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    self.tokenizer, self.task, self.mode, self.seq_len = tokenizer, task, mode, int(seq_len)
+    self.source, self.eval_mode, self.mlm_prob = source, eval_mode, float(mlm_prob)
+    self.seed, self.eval_seed = int(seed), int(eval_seed)
+    self.mask_id = tokenizer.vocab_size if task == "mlm" else None
+    self.vocab_size = text_vocab_size(tokenizer.vocab_size, task)
+
+    train_text, val_text = split_text(text, val_fraction)
+    self.train_tokens = tokenizer.encode(train_text)
+    self.val_tokens = tokenizer.encode(val_text)
+    minimum = self.seq_len + 1
+    for split, tokens in (("train", self.train_tokens), ("val", self.val_tokens)):
+      if len(tokens) < minimum:
+        raise ValueError(
+            f"{source} is too short: its {split} split has {len(tokens)} tokens ({len(text)} "
+            f"characters in the file, val_fraction={val_fraction}), but seq_len={self.seq_len} "
+            f"needs at least {minimum} tokens in each split")
+    if mode == "packed":
+      self._packed = {
+          "train": self._pack(train_text, self.train_tokens, doc_split, doc_chunk_tokens),
+          "val": self._pack(val_text, self.val_tokens, doc_split, doc_chunk_tokens),
+      }
+
+  def _pack(self, text, tokens, doc_split, doc_chunk_tokens) -> dict:
+    if doc_split == "blank_lines":
+      paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+      docs = self.tokenizer.encode_batch(paragraphs)
+    else:
+      docs = [tokens[i:i + doc_chunk_tokens] for i in range(0, len(tokens), doc_chunk_tokens)]
+    # A one-token document has nothing to predict (lm) and nothing to attend to (mlm): drop it.
+    packed = pack_documents([d for d in docs if len(d) >= 2], self.seq_len)
+    if not len(packed["tokens"]):
+      raise ValueError(f"{self.source}: no document of >= 2 tokens to pack (doc_split={doc_split})")
+    if self.task == "lm":
+      packed["targets"], packed["weights"] = _packed_lm_targets(packed["tokens"],
+                                                                packed["segment_ids"])
+    return packed
+
+  # --- batches --------------------------------------------------------------------------------
+
+  def train_batch(self, index: int, batch_size: int, row_start: int = 0,
+                  row_count: Optional[int] = None) -> dict:
+    """Rows [row_start, row_start+row_count) of global training batch `index`."""
+    rows = np.asarray(row_range(batch_size, row_start, row_count))
+    return self._random_batch("train", (self.seed, _TRAIN, index), rows,
+                              mask_seed=(self.seed, _TRAIN_MASK, index))
+
+  def eval_batches(self, batch_size: int, num_batches: Optional[int] = None, *,
+                   mode: Optional[str] = None, row_start: int = 0,
+                   row_count: Optional[int] = None) -> list:
+    """[('val', batch)] from the validation split, the same in every run.
+
+    mode (default: the dataset's eval_mode): 'random' = `num_batches` batches of random rows drawn
+    with eval_seed (nanoGPT's estimate_loss); 'sequential' = the split in order (lm random mode:
+    non-overlapping windows, every target counted once; packed: the packed rows in order), at
+    most `num_batches` batches (None = all); the tail is padded with weight-0 rows.
+    """
+    mode = self.eval_mode if mode is None else mode
+    _check_choice("eval mode", mode, EVAL_MODES)
+    rows = np.asarray(row_range(batch_size, row_start, row_count))
+    if mode == "random":
+      if num_batches is None:
+        raise ValueError("random eval needs num_batches")
+      return [("val", self._random_batch("val", (self.eval_seed, _EVAL, b), rows,
+                                         mask_seed=(self.eval_seed, _EVAL_MASK, b)))
+              for b in range(num_batches)]
+    all_rows = self._sequential_rows()
+    total = -(-len(all_rows["inputs"]) // batch_size)
+    num_batches = total if num_batches is None else min(num_batches, total)
+    out = []
+    for b in range(num_batches):
+      ids = b * batch_size + rows
+      present = ids < len(all_rows["inputs"])
+      batch = {k: np.where(present.reshape((-1,) + (1,) * (v.ndim - 1)),
+                           v[np.minimum(ids, len(v) - 1)], 0).astype(v.dtype)
+               for k, v in all_rows.items()}
+      if self.task == "mlm":
+        batch = self._mask(batch, (self.eval_seed, _EVAL_MASK, b), ids)
+      out.append(("val", batch))
+    return out
+
+  def _random_batch(self, split: str, key: tuple, rows: np.ndarray, mask_seed: tuple) -> dict:
+    bits = hash_bits(*key, rows)
+    if self.mode == "packed":
+      packed = self._packed[split]
+      picked = _randint(bits, len(packed["tokens"]))  # rows sampled with replacement
+      batch = self._from_packed(packed, picked)
+    else:
+      tokens = self.train_tokens if split == "train" else self.val_tokens
+      width = self.seq_len + (1 if self.task == "lm" else 0)
+      starts = _randint(bits, len(tokens) - width + 1)
+      windows = tokens[starts[:, None] + np.arange(width)[None, :]]
+      batch = self._from_windows(windows, np.ones(windows.shape, bool))
+    if self.task == "mlm":
+      batch = self._mask(batch, mask_seed, rows)
+    return batch
+
+  def _from_windows(self, windows, valid) -> dict:
+    if self.task == "lm":
+      return {"inputs": windows[:, :-1], "targets": windows[:, 1:],
+              "weights": valid[:, 1:].astype(np.float32)}
+    return {"inputs": windows, "targets": windows.copy(), "weights": valid.astype(np.float32)}
+
+  def _from_packed(self, packed, picked) -> dict:
+    batch = {"inputs": packed["tokens"][picked], "segment_ids": packed["segment_ids"][picked],
+             "positions": packed["positions"][picked]}
+    if self.task == "lm":
+      batch["targets"], batch["weights"] = packed["targets"][picked], packed["weights"][picked]
+    else:
+      batch["targets"] = batch["inputs"].copy()
+      batch["weights"] = (batch["segment_ids"] != 0).astype(np.float32)
+    return batch
+
+  def _mask(self, batch, seed, rows) -> dict:
+    # Before masking, weights mark the real tokens (padding 0): only those may be selected.
+    masked, targets, weights = mask_tokens(
+        batch["inputs"], seed, self.tokenizer.vocab_size, self.mask_id,
+        maskable=batch["weights"] > 0, prob=self.mlm_prob, rows=rows)
+    return {**batch, "inputs": masked, "targets": targets, "weights": weights}
+
+  def _sequential_rows(self) -> dict:
+    """Every validation row in order, unmasked."""
+    if self.mode == "packed":
+      packed = self._packed["val"]
+      return self._from_packed(packed, np.arange(len(packed["tokens"])))
+    tokens, length = self.val_tokens, self.seq_len
+    if self.task == "lm":
+      # Windows of L+1 tokens overlapping by one: each target appears once; the tail window is
+      # padded (padding sits after the real tokens, so causal attention never sees it).
+      starts = np.arange(0, len(tokens) - 1, length)
+      idx = starts[:, None] + np.arange(length + 1)[None, :]
+    else:
+      # Bidirectional attention would see padding, so only whole windows; the tail is dropped.
+      starts = np.arange(0, len(tokens) - length + 1, length)
+      idx = starts[:, None] + np.arange(length)[None, :]
+    valid = idx < len(tokens)
+    windows = np.where(valid, tokens[np.minimum(idx, len(tokens) - 1)], 0).astype(np.int32)
+    return self._from_windows(windows, valid)
+
+  def decode(self, ids) -> str:
+    """Token ids -> text; the [MASK] id (mlm) shows as '[MASK]'."""
+    ids = np.asarray(ids).reshape(-1)
+    if self.mask_id is None:
+      return self.tokenizer.decode(ids)
+    parts, run = [], []
+    for i in ids:
+      if i == self.mask_id:
+        parts += [self.tokenizer.decode(run), "[MASK]"]
+        run = []
+      else:
+        run.append(int(i))
+    return "".join(parts) + self.tokenizer.decode(run)
+
+
+def _check_choice(what: str, value, choices) -> None:
+  if value not in choices:
+    raise ValueError(f"unknown {what} {value!r}; choices: {list(choices)}")
+
+
+# --- iteration ---------------------------------------------------------------------------------
+
+
+class DataIterator:
+  """Walks a dataset's training batches in order; its state is just the next batch index.
+
+  `state()` is JSON-able and the same on every process (row_start / row_count only pick this
+  process's rows), so one saved state restores a run on any number of processes.
+  """
+
+  def __init__(self, dataset, batch_size: int, start_index: int = 0, row_start: int = 0,
+               row_count: Optional[int] = None):
+    self.dataset, self.batch_size = dataset, batch_size
+    self.index, self.row_start, self.row_count = int(start_index), row_start, row_count
+
+  def next(self) -> dict:
+    batch = self.dataset.train_batch(self.index, self.batch_size, self.row_start, self.row_count)
+    self.index += 1
+    return batch
+
+  __next__ = next
+
+  def __iter__(self):
+    return self
+
+  def state(self) -> dict:
+    return {"index": self.index}
+
+  def restore(self, state: dict) -> None:
+    self.index = int(state["index"])
+
+
+# --- registry ----------------------------------------------------------------------------------
+
+
+def make_dataset(data_config, task: str, workdir: Optional[str] = None):
+  """The dataset `data_config.name` for `task` (one of tfjax.training.tasks.TASKS).
+
+  Text datasets ('tinyshakespeare', 'text') serve 'lm' and 'mlm'; their tokenizer is saved in /
+  loaded from `workdir` (None: not saved). Synthetic sequence tasks serve 'lm' with
+  form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' serves 'classification'.
+  """
+  name = _require(data_config, "name")
+  _check_choice("dataset name", name, DATASETS)
+  get = lambda key: _require(data_config, key)  # noqa: E731
+  if name in TEXT_DATASETS:
+    if task not in ("lm", "mlm"):
+      raise ValueError(f"dataset {name!r} serves tasks 'lm' and 'mlm', not {task!r}")
+    if name == "tinyshakespeare":
+      path = tinyshakespeare_path()
+    else:
+      path = get("path")
+      if not path:
+        raise ValueError("dataset 'text' needs data_config.path: the text file to read")
+    text = read_text(path)
+    # The char vocabulary must cover the val split too; BPE is trained on the train split only.
+    corpus = text if get("tokenizer") == "char" else split_text(text, get("val_fraction"))[0]
+    tokenizer = make_tokenizer(get("tokenizer"), corpus, workdir,
+                               bpe_vocab_size=get("bpe_vocab_size"))
+    return TextDataset(text, tokenizer, source=path, task=task, seq_len=get("seq_len"),
+                       val_fraction=get("val_fraction"), mode=get("mode"),
+                       doc_split=get("doc_split"), doc_chunk_tokens=get("doc_chunk_tokens"),
+                       eval_mode=get("eval_mode"), mlm_prob=get("mlm_prob"), seed=get("seed"),
+                       eval_seed=get("eval_seed"))
+  # data_config.form is ignored by majority, which has only the classification layout.
+  form = "classification" if name == "majority" else get("form")
+  _check_choice("form", form, synthetic.FORMS + ("classification",))
+  expected = {"decoder": "lm", "seq2seq": "seq2seq", "classification": "classification"}[form]
+  if task != expected:
+    raise ValueError(f"synthetic task {name!r} with form {form!r} serves task {expected!r}, not "
+                     f"{task!r} (decoder -> 'lm', seq2seq -> 'seq2seq', majority -> "
+                     "'classification')")
+  return synthetic.SyntheticDataset(
+      name, form=form, train_lengths=tuple(get("train_lengths")),
+      test_lengths=tuple(get("test_lengths")), num_symbols=get("num_symbols"),
+      seed=get("seed"), eval_seed=get("eval_seed"))
+
+
+def resolve_vocab_size(config, dataset=None, *, workdir: Optional[str] = None,
+                       unknown: Optional[int] = None) -> int:
+  """config.model.vocab_size, where 0 (or None) means the data's vocabulary. The one place that
+  resolves vocab_size=0 (training, reading a run back, parameter accounting, sweeps).
+
+  The data's vocabulary is `dataset.vocab_size` when the dataset is built; else, without building
+  it, a synthetic task's, the tokenizer saved in `workdir`'s, or the byte tokenizer's. A char or
+  BPE vocabulary not yet saved is known only once its corpus is read: then `unknown` if given (a
+  stand-in for checks that need only a valid number, e.g. a sweep's), else ValueError."""
+  given = config.model.get("vocab_size")
+  if given not in (0, None):
+    return int(given)
+  if dataset is not None:
+    return int(dataset.vocab_size)
+  name = _require(config.data, "name")
+  if name not in TEXT_DATASETS:
+    return synthetic.vocab_size(name, _require(config.data, "num_symbols"))
+  if workdir is not None and os.path.exists(os.path.join(workdir, TOKENIZER_FILE)):
+    return text_vocab_size(load_tokenizer(workdir).vocab_size, config.task)
+  if config.data.tokenizer == "byte":
+    return text_vocab_size(ByteTokenizer().vocab_size, config.task)
+  if unknown is not None:
+    return unknown
+  raise ValueError("model.vocab_size=0 takes the vocabulary from the data's "
+                   f"'{config.data.tokenizer}' tokenizer; give it here with "
+                   "--config.model.vocab_size=N")

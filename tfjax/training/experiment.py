@@ -1,0 +1,247 @@
+"""Experiment setup: validate a config, build its data, model and optimizer, lay out the sharded
+train state, and jit the steps with their shardings.
+
+Everything here happens before a run touches its workdir, so a bad config fails with nothing
+written. The loop (tfjax/training/train.py), the benchmarks and the tests all set up through this module;
+reading a finished run back (tfjax/training/runs.py) uses only `model_config` and `state_layout`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from tfjax.training import cpu_fusion, data, runtime, sharding, steps, tasks
+from tfjax.nn.config import ModelConfig, one_of
+from tfjax.nn.models import build_model
+from tfjax.training.optimizer import make_optimizer
+from tfjax.training.sharding import BatchPlacement
+from tfjax.training.steps import TrainState
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Experiment:
+  """Everything a run needs, built and validated before the workdir is touched."""
+  config: Any
+  model_config: ModelConfig
+  dataset: Any
+  optimizer: optax.GradientTransformation
+  schedule: optax.Schedule
+
+
+def model_config(config, dataset=None, *, workdir: str | None = None) -> ModelConfig:
+  """The validated ModelConfig of an experiment config, vocab_size=0 resolved from the data
+  (data.resolve_vocab_size: from `dataset` if built, else without building it)."""
+  model = dict(config.model)
+  model["vocab_size"] = data.resolve_vocab_size(config, dataset, workdir=workdir)
+  return ModelConfig.from_config(model)
+
+
+def prepare(config, workdir: str | None = None) -> Experiment:
+  """Validates the whole config and builds the data; raises ValueError naming any bad key."""
+  tasks.check_task(config.task)
+  # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
+  existing = workdir if workdir and os.path.isdir(workdir) else None
+  dataset = data.make_dataset(config.data, config.task, workdir=existing)
+  model_cfg = model_config(config, dataset)
+  tasks.check_task(config.task, model_cfg.family)
+  if model_cfg.vocab_size < dataset.vocab_size:
+    raise ValueError(
+        f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
+        f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
+  _check_loop_counts(config.train)
+  _check_batches(config)
+  _check_cpu_devices(config)
+  # Set once, before any step is traced (jit caches what it traced).
+  cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
+  optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
+                                       model_cfg.d_model)
+  return Experiment(config, model_cfg, dataset, optimizer, schedule)
+
+
+def _check_cpu_devices(config) -> None:
+  wanted = sharding.cpu_device_count(config)
+  user_set = sharding.HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", "")  # the user's wins
+  if wanted and not user_set and jax.default_backend() == "cpu" and (
+      jax.local_device_count() != wanted):
+    _log.warning("config.mesh.cpu_devices asks for %d CPU devices but JAX has %d: it must be "
+                 "applied before JAX starts (experiments/train.py does; elsewhere call "
+                 "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). Results "
+                 "are the same up to float rounding, only slower", wanted, jax.local_device_count(),
+                 sharding.HOST_DEVICES_FLAG, wanted)
+
+
+def _check_loop_counts(train_cfg) -> None:
+  for key in ("num_steps", "batch_size", "eval_batch_size", "eval_every", "log_every",
+              "checkpoint_every", "steps_per_call"):
+    value = train_cfg[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"train.{key}={value!r} must be a positive integer")
+
+
+def _check_batches(config) -> None:
+  """Batches split evenly into micro-batches, and every (micro-)batch over its batch shards."""
+  batch, accum = config.train.batch_size, config.optimizer.grad_accum_steps
+  if batch % accum:
+    raise ValueError(f"train.batch_size={batch} does not divide into optimizer.grad_accum_steps="
+                     f"{accum} micro-batches; use a multiple of {accum}")
+  sizes = sharding.mesh_shape(config.mesh, jax.device_count())
+  shards = sharding.batch_shards(sizes, sharding.rules(config))
+  micro = batch // accum
+  for key, rows in (("train.batch_size / optimizer.grad_accum_steps", micro),
+                    ("train.eval_batch_size", config.train.eval_batch_size)):
+    if rows % shards:
+      raise ValueError(
+          f"{key} = {rows} rows do not split over the {shards} batch shards of mesh "
+          f"{dict(zip(sharding.MESH_AXES, sizes))} (rules put 'batch' on "
+          f"{dict(sharding.rules(config)).get('batch')}); use a multiple of {shards}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sharded train state
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StateLayout:
+  """The train state's layout on a mesh, known without building the state.
+
+  abstract:  TrainState of ShapeDtypeStructs, each with its sharding: what a checkpoint restores
+             into (any mesh, any device count);
+  shardings: TrainState of NamedShardings (the jitted steps' in/out shardings);
+  init:      () -> the seeded TrainState, created directly in that layout (never whole on one
+             device).
+  """
+  abstract: Any
+  shardings: Any
+  init: Callable[[], TrainState]
+
+
+def state_layout(experiment: Experiment, placement: BatchPlacement) -> StateLayout:
+  """The StateLayout of `experiment` on `placement.mesh` (traces the init, allocates nothing)."""
+  model = build_model(experiment.model_config)
+  args, kwargs = tasks.model_inputs(experiment.dataset.train_batch(0, 1), experiment.config.task)
+  optimizer, mesh = experiment.optimizer, placement.mesh
+
+  # Jitted so that the shape queries below and the real init share one trace of the model.
+  @jax.jit
+  def init_boxed(rng):  # params still wrapped in their logical-axis metadata
+    return model.init(rng, *args, **kwargs)["params"]
+
+  @jax.jit
+  def init_fn(rng):
+    params_rng, train_rng = jax.random.split(rng)
+    params = nn.meta.unbox(init_boxed(params_rng))
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=optimizer.init(params), rng=train_rng)
+
+  rng = jax.random.PRNGKey(experiment.config.seed)
+  param_shardings = sharding.logical_shardings(mesh, jax.eval_shape(init_boxed, rng),
+                                               placement.rules)
+  # Optimizer moments shaped like params share the params' sharding (ZeRO-3 over fsdp).
+  shapes = jax.eval_shape(init_fn, rng)
+  shardings = sharding.follow_params(shapes, param_shardings, placement.replicated())
+  abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                          shapes, shardings)
+
+  def init() -> TrainState:  # out_shardings alone place the state: no mesh context is needed
+    return runtime.call_once(jax.jit(init_fn, out_shardings=shardings), rng)
+
+  return StateLayout(abstract, shardings, init)
+
+
+# ---------------------------------------------------------------------------------------------
+# The jitted steps
+# ---------------------------------------------------------------------------------------------
+def _train_step(experiment: Experiment, placement: BatchPlacement) -> Callable:
+  """The (unjitted) train step of this experiment on `placement.mesh`."""
+  config = experiment.config
+  train_model = build_model(experiment.model_config.replace(deterministic=False))
+  sum_over_shards = None
+  if cpu_fusion.flat_all_reduce_applies(placement.mesh, experiment.model_config):
+    sum_over_shards = functools.partial(cpu_fusion.summed_over_shards, mesh=placement.mesh,
+                                        batch_spec=placement.sharding.spec)
+  return steps.make_train_step(train_model, experiment.optimizer, experiment.schedule,
+                               config.task, config.train.label_smoothing,
+                               config.optimizer.grad_accum_steps, sum_over_shards)
+
+
+def jit_train_step(experiment: Experiment, placement: BatchPlacement, state_shardings):
+  """(state, batch) -> (state, metrics), jitted with its shardings; donates the state. Call it
+  (and the other jitted steps) inside `placement.axis_rules()` so activation constraints apply."""
+  return jax.jit(_train_step(experiment, placement),
+                 in_shardings=(state_shardings, placement.sharding),
+                 out_shardings=(state_shardings, placement.replicated()), donate_argnums=(0,))
+
+
+def jit_multi_step(experiment: Experiment, placement: BatchPlacement, state_shardings):
+  """steps.make_multi_step of the train step, jitted: (state, batches [K, B, ...] from
+  placement.put_stacked, np.int32 num_steps) -> (state, the last step's metrics)."""
+  return jax.jit(steps.make_multi_step(_train_step(experiment, placement)),
+                 in_shardings=(state_shardings, placement.stacked_sharding,
+                               placement.replicated()),
+                 out_shardings=(state_shardings, placement.replicated()), donate_argnums=(0,))
+
+
+def jit_eval_step(experiment: Experiment, placement: BatchPlacement, state_shardings):
+  """(params, batch) -> summed eval statistics (steps.make_eval_step), jitted."""
+  return jax.jit(steps.make_eval_step(build_model(experiment.model_config),
+                                      experiment.config.task),
+                 in_shardings=(state_shardings.params, placement.sharding),
+                 out_shardings=placement.replicated())
+
+
+def stack_batches(batches: list[dict], size: int) -> dict:
+  """[batch dicts] -> one dict of [size, B, ...] arrays; rows past len(batches) are zeros (the
+  multi-step never reads them: its step count says how many are real)."""
+  def stacked(key):
+    leaves = [np.asarray(b[key]) for b in batches]
+    return np.stack(leaves + [np.zeros_like(leaves[0])] * (size - len(leaves)))
+  return {key: stacked(key) for key in batches[0]}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRunner:
+  """Runs the next training steps on the iterator's next batches: `run(state, n)` -> (state, the
+  last step's metrics). `program` is the jitted function it calls and `abstract_args` that
+  program's arguments as shapes with shardings, to compile it ahead of the first call.
+
+  train.steps_per_call = 1: one train-step call per batch; K > 1: one multi-step call on K
+  stacked batches. The training loop and the benchmarks both step through it."""
+  run: Callable[[TrainState, int], tuple[TrainState, dict]]
+  program: Any
+  abstract_args: tuple
+
+
+def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: StateLayout,
+                     iterator: data.DataIterator) -> StepRunner:
+  train_cfg = experiment.config.train
+  per_call = train_cfg.steps_per_call
+  one_row = experiment.dataset.train_batch(0, 1)
+
+  if per_call == 1:
+    train_step = jit_train_step(experiment, placement, layout.shardings)
+
+    def run_one(state, num_steps):
+      assert num_steps == 1, num_steps
+      return train_step(state, placement.put(iterator.next()))
+    return StepRunner(run_one, train_step,
+                      (layout.abstract, placement.abstract(one_row, train_cfg.batch_size)))
+
+  multi_step = jit_multi_step(experiment, placement, layout.shardings)
+
+  def run_stacked(state, num_steps):
+    batches = stack_batches([iterator.next() for _ in range(num_steps)], per_call)
+    return multi_step(state, placement.put_stacked(batches), np.int32(num_steps))
+  return StepRunner(run_stacked, multi_step, (
+      layout.abstract, placement.abstract(one_row, train_cfg.batch_size, stacked=per_call),
+      jax.ShapeDtypeStruct((), jnp.int32)))

@@ -1,0 +1,110 @@
+"""`tfjax-train` / `python experiments/train.py`: train any config with one command.
+
+  python experiments/train.py --config=configs/NAME.py[:arg] --workdir=DIR [--config.key=value ...]
+
+With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a fresh
+workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
+
+Multi-process (multi-host) runs start the same command on every process. Under SLURM (`srun`) or
+Open MPI (`mpirun`) nothing else is needed (jax.distributed auto-detects them); elsewhere give
+--coordinator_address=HOST:PORT (process 0's host), --num_processes and --process_id, or the
+JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables. See
+docs/scaling.md.
+"""
+
+import datetime
+import logging
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from tfjax.training import defaults, metrics
+
+# The default run ships inside the package (tfjax/training/defaults.py's get_config), so an installed
+# `tfjax-train` works from any directory; configs/default.py is the same config.
+DEFAULT_CONFIG = defaults.__file__
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", DEFAULT_CONFIG, "Config file, e.g. configs/shakespeare_char.py or ...py:cpu.",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (checkpoints, metrics.jsonl, TensorBoard). Default: a fresh "
+    "runs/<config>-<time>.")
+_DISTRIBUTED = flags.DEFINE_enum(
+    "distributed", "auto", ["auto", "on", "off"],
+    "jax.distributed.initialize: auto = when the flags/environment below give settings or a "
+    "SLURM/Open MPI launch with > 1 task is detected; on = always (auto-detect); off = never.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS or "
+    "auto-detected).")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Processes in the run (default: $JAX_NUM_PROCESSES or auto-detected).")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index, 0..num_processes-1 (default: $JAX_PROCESS_ID or "
+    "auto-detected).")
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", "", "Persistent XLA compilation cache: a rerun, a resume or another seed "
+    "loads its programs instead of compiling them. Default $TFJAX_CACHE_DIR/xla or "
+    "~/.cache/tfjax/xla; 'none' turns it off.")
+_LOCAL_DEVICE_IDS = flags.DEFINE_list(
+    "local_device_ids", None, "Accelerators this process uses, e.g. 0,1,2,3 (default: "
+    "$JAX_LOCAL_DEVICE_IDS, or one per process as SLURM/Open MPI assign, or all).")
+
+
+def fresh_workdir(config_path: str) -> str:
+  """runs/<config name>-<time>; the package's default config is named 'default'."""
+  path = config_path.split(":")[0]
+  name = "default" if path == DEFAULT_CONFIG else os.path.splitext(os.path.basename(path))[0]
+  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  return os.path.join("runs", f"{name}-{stamp}")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from tfjax.training import compile_cache, distributed, sharding  # pylint: disable=g-import-not-at-top
+  try:  # before anything touches a device
+    sharding.configure_cpu_devices(_CONFIG.value)
+    distributed.initialize(
+        _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+        [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None,
+        mode=_DISTRIBUTED.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  compile_cache.enable(_COMPILATION_CACHE.value)
+  # pylint: disable-next=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
+  from tfjax.training import runtime, train
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
+    print("error: a multi-process run needs --workdir (on a filesystem all processes share)",
+          file=sys.stderr)
+    sys.exit(2)
+  if jax.process_index() != 0:  # one copy of the INFO lines; warnings still from every process
+    logging.getLogger("tfjax").setLevel(logging.WARNING)
+  workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
+  logging.getLogger("tfjax").info("workdir: %s", workdir)
+  runtime.freeze_startup_objects()  # after the imports, before tracing (see tfjax/training/runtime.py)
+  try:
+    final = train.train_and_evaluate(_CONFIG.value, workdir)
+  except ValueError as e:  # configuration and data errors: one clear line, no traceback
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
+  if jax.process_index() == 0:
+    print(f"done: {workdir} {summary}")
+
+
+def run():
+  app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+  metrics.setup_logging()
+  return flags.FLAGS(argv)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,108 @@
+"""Run output: WORKDIR/metrics.jsonl, TensorBoard events, and a progress bar or plain log lines.
+
+Only process 0 writes (multi-host runs call every method on every process).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+import jax
+
+from tfjax.training import runtime
+
+_log = logging.getLogger(__name__)
+
+
+def setup_logging() -> None:
+  """tfjax's own INFO lines on stderr; other libraries' (orbax logs every file it renames) only
+  from WARNING up. Every entry point (train, sweep, benchmarks) calls this first."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logger = logging.getLogger("tfjax")
+  if not logger.handlers:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False
+
+
+class MetricsWriter:
+  def __init__(self, workdir: str, total_steps: int, initial_step: int = 0,
+               progress: bool | None = None):
+    self.enabled = jax.process_index() == 0
+    self._jsonl = self._tb = self._bar = None
+    if not self.enabled:
+      return
+    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    try:
+      self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"))
+    except ImportError:  # pragma: no cover - tensorboardX is a dependency
+      _log.warning("tensorboardX missing: no TensorBoard events")
+    use_bar = sys.stderr.isatty() if progress is None else progress
+    if use_bar:
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+      self._bar = tqdm(total=total_steps, initial=initial_step, dynamic_ncols=True)
+
+  def write(self, step: int, metrics: dict) -> None:
+    if not self.enabled:
+      return
+    clean = {k: _to_python(v) for k, v in metrics.items()}
+    self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
+    self._jsonl.flush()
+    if self._tb is not None:
+      for key, value in clean.items():
+        if isinstance(value, (int, float)) and math.isfinite(value):
+          self._tb.add_scalar(key, value, step)
+    if self._bar is None:
+      shown = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items())
+      _log.info("step %d %s", step, shown)
+
+  def progress(self, step: int, loss: float, lr: float, tokens_per_sec: float) -> None:
+    if self._bar is not None:
+      self._bar.n = step
+      self._bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_sec:,.0f}",
+                            refresh=False)
+      self._bar.refresh()
+
+  def text(self, step: int, tag: str, text: str) -> None:
+    if not self.enabled:
+      return
+    _log.info("step %d %s: %s", step, tag, text)
+    if self._tb is not None:
+      self._tb.add_text(tag, text, step)
+
+  def close(self) -> None:
+    for handle in (self._bar, self._tb, self._jsonl):
+      if handle is not None:
+        handle.close()
+
+
+class Timer:
+  """Wall-clock throughput between log events."""
+
+  def __init__(self):
+    self.reset()
+
+  def reset(self):
+    self.start, self.steps = time.perf_counter(), 0
+
+  def rate(self, tokens_per_step: int) -> float:
+    elapsed = max(time.perf_counter() - self.start, 1e-9)
+    return self.steps * tokens_per_step / elapsed
+
+
+def _to_python(value):
+  if hasattr(value, "item"):
+    value = value.item()
+  return value
+
+
+def _fmt(value):
+  return f"{value:.4g}" if isinstance(value, float) else str(value)

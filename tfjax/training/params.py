@@ -1,0 +1,182 @@
+"""Parameter accounting: `python -m tfjax.params --config=configs/NAME.py`.
+
+FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan is tfjax/training/memory_plan.py.
+Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
+on a laptop) and are checked against `analytic_count`, a closed-form count from the config alone.
+The last line printed is `total: N`.
+
+  python -m tfjax.params --config=configs/NAME.py --mesh=DATA,FSDP,TENSOR [--seq_len=L]
+
+also prints, before that line, the per-device bytes of parameters, gradients, optimizer state and
+activations when training on that mesh (simulated from the mesh sizes and the sharding rules; no
+devices needed; tfjax/training/memory_plan.py and docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import traverse_util
+from ml_collections import config_flags
+
+from tfjax.nn.config import ModelConfig
+from tfjax.nn.models import build_model
+
+CATEGORIES = ("embeddings", "attention", "ffn", "norms", "output head")
+
+
+def _dummy_inputs(cfg: ModelConfig, length: int = 4):
+  x = jnp.zeros((1, min(length, cfg.max_len)), jnp.int32)
+  return (x, x) if cfg.family == "encoder_decoder" else (x,)
+
+
+def _shape_model(cfg: ModelConfig):
+  # Parameter shapes do not depend on the attention kernel; 'xla' traces on any backend (a
+  # 'cudnn' config is planned on a laptop).
+  return build_model(cfg.replace(attention_impl="xla"))
+
+
+def boxed_param_shapes(cfg: ModelConfig):
+  """The parameter tree with its nn.LogicallyPartitioned boxes (names), as ShapeDtypeStructs."""
+  model = _shape_model(cfg)
+  return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *_dummy_inputs(cfg)))["params"]
+
+
+def param_shapes(cfg: ModelConfig):
+  """The (unboxed) parameter tree as ShapeDtypeStructs, without allocating anything."""
+  return nn.meta.unbox(boxed_param_shapes(cfg))
+
+
+def _category(path) -> str:
+  names = [str(p) for p in path]
+  if any(n.endswith("norm") for n in names):
+    return "norms"
+  if any(n in ("self_attention", "cross_attention") for n in names):
+    return "attention"
+  if "ffn" in names:
+    return "ffn"
+  if names[0] == "embed":
+    return "embeddings"
+  return "output head"
+
+
+def count_by_category(cfg: ModelConfig) -> dict:
+  counts = collections.OrderedDict((c, 0) for c in CATEGORIES)
+  for path, leaf in traverse_util.flatten_dict(param_shapes(cfg)).items():
+    counts[_category(path)] += int(np.prod(leaf.shape))
+  return counts
+
+
+def analytic_count(cfg: ModelConfig) -> int:
+  """Closed-form parameter count, written from the architecture (not from the modules)."""
+  d, f, hd = cfg.d_model, cfg.d_ff, cfg.dim_per_head
+  h, kv = cfg.num_heads, cfg.kv_heads
+  norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
+  attn_bias = (h * hd + 2 * kv * hd + d) if cfg.attention_bias else 0
+  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
+  ffn_matrices = 3 if cfg.ffn in ("swiglu", "geglu") else 2
+  ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
+  encoder_layer = attention + ffn + 2 * norm
+  decoder_layer = 2 * attention + ffn + 3 * norm
+  final_norm = norm if cfg.norm_placement == "pre" else 0
+  embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
+  embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
+  untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+  if cfg.family == "decoder":
+    return embed + cfg.num_layers * encoder_layer + final_norm + untied_head
+  if cfg.family == "encoder_decoder":
+    return (embed + cfg.num_layers * encoder_layer + cfg.decoder_layers * decoder_layer
+            + 2 * final_norm + untied_head)
+  total = embed + cfg.num_layers * encoder_layer + final_norm
+  if cfg.mlm_head:
+    total += d * d + d + norm + cfg.vocab_size + untied_head
+  if cfg.pooler:
+    total += d * d + d
+  if cfg.num_classes:
+    total += d * cfg.num_classes + cfg.num_classes
+  return total
+
+
+def report(cfg: ModelConfig) -> str:
+  counts = count_by_category(cfg)
+  total = sum(counts.values())
+  expected = analytic_count(cfg)
+  if total != expected:  # Would mean a module and the architecture description disagree.
+    raise AssertionError(f"module count {total:,} != analytic count {expected:,}")
+  width = max(len(c) for c in CATEGORIES)
+  lines = [f"{name:<{width}}  {n:>15,}  {100 * n / total:5.1f}%" for name, n in counts.items()]
+  lines.append(f"total: {total}")
+  return "\n".join(lines)
+
+
+# ---- The command line ---------------------------------------------------------------------------
+def _sequence_lengths(config) -> tuple[int, int | None]:
+  """(decoder/LM row length, encoder length or None) of the config's training batches: built
+  from the data for synthetic tasks (cheap), else data.seq_len."""
+  if config.data.name in data.TEXT_DATASETS:
+    return int(config.data.seq_len), None
+  batch = data.make_dataset(config.data, config.task).train_batch(0, 1)
+  return tasks.row_lengths(batch, config.task)
+
+
+def parse_mesh(text: str) -> tuple[int, int, int]:
+  sizes = tuple(int(t) for t in text.replace("x", ",").split(","))
+  if len(sizes) != 3 or any(n < 1 for n in sizes):
+    raise ValueError(f"--mesh={text!r}: give three positive sizes DATA,FSDP,TENSOR, e.g. 1,8,1")
+  return sizes
+
+
+def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
+  cfg = experiment.model_config(config)
+  text = report(cfg)
+  if mesh:
+    sizes = parse_mesh(mesh)
+    data_len, enc_len = _sequence_lengths(config)
+    seq_len = seq_len or data_len
+    accum = config.optimizer.grad_accum_steps
+    optimizer, _ = make_optimizer(config.optimizer, config.train.num_steps, cfg.d_model)
+    plan = memory_plan.memory_plan(cfg, sizes, batch_size=config.train.batch_size,
+                                   seq_len=seq_len, optimizer=optimizer,
+                                   rules=sharding.rules(config), grad_accum_steps=accum,
+                                   enc_len=enc_len)
+    body, last = text.rsplit("\n", 1)
+    text = "\n".join([body, memory_plan.format_plan(plan, sizes, config.train.batch_size,
+                                                     seq_len, accum, cfg.remat),
+                      last])  # `total: N` stays the last line
+  print(text)
+
+
+def main() -> None:
+  """`python -m tfjax.params --config=FILE [--mesh=D,F,T] [--seq_len=L]`."""
+  config_flag = config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py).")
+  mesh_flag = flags.DEFINE_string(
+      "mesh", None, "DATA,FSDP,TENSOR mesh sizes (e.g. 1,8,1): also print per-device memory on "
+      "that mesh (simulated; no devices needed).")
+  seq_len_flag = flags.DEFINE_integer(
+      "seq_len", None, "Row length for the activation estimate (default: the config's data).")
+
+  def run(argv):
+    del argv
+    try:
+      _plan_and_print(config_flag.value, mesh_flag.value, seq_len_flag.value)
+    except ValueError as e:  # a bad --mesh or config: one clear line, no traceback
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  app.run(run, argv=sys.argv)
+
+
+if __name__ == "__main__":
+  # Imported only for the command line, not at the top: memory_plan imports this module (for the
+  # parameter shapes), so a top-level import would be circular for every other importer.
+  # pylint: disable=g-import-not-at-top
+  from tfjax.training import data, experiment, memory_plan, sharding, tasks
+  from tfjax.training.optimizer import make_optimizer
+  # pylint: enable=g-import-not-at-top
+  main()

@@ -1,0 +1,105 @@
+"""A run directory: writing its config.json, and reading a finished (or interrupted) run back.
+
+Reading is used by generation, the sweep's extra evaluations and the attention maps, so that each
+reads a run the same way: `config.json` -> the ConfigDict it was written from, the model with the
+run's own vocabulary, and the params of the newest readable checkpoint on this machine's devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Mapping
+
+import jax
+from ml_collections import config_dict
+
+from tfjax.training import checkpoint, data, experiment, files, sharding
+from tfjax.training import params as param_accounting
+from tfjax.nn.config import ModelConfig
+from tfjax.training.defaults import base_config
+
+CONFIG_FILE = "config.json"
+
+
+def config_from_json(values: Mapping[str, Any]) -> config_dict.ConfigDict:
+  """The ConfigDict a run's config.json was written from (JSON lists become tuples again)."""
+  config = base_config()
+
+  def update(node, new, prefix):
+    for key, value in new.items():
+      if key not in node:
+        raise ValueError(f"config.json has key {prefix}{key}, unknown to this version of tfjax")
+      if isinstance(node[key], config_dict.ConfigDict):
+        update(node[key], value, f"{prefix}{key}.")
+      elif isinstance(value, list):
+        node[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+      else:
+        node[key] = value
+
+  update(config, values, "")
+  return config
+
+
+def load_config(workdir: str) -> config_dict.ConfigDict:
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise ValueError(f"{workdir} has no config.json: not a tfjax training run directory")
+  return config_from_json(files.read_json(path))
+
+
+def prepare_workdir(workdir: str, config) -> None:
+  """Creates the workdir and writes its config.json, or checks that an existing run there is the
+  same model and task (resuming would mix two runs otherwise)."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, CONFIG_FILE)
+  current = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    previous = files.read_json(path)
+    if previous.get("model") != current.get("model") or previous.get("task") != current.get(
+        "task"):
+      raise ValueError(
+          f"{workdir} holds a run with a different model or task (see {path}); resuming would "
+          "mix them. Use a new --workdir, or restore the original config.")
+  if jax.process_index() == 0:  # one writer on a shared filesystem
+    files.write_json_atomic(path, current, indent=2, sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredRun:
+  """A run read back: its config, model, the step of the checkpoint read and its params."""
+  workdir: str
+  config: config_dict.ConfigDict
+  model_config: ModelConfig
+  step: int
+  params: Any  # host (NumPy) arrays
+
+  @functools.cached_property
+  def dataset(self):
+    """The run's dataset, built on first use (text: with the tokenizer saved in the workdir)."""
+    return data.make_dataset(self.config.data, self.config.task, workdir=self.workdir)
+
+
+def restore_run(workdir: str) -> RestoredRun:
+  """The params of the newest readable checkpoint in `workdir`, with the run's config and model.
+
+  Only the params are read, onto whatever devices this process has (replicated over them), not
+  the mesh the run trained on: checkpoints restore onto any mesh. Neither the dataset nor the
+  optimizer is built (RestoredRun.dataset builds the data when a caller first reads it).
+  """
+  config = load_config(workdir)
+  model_cfg = experiment.model_config(config, workdir=workdir)
+  replicated = sharding.replicated(sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1}))
+  abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
+                          param_accounting.param_shapes(model_cfg))
+  ckpt = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
+  try:
+    restored = ckpt.restore_params(abstract)
+  finally:
+    ckpt.close()
+  if restored is None:
+    raise ValueError(f"{workdir} has no readable checkpoint of this model yet")
+  step, params = restored
+  return RestoredRun(workdir, config, model_cfg, step, jax.device_get(params))

@@ -1,0 +1,209 @@
+"""The training loop: `train_and_evaluate(config, workdir)`.
+
+The step math is tfjax/training/steps.py, the setup (validation, sharded state, jitted steps) is
+tfjax/training/experiment.py, batch placement is tfjax.training.sharding.BatchPlacement and the startup workarounds
+are tfjax/training/runtime.py; this module only runs them in order. Resuming is exact: batch k is a pure
+function of (seed, k), dropout keys are fold_in(rng, step), and checkpoints hold params,
+optimizer state, step, rng and the data position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import signal
+
+import jax
+
+from tfjax.training import checkpoint, data, flops, metrics, runs, runtime, sampling, steps, tasks
+from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
+                              state_layout)
+from tfjax.training.sharding import BatchPlacement
+
+_log = logging.getLogger(__name__)
+
+
+def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = None) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint. Returns the last metrics.
+
+  `stop_after_step` behaves like a SIGTERM arriving during that step (checkpoint, then return): it
+  is how tests and the sweep launcher interrupt a run deterministically.
+  """
+  experiment = prepare(config, workdir)  # everything validated before anything is written
+  _prepare_workdir(workdir, experiment)
+  train_cfg = config.train
+  placement = BatchPlacement.for_config(config)
+  _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
+            jax.default_backend())
+  layout = state_layout(experiment, placement)
+  eval_step = jit_eval_step(experiment, placement, layout.shardings)
+  eval_batches = _placed_eval_batches(experiment, placement)
+  row_start, row_count = placement.process_rows(train_cfg.batch_size)
+  iterator = data.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
+                               row_count=row_count)
+  runner = make_step_runner(experiment, placement, layout, iterator)
+  ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+  compile_jobs = [(runner.program, runner.abstract_args)] + _eval_compile_jobs(
+      eval_step, layout, eval_batches)
+  with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
+      compiling_train, *compiling_eval):
+    state = _restored_or_initial_state(ckpt, layout, iterator, workdir)
+    step = int(jax.device_get(state.step))
+    writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, step)
+    throughput = _Throughput(experiment)
+    sampler = (sampling.GreedySampler(experiment, placement)
+               if sampling.GreedySampler.wanted(experiment) else None)
+    evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
+    config_json = json.loads(config.to_json_best_effort())
+    host_lead, last = runtime.HostLeadLimiter(), {}
+    with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
+      for future in compiling_eval:  # each is done before its function is first called (a call
+        future.result()               # meanwhile would compile again); re-raises compile errors
+      if step == 0 and train_cfg.eval_at_start:
+        last.update(evaluate(state, 0))
+      compiling_train.result()
+      while step < train_cfg.num_steps:
+        num_steps = _steps_this_call(step, train_cfg, stop_after_step)
+        state, step_metrics = runner.run(state, num_steps)
+        host_lead.wait_if_ahead(step_metrics)
+        step += num_steps
+        throughput.add_steps(num_steps)
+        if _due(step, train_cfg.log_every, train_cfg):
+          last.update(_log_train_metrics(writer, step, step_metrics, throughput))
+        if _due(step, train_cfg.eval_every, train_cfg):
+          last.update(evaluate(state, step))
+          throughput.reset()
+        if stop_after_step is not None and step >= stop_after_step:
+          stop.signum = stop.signum or signal.SIGTERM
+        if _due(step, train_cfg.checkpoint_every, train_cfg) or stop.signum is not None:
+          ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
+        if stop.signum is not None:
+          _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+          break
+    ckpt.wait()
+    ckpt.close()
+    writer.close()
+  return last
+
+
+def _prepare_workdir(workdir: str, experiment: Experiment) -> None:
+  """Writes (or checks) the run's config.json, and saves its tokenizer: generate.py and resumed
+  runs read it back."""
+  runs.prepare_workdir(workdir, experiment.config)
+  tokenizer = getattr(experiment.dataset, "tokenizer", None)
+  if tokenizer is not None and jax.process_index() == 0:
+    tokenizer.save(workdir)
+
+
+def _placed_eval_batches(experiment: Experiment, placement: BatchPlacement) -> list:
+  """[(group name, batch on the devices)]: the eval set is fixed, so it is placed once per run."""
+  train_cfg = experiment.config.train
+  row_start, row_count = placement.process_rows(train_cfg.eval_batch_size)
+  return [(name, placement.put(batch)) for name, batch in experiment.dataset.eval_batches(
+      train_cfg.eval_batch_size, train_cfg.eval_batches, row_start=row_start,
+      row_count=row_count)]
+
+
+def _eval_compile_jobs(eval_step, layout: StateLayout, eval_batches) -> list:
+  """One (eval_step, abstract args) per distinct batch shape (synthetic tasks have one per test
+  length)."""
+  by_shape = {tuple((k, v.shape, v.dtype) for k, v in b.items()): b for _, b in eval_batches}
+  return [(eval_step, (layout.abstract.params, b)) for b in by_shape.values()]
+
+
+def _restored_or_initial_state(ckpt: checkpoint.Checkpointer, layout: StateLayout,
+                               iterator: data.DataIterator, workdir: str) -> steps.TrainState:
+  """The newest checkpoint's state (and data position), else the seeded initial state."""
+  restored = ckpt.restore_latest(layout.abstract)
+  if restored is None:
+    return layout.init()
+  step, state, data_state = restored
+  iterator.restore(data_state)
+  _log.info("resumed from step %d in %s", step, workdir)
+  return state
+
+
+def _due(step: int, every: int, train_cfg) -> bool:
+  """Whether an event happening every `every` steps (and at the last step) happens at `step`."""
+  return step % every == 0 or step == train_cfg.num_steps
+
+
+def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
+  """Steps the next call runs: up to train.steps_per_call, ending at the next step that logs,
+  evaluates, checkpoints or stops, so those happen at the same steps whatever steps_per_call is."""
+  ends = [train_cfg.num_steps] + [step + every - step % every for every in (
+      train_cfg.log_every, train_cfg.eval_every, train_cfg.checkpoint_every)]
+  if stop_after_step is not None:
+    ends.append(max(stop_after_step, step + 1))
+  return max(1, min(min(ends) - step, train_cfg.steps_per_call))
+
+
+class _Throughput:
+  """Tokens per second of the steps since the last reset, and MFU when the peak is known."""
+
+  def __init__(self, experiment: Experiment):
+    train_cfg = experiment.config.train
+    seq_len, _ = tasks.row_lengths(experiment.dataset.train_batch(0, 1), experiment.config.task)
+    self._tokens_per_step = train_cfg.batch_size * seq_len
+    self._flops_per_token = flops.flops_per_token(experiment.model_config, seq_len)
+    self._peak = flops.peak_flops(train_cfg.peak_flops)
+    self._timer = metrics.Timer()
+
+  def add_steps(self, num_steps: int) -> None:
+    self._timer.steps += num_steps
+
+  def reset(self) -> None:
+    self._timer.reset()
+
+  def metrics(self) -> dict:
+    rate = self._timer.rate(self._tokens_per_step)
+    out = {"train/tokens_per_sec": rate}
+    if self._peak:
+      out["train/mfu"] = rate * self._flops_per_token / (self._peak * jax.device_count())
+    return out
+
+
+def _log_train_metrics(writer: metrics.MetricsWriter, step: int, step_metrics,
+                       throughput: _Throughput) -> dict:
+  logged = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+  logged.update(throughput.metrics())
+  writer.write(step, logged)
+  writer.progress(step, logged["train/loss"], logged["train/lr"], logged["train/tokens_per_sec"])
+  throughput.reset()
+  return logged
+
+
+def _evaluate_and_sample(eval_step, eval_batches, writer: metrics.MetricsWriter,
+                         sampler: sampling.GreedySampler | None, state: steps.TrainState,
+                         step: int) -> dict:
+  out = steps.evaluate(eval_step, state.params, eval_batches)
+  writer.write(step, out)
+  if sampler is not None:
+    writer.text(step, "sample", sampler.sample(state.params))
+  return out
+
+
+class _StopRequested:
+  """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def __enter__(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._previous[sig] = signal.signal(sig, self._handle)
+      except ValueError:  # not the main thread (e.g. tests running the loop in a thread)
+        pass
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signum = signum
+
+  def __exit__(self, *exc):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
