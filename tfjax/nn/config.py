@@ -16,7 +16,9 @@ FAMILIES = ("encoder", "decoder", "encoder_decoder")
 POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-FFNS = ("relu", "gelu", "swiglu", "geglu")
+# Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
+FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
+GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
 REMATS = ("none", "full", "dots")
 # tfjax.nn.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
 # per backend and length, the others are tfjax/nn/kernels/).
@@ -47,7 +49,8 @@ class ModelConfig:
   num_kv_heads: Optional[int] = None  # None = num_heads (MHA); 1 = MQA; in between = GQA
   head_dim: Optional[int] = None     # None = d_model // num_heads
   d_ff: int = 512
-  ffn: str = "gelu"                  # relu | gelu | swiglu | geglu (gated: three matrices)
+  ffn: str = "gelu"                  # relu | gelu (exact erf) | gelu_tanh (GPT-2 gelu_new) | silu
+                                     # | gated (three matrices): swiglu | geglu | geglu_tanh | reglu
   ffn_bias: bool = True
   attention_bias: bool = True        # biases of W_Q, W_K, W_V, W_O
   norm: str = "layernorm"            # layernorm | rmsnorm
