@@ -93,7 +93,7 @@ class MultiHeadAttention(nn.Module):
         out_BxTxHxE, (axes.BATCH, axes.LENGTH, axes.HEADS, axes.HEAD_DIM))
     return nn.Einsum(
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
-        use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name="out",
+        use_bias=cfg.out_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.normal(cfg.residual_init_std), (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)

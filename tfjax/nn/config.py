@@ -53,6 +53,7 @@ class ModelConfig:
                                      # | gated (three matrices): swiglu | geglu | geglu_tanh | reglu
   ffn_bias: bool = True
   attention_bias: bool = True        # biases of W_Q, W_K, W_V, W_O
+  attention_out_bias: Optional[bool] = None  # bias of W_O; None = attention_bias (Qwen2: False)
   norm: str = "layernorm"            # layernorm | rmsnorm
   norm_eps: float = 1e-5
   norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
@@ -99,6 +100,11 @@ class ModelConfig:
       return self.init_std
     layers = self.num_layers + (self.decoder_layers if self.family == "encoder_decoder" else 0)
     return self.init_std / (2.0 * layers) ** 0.5
+
+  @property
+  def out_bias(self) -> bool:
+    """Whether W_O has a bias (model.attention_out_bias, else model.attention_bias)."""
+    return self.attention_bias if self.attention_out_bias is None else self.attention_out_bias
 
   @property
   def compute_dtype(self):
@@ -167,13 +173,15 @@ class ModelConfig:
     return self
 
 
-_OPTIONAL_INT_FIELDS = ("num_decoder_layers", "num_kv_heads", "head_dim", "window")
+# Optional fields (default None) and their type, for typed command-line placeholders.
+_OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": int, "window": int,
+                    "attention_out_bias": bool}
 
 
 def default_model_config(**overrides):
   """`config.model` as an ml_collections ConfigDict holding every ModelConfig field.
 
-  Optional integers are typed placeholders so `--config.model.window=256` works from the command
+  Optional fields are typed placeholders so `--config.model.window=256` works from the command
   line; values not given here keep the ModelConfig defaults.
   """
   from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
@@ -184,7 +192,7 @@ def default_model_config(**overrides):
     raise ValueError(f"unknown model config key(s) {unknown}")
   cfg = config_dict.ConfigDict()
   for key, value in values.items():
-    if key in _OPTIONAL_INT_FIELDS and value is None:
-      value = config_dict.placeholder(int)
+    if key in _OPTIONAL_FIELDS and value is None:
+      value = config_dict.placeholder(_OPTIONAL_FIELDS[key])
     setattr(cfg, key, value)
   return cfg
