@@ -88,3 +88,31 @@ def test_attention_out_bias_switch_drops_only_the_output_bias():
   y, p = run_attention(cfg, x)
   assert {n for n in p if "bias" in p[n]} == {"out"}
   np.testing.assert_allclose(y, np_attention(p, x), rtol=2e-5, atol=2e-5)
+
+
+def _np_inv_freq(dim, base):
+  return np.array([base ** (-2.0 * i / dim) for i in range(dim // 2)])
+
+
+@pytest.mark.parametrize("overrides,rope", [
+    (dict(position="rope", rotary_fraction=0.5),  # head_dim 8: rotate 4, pass 4 (GPT-NeoX)
+     dict(inv_freq=_np_inv_freq(4, 1e4), rot_dim=4)),
+    (dict(position="rope_interleaved", rotary_fraction=0.5),  # GPT-J: partial, adjacent pairs
+     dict(inv_freq=_np_inv_freq(4, 1e4), rot_dim=4, interleaved=True)),
+    (dict(position="rope", rope_scaling="linear", rope_scaling_factor=4.0),
+     dict(inv_freq=_np_inv_freq(8, 1e4) / 4, rot_dim=8)),
+    (dict(position="rope", rope_scaling="dynamic", rope_scaling_factor=3.0,
+          rope_original_max_len=4),  # 6 tokens: seq_len 6 > 4
+     dict(inv_freq=_np_inv_freq(8, 1e4 * (3.0 * 6 / 4 - 2.0) ** (8 / 6)), rot_dim=8)),
+    (dict(position="rope", rope_scaling="yarn", rope_scaling_factor=4.0,
+          rope_original_max_len=64, rope_attention_factor=1.3),  # gain on cos and sin
+     dict(inv_freq=None, rot_dim=8, mscale=1.3)),
+])
+def test_attention_with_scaled_or_partial_rope_matches_numpy(overrides, rope):
+  cfg = tiny_config(**overrides)
+  if rope["inv_freq"] is None:
+    from tfjax.nn.positions import yarn_scaled_frequencies
+    rope = dict(rope, inv_freq=np.asarray(yarn_scaled_frequencies(8, 1e4, 4.0, 64, 32.0, 1.0)))
+  x = rand((2, 6, 16), seed=3)
+  y, p = run_attention(cfg, x)
+  np.testing.assert_allclose(y, np_attention(p, x, rope=rope), rtol=2e-5, atol=2e-5)
