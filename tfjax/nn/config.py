@@ -60,6 +60,7 @@ class ModelConfig:
   norm: str = "layernorm"            # layernorm | rmsnorm
   norm_eps: float = 1e-5
   norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
+  norm_unit_offset: bool = False     # every norm's gain is (1 + w), w initialized to 0 (Gemma)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
   embed_norm: bool = False           # BERT normalizes the embedding sum
   position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
