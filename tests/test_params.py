@@ -115,6 +115,11 @@ TINY_VARIANTS = {
     "decoder_qwen2_qkv_bias_only": dict(attention_out_bias=False, ffn="silu", position="rope"),
     "decoder_out_bias_only_reglu": dict(attention_bias=False, attention_out_bias=True,
                                         ffn="reglu"),
+    "decoder_gemma2_sandwich": dict(norm_placement="sandwich", norm="rmsnorm",
+                                    norm_unit_offset=True, ffn="geglu_tanh", num_layers=3,
+                                    window=2, window_pattern=2, attention_softcap=50.0,
+                                    logits_softcap=30.0),
+    "encoder_decoder_sandwich": dict(family="encoder_decoder", norm_placement="sandwich"),
 }
 
 

@@ -45,9 +45,17 @@ def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_mode
 
 
 class MultiHeadAttention(nn.Module):
+  """Scores scaled by model.attention_scale (default 1/sqrt(head_dim)), soft-capped by
+  model.attention_softcap; causal self-attention slides over model.window when `sliding`."""
   config: ModelConfig
   causal: bool = False
   cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
+  sliding: bool = True  # False: a global layer of model.window_pattern
+
+  @property
+  def window(self):
+    """The sliding window of this module (None: every earlier key is visible)."""
+    return self.config.window if self.causal and self.sliding else None
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
@@ -73,8 +81,9 @@ class MultiHeadAttention(nn.Module):
       k_BxSxKxE = apply_rope(k_BxSxKxE, positions, **rope)
     slopes = alibi_slopes(cfg.num_heads) if relative and cfg.position == "alibi" else None
 
-    kwargs = dict(causal=self.causal, window=cfg.window if self.causal else None,
-                  alibi_slopes=slopes, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids)
+    kwargs = dict(causal=self.causal, window=self.window, alibi_slopes=slopes,
+                  q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                  scale=cfg.attention_scale, softcap=cfg.attention_softcap)
     # Only causal self-attention and cross-attention see the sequence grow; a bidirectional
     # encoder (e.g. the encoder of an encoder-decoder run with decode=True) recomputes in full.
     uses_cache = cfg.decode and (self.causal or self.cross)
@@ -108,7 +117,7 @@ class MultiHeadAttention(nn.Module):
     if self.cross:
       size = length  # the encoder length used at init
     else:
-      size = length if cfg.window is None else min(length, cfg.window)
+      size = length if self.window is None else min(length, self.window)
     shape = (batch, size, kv_heads, head_dim)
     self.variable("cache", "cached_key", jnp.zeros, shape, cfg.compute_dtype)
     self.variable("cache", "cached_value", jnp.zeros, shape, cfg.compute_dtype)
@@ -116,7 +125,6 @@ class MultiHeadAttention(nn.Module):
     self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
 
   def _use_cache(self, k_new, v_new, positions, kwargs):
-    cfg = self.config
     if not self.has_variable("cache", "cached_key"):
       raise ValueError("decode=True needs a cache: build it with tfjax.training.decode.init_cache first")
     key = self.variable("cache", "cached_key")
@@ -149,7 +157,7 @@ class MultiHeadAttention(nn.Module):
     kwargs = _attend_by_position(kwargs, positions,
                                  jnp.concatenate([slot_pos.value, new_pos], axis=1))
     size = key.value.shape[1]
-    if q_len > size and cfg.window is None:
+    if q_len > size and self.window is None:
       raise ValueError(f"{q_len} new tokens do not fit in a KV cache of {size} slots")
     # Ring-buffer write of the last min(q_len, size) new tokens (a plain append without window).
     keep = min(q_len, size)

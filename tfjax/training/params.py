@@ -82,9 +82,10 @@ def analytic_count(cfg: ModelConfig) -> int:
   attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
   ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
-  encoder_layer = attention + ffn + 2 * norm
-  decoder_layer = 2 * attention + ffn + 3 * norm
-  final_norm = norm if cfg.norm_placement == "pre" else 0
+  sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
+  encoder_layer = attention + ffn + 2 * sublayer_norms * norm
+  decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
+  final_norm = norm if cfg.has_final_norm else 0
   embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
   embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
