@@ -153,3 +153,14 @@ def test_softcap_needs_the_xla_attention():
   for key in ("attention_scale", "attention_softcap", "logits_softcap"):
     with pytest.raises(ValueError, match=f"model.{key}=0.0 must be a positive"):
       tiny_config(**{key: 0.0})
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_qk_norm_normalizes_each_head_before_rope(kind):
+  cfg = tiny_config(qk_norm=kind, position="rope", num_heads=4, num_kv_heads=2, norm_eps=1e-6)
+  x = rand((2, 5, 16), seed=7, scale=3.0)
+  y, p = run_attention(cfg, x)
+  assert p["query_norm"]["scale"].shape == (4,) and p["key_norm"]["scale"].shape == (4,)
+  rope = dict(inv_freq=_np_inv_freq(4, 1e4), rot_dim=4)
+  expected = np_attention(p, x, qk_norm=kind, eps=1e-6, rope=rope)
+  np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)

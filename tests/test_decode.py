@@ -118,10 +118,10 @@ CACHE_CONFIGS = (
        dict(num_layers=2, window=3, position="alibi", scan_layers=True),
        dict(family="encoder_decoder", num_layers=2, window=3, position="learned"),
        # Gemma 2: sliding and global layers alternate (ring buffer and full caches side by side),
-       # soft-capped scores and logits, sandwich norms.
+       # soft-capped scores and logits, sandwich norms (and Gemma 3's QK-norm).
        dict(num_layers=2, window=3, window_pattern=2, attention_softcap=1.0, logits_softcap=3.0,
             norm_placement="sandwich", norm="rmsnorm", norm_unit_offset=True, ffn="geglu_tanh",
-            attention_scale=0.3, position="rope")])
+            attention_scale=0.3, position="rope", qk_norm="rmsnorm")])
 
 
 @pytest.mark.parametrize("overrides", CACHE_CONFIGS,

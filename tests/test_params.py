@@ -119,7 +119,9 @@ TINY_VARIANTS = {
                                     norm_unit_offset=True, ffn="geglu_tanh", num_layers=3,
                                     window=2, window_pattern=2, attention_softcap=50.0,
                                     logits_softcap=30.0),
-    "encoder_decoder_sandwich": dict(family="encoder_decoder", norm_placement="sandwich"),
+    "encoder_decoder_sandwich": dict(family="encoder_decoder", norm_placement="sandwich",
+                                     qk_norm="layernorm"),
+    "decoder_qk_rmsnorm_gqa": dict(qk_norm="rmsnorm", num_heads=4, num_kv_heads=2, head_dim=6),
 }
 
 

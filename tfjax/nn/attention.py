@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from tfjax.nn import axes, ops
 from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
 from tfjax.nn.masks import default_positions
+from tfjax.nn.norms import Norm
 from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
 
 
@@ -46,7 +47,8 @@ def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_mode
 
 class MultiHeadAttention(nn.Module):
   """Scores scaled by model.attention_scale (default 1/sqrt(head_dim)), soft-capped by
-  model.attention_softcap; causal self-attention slides over model.window when `sliding`."""
+  model.attention_softcap; q and k normalized per head by model.qk_norm; causal self-attention
+  slides over model.window when `sliding`."""
   config: ModelConfig
   causal: bool = False
   cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
@@ -69,6 +71,11 @@ class MultiHeadAttention(nn.Module):
       source = x_BxTxD if not self.cross else kv_BxSxD
       k_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "key", source.shape[-1])(source)
       v_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "value", source.shape[-1])(source)
+
+    if cfg.qk_norm != "none":  # per head over head_dim, before RoPE
+      q_BxTxHxE = Norm(cfg, kind=cfg.qk_norm, axis=axes.HEAD_DIM, name="query_norm")(q_BxTxHxE)
+      if k_BxSxKxE is not None:
+        k_BxSxKxE = Norm(cfg, kind=cfg.qk_norm, axis=axes.HEAD_DIM, name="key_norm")(k_BxSxKxE)
 
     relative = not self.cross
     if positions is None:

@@ -18,6 +18,7 @@ ROPE_POSITIONS = ("rope", "rope_interleaved")
 # RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
+QK_NORMS = ("none",) + NORMS
 PLACEMENTS = ("pre", "post", "sandwich")
 # Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
 FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
@@ -61,6 +62,8 @@ class ModelConfig:
   norm_eps: float = 1e-5
   norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
   norm_unit_offset: bool = False     # every norm's gain is (1 + w), w initialized to 0 (Gemma)
+  qk_norm: str = "none"              # none | rmsnorm | layernorm: normalize q and k per head over
+                                     # head_dim, before RoPE (OLMo 2-style per head, Qwen3, Gemma 3)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
                                      # | sandwich: x + norm(f(norm(x))), final norm (Gemma 2)
   embed_norm: bool = False           # BERT normalizes the embedding sum
@@ -175,6 +178,7 @@ class ModelConfig:
     choice("position", POSITIONS)
     choice("norm", NORMS)
     choice("norm_placement", PLACEMENTS)
+    choice("qk_norm", QK_NORMS)
     choice("ffn", FFNS)
     choice("remat", REMATS)
     choice("attention_impl", ATTENTION_IMPLS)

@@ -79,7 +79,9 @@ def analytic_count(cfg: ModelConfig) -> int:
   h, kv = cfg.num_heads, cfg.kv_heads
   norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
   attn_bias = (h * hd + 2 * kv * hd if cfg.attention_bias else 0) + (d if cfg.out_bias else 0)
-  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
+  qk_norm = 0 if cfg.qk_norm == "none" else 2 * hd * (
+      2 if cfg.qk_norm == "layernorm" and cfg.norm_bias else 1)  # query_norm, key_norm
+  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
   ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
   sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
