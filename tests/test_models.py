@@ -513,3 +513,13 @@ def test_logits_softcap_is_cap_tanh_of_the_logits(family):
   capped = outputs(build_model(cfg.replace(logits_softcap=1.5)), variables, *args)
   assert np.abs(plain).max() > 1.5  # the cap binds
   np.testing.assert_allclose(capped, 1.5 * np.tanh(plain / 1.5), rtol=1e-5, atol=1e-6)
+
+
+def test_scale_tied_logits_rescales_the_tied_head_input():
+  """T5 v1.0: logits = (h * d_model^-0.5) E^T; the head is linear, so logits scale alike."""
+  cfg = tiny_config(family="encoder_decoder", position="t5_bias")
+  toks = tokens((1, 5), seed=2)
+  model, variables = init(cfg, toks, toks)
+  plain = outputs(model, variables, toks, toks)
+  scaled = outputs(build_model(cfg.replace(scale_tied_logits=True)), variables, toks, toks)
+  np.testing.assert_allclose(scaled, plain * 16 ** -0.5, rtol=1e-5, atol=1e-6)

@@ -121,6 +121,12 @@ TINY_VARIANTS = {
                                     logits_softcap=30.0),
     "encoder_decoder_sandwich": dict(family="encoder_decoder", norm_placement="sandwich",
                                      qk_norm="layernorm"),
+    "encoder_decoder_t5": dict(family="encoder_decoder", position="t5_bias", norm="rmsnorm",
+                               attention_bias=False, ffn="geglu_tanh", ffn_bias=False,
+                               scale_tied_logits=True, relative_buckets=8,
+                               relative_max_distance=20, num_decoder_layers=2),
+    "encoder_t5_bias_scan": dict(family="encoder", position="t5_bias", scan_layers=True,
+                                 num_layers=2),
     "decoder_qk_rmsnorm_gqa": dict(qk_norm="rmsnorm", num_heads=4, num_kv_heads=2, head_dim=6),
 }
 

@@ -26,8 +26,9 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes, ops
 from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
-from tfjax.nn.masks import default_positions
+from tfjax.nn.masks import default_positions, query_key_positions
 from tfjax.nn.norms import Norm
+from tfjax.nn.relative_bias import t5_bias
 from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
 
 
@@ -61,8 +62,9 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
-               positions=None):
-    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding)."""
+               positions=None, relative_table=None):
+    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding).
+    relative_table [buckets, heads]: the stack's T5 bias table (position='t5_bias')."""
     cfg = self.config
     batch, q_len = x_BxTxD.shape[:2]
     q_BxTxHxE = _projection(cfg, cfg.num_heads, axes.HEADS, "query", x_BxTxD.shape[-1])(x_BxTxD)
@@ -98,6 +100,12 @@ class MultiHeadAttention(nn.Module):
       k_BxSxKxE, v_BxSxKxE, kwargs = self._use_cache(k_BxSxKxE, v_BxSxKxE, positions, kwargs)
     elif uses_cache:
       self._init_cache(k_BxSxKxE)
+
+    if relative and cfg.position == "t5_bias":
+      q_pos, kv_pos = query_key_positions(q_len, k_BxSxKxE.shape[1], kwargs.get("q_positions"),
+                                          kwargs.get("kv_positions"))
+      kwargs["bias"] = t5_bias(relative_table, q_pos, kv_pos, bidirectional=not self.causal,
+                               max_distance=cfg.relative_max_distance)
 
     if self.is_mutable_collection("intermediates"):
       weights = ops.attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import jax.numpy as jnp
 
 FAMILIES = ("encoder", "decoder", "encoder_decoder")
-POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
+POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "t5_bias", "none")
 ROPE_POSITIONS = ("rope", "rope_interleaved")
 # RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
@@ -67,7 +67,11 @@ class ModelConfig:
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
                                      # | sandwich: x + norm(f(norm(x))), final norm (Gemma 2)
   embed_norm: bool = False           # BERT normalizes the embedding sum
-  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
+  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi |
+                                     # t5_bias (bucketed relative bias, tfjax/nn/relative_bias.py)
+                                     # | none
+  relative_buckets: int = 32         # t5_bias: buckets of the relative offsets
+  relative_max_distance: int = 128   # t5_bias: offsets from here on share the last bucket
   max_len: int = 512                 # size of the learned position table
   rope_base: float = 10000.0
   # RoPE frequency scaling (tfjax/nn/positions.py): none | linear (position interpolation, Chen et
@@ -95,6 +99,7 @@ class ModelConfig:
   logits_softcap: Optional[float] = None  # output logits = cap * tanh(logits / cap) (Gemma 2: 30)
   embed_scale: bool = False          # multiply embeddings by sqrt(d_model) (Vaswani et al.)
   tie_embeddings: bool = True        # output projection = input embedding^T
+  scale_tied_logits: bool = False    # tied head reads h * d_model^-0.5 (T5 v1.0)
   type_vocab_size: int = 0           # encoder token-type (segment A/B) embeddings; 0 = none
   mlm_head: bool = True              # encoder: dense+act+norm, then (tied) decoder with bias
   pooler: bool = False               # encoder: tanh(dense(h_[CLS]))
@@ -218,6 +223,10 @@ class ModelConfig:
             f"model.window_pattern={self.window_pattern} gives layers different attention (and "
             "cache sizes), which nn.scan's identical layers cannot express; set "
             "model.scan_layers=False")
+    self._validate_t5_bias()
+    if self.scale_tied_logits and not self.tie_embeddings:
+      raise ValueError("model.scale_tied_logits=True rescales the tied output layer's input but "
+                       "model.tie_embeddings=False; set tie_embeddings=True or leave it False")
     for key in ("attention_scale", "attention_softcap", "logits_softcap"):
       value = getattr(self, key)
       if value is not None and not value > 0:
@@ -239,6 +248,27 @@ class ModelConfig:
     if self.num_decoder_layers is not None and self.family != "encoder_decoder":
       raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
     return self
+
+  def _validate_t5_bias(self):
+    if self.position != "t5_bias":
+      for key in ("relative_buckets", "relative_max_distance"):
+        default = next(f.default for f in dataclasses.fields(self) if f.name == key)
+        if getattr(self, key) != default:
+          raise ValueError(f"model.{key}={getattr(self, key)} is read by position='t5_bias' "
+                           f"only, but model.position={self.position!r}; leave it at {default}")
+      return
+    if self.relative_buckets < 4:
+      raise ValueError(f"model.relative_buckets={self.relative_buckets} must be >= 4 (half for "
+                       "each direction, half of those exact offsets)")
+    if self.relative_max_distance <= self.relative_buckets // 2:
+      raise ValueError(
+          f"model.relative_max_distance={self.relative_max_distance} must exceed "
+          f"relative_buckets // 2 = {self.relative_buckets // 2} (the exact offsets)")
+    if self.attention_impl not in ("xla", "auto"):
+      raise ValueError(
+          f"model.position='t5_bias' adds a dense [T, S] bias that only the xla attention "
+          f"takes, not model.attention_impl={self.attention_impl!r}; set attention_impl='xla' "
+          "or 'auto'")
 
   def _validate_rope(self):
     one_of("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)

@@ -25,6 +25,7 @@ from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.ffn import FeedForward
 from tfjax.nn.norms import Norm
+from tfjax.nn.relative_bias import RelativePositionTable
 
 
 class TransformerLayer(nn.Module):
@@ -48,12 +49,13 @@ class TransformerLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
-               encoder_segment_ids=None):
+               encoder_segment_ids=None, relative_table=None):
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, causal=self.causal, sliding=self.sliding,
                                         name="self_attention")
     x_BxLxD = self.sublayer("self_attention", x_BxLxD, lambda h: self_attention(
-        h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions))
+        h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions,
+        relative_table=relative_table))
     if self.cross_attention:
       cross = MultiHeadAttention(cfg, cross=True, name="cross_attention")
       # Cross-attention only needs padding masks: decoder rows vs encoder keys.
@@ -95,7 +97,11 @@ class LayerStack(nn.Module):
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
                encoder_segment_ids=None):
     cfg = self.config
-    args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids)
+    # T5: one relative position table per stack, shared by its layers.
+    table = None
+    if cfg.position == "t5_bias":
+      table = RelativePositionTable(cfg, name="relative_bias")()
+    args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids, table)
     if cfg.scan_layers:
       scanned = nn.scan(
           _ScannedLayer, variable_axes={"params": 0, "cache": 0, "intermediates": 0},

@@ -91,6 +91,8 @@ def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD, lm_head=None, bias
   [V], then soft-capped by model.logits_softcap (Gemma 2). `lm_head` is the untied projection
   (created here when None)."""
   if cfg.tie_embeddings:
+    if cfg.scale_tied_logits:  # T5 v1.0
+      h_BxLxD = h_BxLxD * jnp.asarray(cfg.d_model ** -0.5, h_BxLxD.dtype)
     logits = embedder.attend(h_BxLxD)
   else:
     if lm_head is None:

@@ -55,6 +55,8 @@ def param_shapes(cfg: ModelConfig):
 
 def _category(path) -> str:
   names = [str(p) for p in path]
+  if "relative_bias" in names:  # T5's relative position table: a position encoding
+    return "embeddings"
   if any(n.endswith("norm") for n in names):
     return "norms"
   if any(n in ("self_attention", "cross_attention") for n in names):
@@ -91,6 +93,8 @@ def analytic_count(cfg: ModelConfig) -> int:
   embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
   embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+  stacks = 2 if cfg.family == "encoder_decoder" else 1
+  embed += stacks * cfg.relative_buckets * h if cfg.position == "t5_bias" else 0
   if cfg.family == "decoder":
     return embed + cfg.num_layers * encoder_layer + final_norm + untied_head
   if cfg.family == "encoder_decoder":
