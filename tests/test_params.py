@@ -135,6 +135,12 @@ TINY_VARIANTS = {
     "encoder_decoder_separate_untied_learned": dict(
         family="encoder_decoder", share_embeddings=False, tie_embeddings=False, embed_norm=True),
     "decoder_final_logits_bias_offset": dict(final_logits_bias=True, position_offset=3),
+    "decoder_parallel_shared": dict(parallel_block=True, position="rope", rotary_fraction=0.25,
+                                    num_layers=2),
+    "encoder_parallel_two_norms": dict(family="encoder", parallel_block=True,
+                                       parallel_shared_norm=False, norm="rmsnorm"),
+    "encoder_decoder_deepnorm_scan": dict(family="encoder_decoder", norm_placement="deepnorm",
+                                          scan_layers=True, num_layers=2, num_decoder_layers=2),
     "decoder_qk_rmsnorm_gqa": dict(qk_norm="rmsnorm", num_heads=4, num_kv_heads=2, head_dim=6),
 }
 

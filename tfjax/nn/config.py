@@ -19,7 +19,7 @@ ROPE_POSITIONS = ("rope", "rope_interleaved")
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none",) + NORMS
-PLACEMENTS = ("pre", "post", "sandwich")
+PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
 # Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
 FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
 GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
@@ -67,6 +67,12 @@ class ModelConfig:
                                      # head_dim, before RoPE (OLMo 2-style per head, Qwen3, Gemma 3)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
                                      # | sandwich: x + norm(f(norm(x))), final norm (Gemma 2)
+                                     # | deepnorm: norm(alpha x + f(x)), init gain beta on W_V, W_O,
+                                     # FFN (Wang et al. 2022; tfjax/nn/layers.py)
+  parallel_block: bool = False       # x + attn(norm(x)) + ffn(norm(x)) (GPT-J, NeoX, Falcon, PaLM);
+                                     # pre placement, no cross-attention
+  parallel_shared_norm: bool = True  # parallel_block: one norm feeds both (GPT-J, Falcon-7B);
+                                     # False: attention and FFN norms (NeoX, Falcon-40B)
   embed_norm: bool = False           # BERT normalizes the embedding sum
   position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi |
                                      # t5_bias (bucketed relative bias, tfjax/nn/relative_bias.py)
@@ -247,6 +253,7 @@ class ModelConfig:
             "model.scan_layers=False")
     self._validate_t5_bias()
     self._validate_embeddings()
+    self._validate_residual()
     if self.scale_tied_logits and not self.tie_embeddings:
       raise ValueError("model.scale_tied_logits=True rescales the tied output layer's input but "
                        "model.tie_embeddings=False; set tie_embeddings=True or leave it False")
@@ -271,6 +278,22 @@ class ModelConfig:
     if self.num_decoder_layers is not None and self.family != "encoder_decoder":
       raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
     return self
+
+  def _validate_residual(self):
+    if self.parallel_block:
+      if self.norm_placement != "pre":
+        raise ValueError(f"model.parallel_block=True is a pre-norm block (x + attn(norm(x)) + "
+                         f"ffn(norm(x))), not norm_placement={self.norm_placement!r}; set "
+                         "model.norm_placement='pre'")
+      if self.family == "encoder_decoder":
+        raise ValueError("model.parallel_block=True has no cross-attention branch; use it with "
+                         "family='decoder' or 'encoder'")
+    elif not self.parallel_shared_norm:
+      raise ValueError("model.parallel_shared_norm=False chooses the norms of a parallel block; "
+                       "set model.parallel_block=True or leave it True")
+    if self.norm_placement == "deepnorm" and self.scaled_residual_init:
+      raise ValueError("model.norm_placement='deepnorm' sets its own residual init gain (beta); "
+                       "set model.scaled_residual_init=False")
 
   def _validate_embeddings(self):
     one_of("model.sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)

@@ -87,7 +87,10 @@ def analytic_count(cfg: ModelConfig) -> int:
   ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
   sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
-  encoder_layer = attention + ffn + 2 * sublayer_norms * norm
+  if cfg.parallel_block:  # one residual step; one norm or one per branch
+    encoder_layer = attention + ffn + (1 if cfg.parallel_shared_norm else 2) * norm
+  else:
+    encoder_layer = attention + ffn + 2 * sublayer_norms * norm
   decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
   final_norm = norm if cfg.has_final_norm else 0
   token_tables = 1 if cfg.share_embeddings else 2  # encoder_decoder may keep one per side
