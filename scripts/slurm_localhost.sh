@@ -12,7 +12,8 @@
 # Needs root (the daemons run as root; munged as the munge user). Logs, state and pid files live in
 # $TFJAX_SLURM_DIR (default /var/tmp/tfjax-slurm). /etc/slurm/slurm.conf is written only when it
 # is absent or was written by this script: a real cluster's configuration is never touched.
-# Requeued jobs wait AuthInfo cred_expire (10 s here, 120 s by default) before they start again.
+# Requeued jobs wait AuthInfo cred_expire (10 s here, 120 s by default) before they start again, and
+# the scheduler looks at pending jobs every 2 s (60 s by default).
 # Plain process tracking (proctrack/linuxproc, task/none): no cgroups needed. No accounting
 # database, so `sacct` has nothing; squeue and scontrol work.
 set -euo pipefail
@@ -69,6 +70,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
