@@ -218,7 +218,7 @@ class PointJob:
       _log.warning("point %s checkpointed after a signal; handing the job to submitit to requeue",
                    self.name)
       try:
-        _requeue_handler(_submitit_signal(), None)  # exits the process when it requeues
+        _requeue_handler(stopped_by or _submitit_signal(), None)  # exits when it requeues
       except Exception as e:  # no requeue (cancelled, timed out too often): resumable by hand
         _mark_job(os.path.join(self.root, self.name), stopped=f"{type(e).__name__}: {e}")
         raise
@@ -233,8 +233,8 @@ class PointJob:
 
 
 def _submitit_signal() -> int:
-  from submitit.core.job_environment import JobEnvironment  # pylint: disable=import-outside-toplevel
-  return JobEnvironment._usr_sig()  # pylint: disable=protected-access  (SIGUSR2 unless configured)
+  from submitit import JobEnvironment  # pylint: disable=import-outside-toplevel
+  return getattr(signal, "SIG" + JobEnvironment.USR_SIG)  # USR2 unless SUBMITIT_PREEMPT_SIGNAL
 
 
 def _requeue_handler(signum, frame):
