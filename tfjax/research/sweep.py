@@ -307,9 +307,11 @@ def _default_train(config, workdir):
 
 def run_point(sweep: Sweep, point: Point, root: str,
               train_fn: Callable[[Any, str], dict] = _default_train) -> str:
-  """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted'.
+  """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted' |
+  'diverged' (training stopped at a NaN/inf loss: a result, recorded in SWEEP_DONE.json with
+  `diverged_at_step`, not retried).
 
-  Exceptions propagate after SWEEP_FAILED.json is written.
+  Other exceptions propagate after SWEEP_FAILED.json is written.
   """
   workdir = os.path.join(root, point.name)
   if is_done(workdir):
@@ -327,7 +329,18 @@ def run_point(sweep: Sweep, point: Point, root: str,
                        "started": time.strftime("%Y-%m-%d %H:%M:%S")})
   try:
     config = sweep.config_for(point)
-    final = train_fn(config, workdir)
+    try:
+      final = train_fn(config, workdir)
+    except Exception as e:  # pylint: disable=broad-except
+      from tfjax.training import divergence  # pylint: disable=import-outside-toplevel
+      if not isinstance(e, divergence.Diverged):
+        raise
+      write_json(os.path.join(workdir, DONE_FILE), {
+          "overrides": point.overrides, "diverged_at_step": e.step, "error": str(e),
+          "seconds": round(time.time() - start, 1),
+          "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+      _log.warning("point %s: %s", point.name, e)
+      return "diverged"
     if last_step(workdir) < config.train.num_steps:
       return "interrupted"  # a signal stopped training after a checkpoint
     extra = sweep.evaluate_point(config, workdir) if sweep.evaluate_point else {}
