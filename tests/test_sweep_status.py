@@ -27,7 +27,7 @@ def write(root, name, filename, obj, mtime=None):
 def root(tmp_path):
   """A sweep directory with one point in every state."""
   root = str(tmp_path)
-  names = ["done", "running", "elsewhere", "died", "failed", "queued", "resubmitted", "stopped",
+  names = ["done", "diverged", "running", "elsewhere", "died", "failed", "queued", "resubmitted", "stopped",
            "stale", "interrupted", "pending"]
   write(root, "", sweep.SWEEP_FILE, {"config": "x.py", "scale": None,
                                      "points": {n: {"seed": i} for i, n in enumerate(names)}})
@@ -36,6 +36,7 @@ def root(tmp_path):
   dead.wait()  # a pid that existed and is gone
   write(root, "done", sweep.DONE_FILE, {})
   write(root, "done", "metrics.jsonl", [{"step": 0}, {"step": 8}])
+  write(root, "diverged", sweep.DONE_FILE, {"diverged_at_step": 5})
   write(root, "running", sweep.RUNNING_FILE, {"host": here, "pid": os.getpid(), "job": "7_1"})
   write(root, "running", "metrics.jsonl", [{"step": 0}, {"step": 3, "train/loss": 1.0}])
   write(root, "running", "config.json", {"train": {"num_steps": 8}})
@@ -57,7 +58,7 @@ def root(tmp_path):
 def test_states_follow_the_files(root):
   rows = {r["name"]: r for r in sweep_status.collect(root)}
   assert {n: r["state"] for n, r in rows.items()} == {
-      "done": "done", "running": "running", "elsewhere": "running", "died": "interrupted",
+      "done": "done", "diverged": "done", "running": "running", "elsewhere": "running", "died": "interrupted",
       "failed": "failed", "queued": "queued", "resubmitted": "queued", "stopped": "interrupted",
       "stale": "queued", "interrupted": "interrupted", "pending": "pending"}
   assert rows["running"]["step"] == 3 and rows["running"]["num_steps"] == 8
@@ -71,14 +72,15 @@ def test_states_follow_the_files(root):
 def test_status_table_has_one_line_per_point_and_the_counts(root):
   text = sweep_status.format_status(sweep_status.collect(root))
   lines = text.splitlines()
-  assert len(lines) == 12
+  assert len(lines) == 13
   by_name = {line.split()[1]: line for line in lines[:-1]}
   assert by_name["failed"].split()[0] == "failed"
+  assert by_name["diverged"].endswith("diverged at step 5")
   assert by_name["failed"].endswith("ValueError: bad; log: /logs/9_0_log.err")
   assert "step 3/8" in by_name["running"] and "job 7_1" in by_name["running"]
   assert "last metrics" in by_name["running"]
   assert "job 7_5" in by_name["queued"]
-  assert lines[-1] == ("11 points: 1 done, 2 running, 3 queued, 1 failed, 3 interrupted, "
+  assert lines[-1] == ("12 points: 2 done, 2 running, 3 queued, 1 failed, 3 interrupted, "
                        "1 pending")
 
 

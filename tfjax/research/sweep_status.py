@@ -1,6 +1,6 @@
 """Each sweep point's state, read from the files the points write (no scheduler is asked).
 
-  done         ROOT/<name>/SWEEP_DONE.json
+  done         ROOT/<name>/SWEEP_DONE.json (diverged points too: a NaN/inf loss is a result)
   running      SWEEP_RUNNING.json (an attempt in progress), unless it names a process on this host
                that no longer exists (killed before it could clean up): then as if it were absent
   failed       SWEEP_FAILED.json: the first line of the error and the log to read
@@ -78,6 +78,9 @@ def point_state(workdir: str) -> dict:
     info["job"] = job.get("job_id")
   if sweep_lib.is_done(workdir):
     info["state"] = "done"
+    done = _read(os.path.join(workdir, sweep_lib.DONE_FILE)) or {}
+    if done.get("diverged_at_step") is not None:  # a result: training stopped at a NaN/inf loss
+      info["error"] = f"diverged at step {done['diverged_at_step']}"
     return info
   running = _read(os.path.join(workdir, sweep_lib.RUNNING_FILE))
   dead = bool(running) and _process_gone(running)
@@ -133,6 +136,8 @@ def format_status(rows: Sequence[dict], now: Optional[float] = None) -> str:
     details = []
     if r["state"] == "failed":
       details.append(r["error"] or "(no error recorded)")
+    elif r["state"] == "done" and r["error"]:
+      details.append(r["error"])
     elif r["state"] == "interrupted" and r["error"]:
       details.append(f"job stopped: {r['error']}")
     if r["state"] in ("running", "queued", "interrupted") and r["job"]:
