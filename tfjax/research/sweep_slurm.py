@@ -308,9 +308,8 @@ def launch(sweep: sweep_lib.Sweep, root: str, points: Sequence[sweep_lib.Point],
   submitit_local keeps `parallel` local jobs running."""
   resources = resources or Resources.from_sources(sweep.slurm, {})
   root = os.path.abspath(root)
+  executor = make_executor(launcher, os.path.join(root, SUBMITIT_DIR), resources)
   sweep_lib.write_sweep_file(sweep, root)
-  folder = os.path.join(root, SUBMITIT_DIR)
-  executor = make_executor(launcher, folder, resources)
   statuses = {p.name: "skipped" for p in points if sweep_lib.is_done(os.path.join(root, p.name))}
   queue = sweep_lib.seeds_last([p for p in points if p.name not in statuses])
   limit = len(queue) if launcher == "slurm" or not wait else max(1, parallel)
