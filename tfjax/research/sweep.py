@@ -321,6 +321,9 @@ def run_point(sweep: Sweep, point: Point, root: str,
   if os.path.exists(failed):
     os.remove(failed)
   start = time.time()
+  job_file = os.path.join(workdir, JOB_FILE)
+  if os.path.exists(job_file) and read_json(job_file).get("job_id") != job_id():
+    os.remove(job_file)  # an earlier submission's: this attempt runs elsewhere
   running = os.path.join(workdir, RUNNING_FILE)
   write_json(running, {"host": socket.gethostname(), "pid": os.getpid(), "job": job_id(),
                        "started": time.strftime("%Y-%m-%d %H:%M:%S")})

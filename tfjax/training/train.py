@@ -24,6 +24,14 @@ from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, m
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
+_last_stop = {"signal": None}  # the signal that ended this process's latest training loop early
+
+
+def stop_signal() -> int | None:
+  """The signal (one of STOP_SIGNALS) that stopped the latest train_and_evaluate of this process
+  after a checkpoint, or None if it ran to the end (or stop_after_step stopped it). Launchers use
+  it to tell a time-limit warning (requeue the job) from a cancellation (let it end)."""
+  return _last_stop["signal"]
 
 
 def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = None) -> dict:
@@ -73,6 +81,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
     evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
     config_json = json.loads(config.to_json_best_effort())
     host_lead, last = runtime.HostLeadLimiter(), {}
+    _last_stop["signal"] = None
     skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
     with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
       for future in compiling_eval:  # each is done before its function is first called (a call
@@ -107,6 +116,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
           ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
         if stop.signum is not None:
           _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+          _last_stop["signal"] = stop.received
           break
     ckpt.wait()
     saved = ckpt.steps()
@@ -227,7 +237,8 @@ class _StopRequested:
   """
 
   def __init__(self):
-    self.signum = None
+    self.signum = None    # why the loop stops: a signal, or SIGTERM standing in for stop_after_step
+    self.received = None  # the signal that actually arrived
     self._previous = {}
 
   def __enter__(self):
@@ -240,7 +251,7 @@ class _StopRequested:
 
   def _handle(self, signum, frame):
     del frame
-    self.signum = signum
+    self.signum = self.received = signum
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
