@@ -25,7 +25,7 @@ from absl import app, flags
 from flax import traverse_util
 from ml_collections import config_flags
 
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
 
 CATEGORIES = ("embeddings", "attention", "ffn", "norms", "output head")
@@ -78,13 +78,16 @@ def analytic_count(cfg: ModelConfig) -> int:
   d, f, hd = cfg.d_model, cfg.d_ff, cfg.dim_per_head
   h, kv = cfg.num_heads, cfg.kv_heads
   norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
-  attn_bias = (h * hd + 2 * kv * hd + d) if cfg.attention_bias else 0
-  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
-  ffn_matrices = 3 if cfg.ffn in ("swiglu", "geglu") else 2
+  attn_bias = (h * hd + 2 * kv * hd if cfg.attention_bias else 0) + (d if cfg.out_bias else 0)
+  qk_norm = 0 if cfg.qk_norm == "none" else 2 * hd * (
+      2 if cfg.qk_norm == "layernorm" and cfg.norm_bias else 1)  # query_norm, key_norm
+  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
+  ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
-  encoder_layer = attention + ffn + 2 * norm
-  decoder_layer = 2 * attention + ffn + 3 * norm
-  final_norm = norm if cfg.norm_placement == "pre" else 0
+  sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
+  encoder_layer = attention + ffn + 2 * sublayer_norms * norm
+  decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
+  final_norm = norm if cfg.has_final_norm else 0
   embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
   embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d

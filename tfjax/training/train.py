@@ -215,15 +215,23 @@ def _evaluate_and_sample(eval_step, eval_batches, writer: metrics.MetricsWriter,
   return out
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 class _StopRequested:
-  """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+  """STOP_SIGNALS set a flag; the loop saves a checkpoint at the next step boundary and exits.
+
+  SIGTERM and SIGINT are how a run is stopped by hand or by a scheduler; SIGUSR1 / SIGUSR2 are the
+  warnings a SLURM job asks for before its time limit (`sbatch --signal=USR1@90`; submitit uses
+  USR2), so a job checkpoints before it is killed and can be requeued.
+  """
 
   def __init__(self):
     self.signum = None
     self._previous = {}
 
   def __enter__(self):
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
       try:
         self._previous[sig] = signal.signal(sig, self._handle)
       except ValueError:  # not the main thread (e.g. tests running the loop in a thread)
