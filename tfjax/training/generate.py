@@ -16,6 +16,7 @@ decode_window.py). A bad flag, workdir or prompt ends in one `error:` line (tfja
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Optional
@@ -127,6 +128,7 @@ def run():
   """The `tfjax-generate` console script."""
   from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
+  logging.getLogger("tfjax").setLevel(logging.WARNING)  # the output is the text, nothing else
   main()
 
 
