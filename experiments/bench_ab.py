@@ -21,10 +21,11 @@ import statistics
 import sys
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file both variants start from.")
+from tfjax.training import cli
+
+_CONFIG = cli.define_config_file("config", None, "Config file both variants start from.")
 _A = flags.DEFINE_string("a", "", "Variant A: comma-separated KEY=VALUE overrides (may be empty).")
 _B = flags.DEFINE_string("b", "", "Variant B: comma-separated KEY=VALUE overrides.")
 _ROUNDS = flags.DEFINE_integer("rounds", 30, "Timed calls of each variant, alternated.")
@@ -54,9 +55,9 @@ def main(argv):
     variants = {name: sweep.apply_overrides(base, parse_overrides(spec))
                 for name, spec in (("a", _A.value), ("b", _B.value))}
   except ValueError as e:
-    raise app.UsageError(str(e)) from e
+    cli.fail(str(e))
   if _ROUNDS.value < 1:
-    raise app.UsageError("--rounds must be at least 1")
+    cli.fail("--rounds must be at least 1")
   sharding.configure_cpu_devices(base)  # before JAX starts; both variants share the devices
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax.training import data, experiment  # pylint: disable=import-outside-toplevel
@@ -115,4 +116,4 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
-  app.run(main)
+  cli.run_absl(main)

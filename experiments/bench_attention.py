@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from tfjax.nn import ops
 from tfjax.nn.kernels import flash_attention
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
+from tfjax.training import cli
 
 VARIANT_TOLERANCE = 1.10  # alibi / gqa may cost at most 10% more than plain causal.
 
@@ -231,7 +232,7 @@ def tune(cfg, out_dir):
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   ints = lambda s: [int(x) for x in s.split(",")]
   strs = lambda s: s.split(",")
   p.add_argument("--lengths", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -256,6 +257,7 @@ def parse_args(argv=None):
   return cfg
 
 
+@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/cli.py)
 def main(argv=None):
   cfg = parse_args(argv)
   os.makedirs(cfg.out, exist_ok=True)

@@ -15,7 +15,6 @@ Random initialization: only speed is measured. Writes bench_decode.json and benc
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -31,10 +30,11 @@ import numpy as np
 from tfjax.training import decode
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
+from tfjax.training import cli
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out", default="bench_results/decode", help="directory for json + md")
   parser.add_argument("--lengths", default="128,256,512,1024,2048", help="new tokens per run")
   parser.add_argument("--batch", type=int, default=1)
@@ -162,6 +162,7 @@ def markdown(result) -> str:
   return "\n".join(lines) + "\n"
 
 
+@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/cli.py)
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parse_args(argv)

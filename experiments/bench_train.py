@@ -19,10 +19,11 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file to benchmark.")
+from tfjax.training import cli
+
+_CONFIG = cli.define_config_file("config", None, "Config file to benchmark.")
 _STEPS = flags.DEFINE_integer("steps", 50, "Timed steps after warm-up.")
 _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps after compilation.")
 _PEAK = flags.DEFINE_float("peak_flops", 0.0, "Per-device peak FLOP/s (0: look up the device).")
@@ -120,4 +121,4 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
-  app.run(main)
+  cli.run_absl(main)

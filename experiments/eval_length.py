@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from tfjax.training import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run (config.json + checkpoints).",
                                required=True)
@@ -26,13 +28,13 @@ _STRIDE = flags.DEFINE_float("stride_fraction", 0.25, "Sliding-window stride as 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cli.fail(f"unexpected arguments: {argv[1:]}")
   from tfjax.training import files
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
   try:
     multiples = [int(m) for m in _MULTIPLES.value]
   except ValueError:
-    raise app.UsageError(f"--multiples takes integers, got {_MULTIPLES.value}") from None
+    cli.fail(f"--multiples takes integers, got {_MULTIPLES.value}")
   result = length_eval.perplexity_vs_length(_WORKDIR.value, multiples, _MAX_TOKENS.value or None,
                                             _STRIDE.value)
   path = os.path.join(_WORKDIR.value, length_eval.RESULT_FILE)
@@ -44,4 +46,4 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
-  sys.exit(app.run(main))
+  cli.run_absl(main)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None,
+from tfjax.training import cli
+
+_CONFIG = cli.define_config_file("config", None,
                                           "Config file (e.g. an ablation with :smoke).")
 flags.mark_flag_as_required("config")
 
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cli.fail(f"unexpected arguments: {argv[1:]}")
   from tfjax.research import grad_norms  # pylint: disable=import-outside-toplevel
   print(grad_norms.format_table(grad_norms.per_layer_grad_norms(_CONFIG.value)))
 
@@ -30,4 +31,4 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
-  sys.exit(app.run(main))
+  cli.run_absl(main)

@@ -20,6 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tfjax.training import cli
+
 DIMS = (4, 16, 64, 256, 1024)
 
 
@@ -105,9 +107,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app, flags as absl_flags  # pylint: disable=g-import-not-at-top
+  from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
   absl_flags.DEFINE_list("dims", [str(d) for d in DIMS], "Head dimensions d_k.")
   absl_flags.DEFINE_integer("samples", 20000, "Independent (q, k) pairs per d_k.")
   absl_flags.DEFINE_integer("keys", 64, "Keys per query for the softmax statistics.")
   absl_flags.DEFINE_string("out", "runs/sqrt_dk", "Output directory.")
-  sys.exit(app.run(main))
+  cli.run_absl(main)

@@ -34,11 +34,12 @@ import platform
 import sys
 import time
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 import numpy as np
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "A nanoGPT-shaped decoder config.")
+from tfjax.training import cli
+
+_CONFIG = cli.define_config_file("config", None, "A nanoGPT-shaped decoder config.")
 _MODE = flags.DEFINE_enum("mode", "reference", ["reference", "lockstep", "speed"], "What to run.")
 _SEED = flags.DEFINE_integer("seed", 1337, "torch.manual_seed (nanoGPT uses 1337).")
 _STEPS = flags.DEFINE_integer("steps", 0, "Training steps (0: the config's num_steps).")
@@ -379,4 +380,4 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
-  app.run(main)
+  cli.run_absl(main)

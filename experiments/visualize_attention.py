@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 
+from tfjax.training import cli
+
 
 def attention_maps(workdir: str, text: str, run=None):
   """(tokens as strings, weights [layers, heads, T, T]) for `text` under the run's model.
@@ -106,8 +108,8 @@ def main(argv):
 if __name__ == "__main__":
   from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
-  from absl import app, flags as absl_flags  # pylint: disable=g-import-not-at-top
+  from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
   absl_flags.DEFINE_string("workdir", None, "A trained run directory.", required=True)
   absl_flags.DEFINE_string("text", "First Citizen:\nBefore we proceed", "Text to attend over.")
   absl_flags.DEFINE_string("out", "", "PNG path (default WORKDIR/attention.png).")
-  sys.exit(app.run(main))
+  cli.run_absl(main)

@@ -118,6 +118,9 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   from absl import flags  # pylint: disable=import-outside-toplevel
   from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
+  if any(a in ("--help", "-h", "--helpshort", "-?") for a in argv[1:]):
+    print_help(argv[0])
+    sys.exit(0)
   for error in _DEFINE_ERRORS.values():
     fail(_override_message(argv, error))
   try:
@@ -142,10 +145,46 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   return rest
 
 
+def print_help(program: str) -> None:
+  """The program's summary, then each of its flags on one line: `--name=DEFAULT  help`. Flags of
+  absl and ml_collections themselves are left to --helpfull."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  main = sys.modules.get("__main__")
+  summary = ((getattr(main, "__doc__", None) or "").strip().splitlines() or [""])[0]
+  print(f"usage: {os.path.basename(program)} [--flag=value ...]" + (f"\n{summary}" if summary
+                                                                     else ""))
+  print("flags (--helpfull: also absl's own):")
+  rows = []
+  for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
+    if module.startswith(("absl", "ml_collections")):
+      continue
+    for flag in module_flags:
+      if any(r[0] == flag.name for r in rows) or "." in flag.name and any(
+          flag.name.startswith(r[0] + ".") for r in rows):
+        continue
+      default = flag.value
+      if _is_config_flag(flag):
+        try:
+          default = flag.config_filename
+        except Exception:  # pylint: disable=broad-except  (no default config file)
+          default = None
+      rows.append((flag.name, "" if default in (None, "", []) else f"={default}",
+                   _one_line(flag.help or "")))
+  for name, default, text in sorted(rows):
+    print(f"  --{name}{default}  {text}")
+
+
+def _is_config_flag(flag) -> bool:
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  return isinstance(flag, config_flags.config_flags._ConfigFlag)  # pylint: disable=protected-access
+
+
 def _config_flag_names() -> list[str]:
   from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  config_flag = config_flags.config_flags._ConfigFlag  # pylint: disable=protected-access
   return [name for name, flag in flags.FLAGS._flags().items()  # pylint: disable=protected-access
-          if hasattr(flag, "config_filename")]
+          if isinstance(flag, config_flag)]
 
 
 def _override_message(argv: Sequence[str], error: BaseException) -> str:
@@ -179,6 +218,12 @@ def _config_file_message(name: str, flag, error: BaseException) -> str:
 # ---- argparse programs -------------------------------------------------------------------------
 class ArgumentParser(argparse.ArgumentParser):
   """argparse with its usage errors as one `error: ... (see --help)` line, exit 2."""
+
+  def __init__(self, *args, **kwargs):
+    # Each flag on one line of --help (argparse wraps at the terminal width otherwise).
+    kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(
+        prog, max_help_position=60, width=100_000))
+    super().__init__(*args, **kwargs)
 
   def error(self, message: str) -> NoReturn:
     fail(f"{message} (see {self.prog} --help)")

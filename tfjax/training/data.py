@@ -190,7 +190,7 @@ def tinyshakespeare_path() -> str:
 
 def read_text(path: str) -> str:
   if not os.path.exists(path):
-    raise FileNotFoundError(f"text file not found: {path}")
+    raise FileNotFoundError(f"data.path={path!r}: no such text file")
   with open(path, encoding="utf-8") as f:
     text = f.read()
   if not text:
@@ -480,6 +480,10 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   name = _require(data_config, "name")
   _check_choice("dataset name", name, DATASETS)
   get = lambda key: _require(data_config, key)  # noqa: E731
+  if name != "text" and data_config.get("path"):  # a path given for nothing would be ignored
+    raise ValueError(f"data.path={data_config.path!r} is read only by data.name='text', but "
+                     f"data.name={name!r}; add --config.data.name=text to train on that file, or "
+                     "drop data.path")
   if name in TEXT_DATASETS:
     if task not in ("lm", "mlm"):
       raise ValueError(f"dataset {name!r} serves tasks 'lm' and 'mlm', not {task!r}")

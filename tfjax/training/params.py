@@ -21,9 +21,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import traverse_util
-from ml_collections import config_flags
 
 from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
@@ -155,14 +154,21 @@ def _sequence_lengths(config) -> tuple[int, int | None]:
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:
-  sizes = tuple(int(t) for t in text.replace("x", ",").split(","))
+  try:
+    sizes = tuple(int(t) for t in text.replace("x", ",").split(","))
+  except ValueError:
+    sizes = ()
   if len(sizes) != 3 or any(n < 1 for n in sizes):
     raise ValueError(f"--mesh={text!r}: give three positive sizes DATA,FSDP,TENSOR, e.g. 1,8,1")
   return sizes
 
 
 def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
-  cfg = experiment.model_config(config)
+  dataset = None
+  if config.model.get("vocab_size") in (0, None) and config.data.name in data.TEXT_DATASETS and (
+      config.data.tokenizer != "byte"):  # a char/BPE vocabulary is known once the text is read
+    dataset = data.make_dataset(config.data, config.task)
+  cfg = experiment.model_config(config, dataset)
   text = report(cfg)
   if mesh:
     sizes = parse_mesh(mesh)
@@ -182,8 +188,17 @@ def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
 
 
 def main() -> None:
-  """`python -m tfjax.params --config=FILE [--mesh=D,F,T] [--seq_len=L]`."""
-  config_flag = config_flags.DEFINE_config_file("config", None, "Config file (configs/NAME.py).")
+  """`tfjax-params` / `python -m tfjax.params --config=FILE [--mesh=D,F,T] [--seq_len=L]`. A bad
+  flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/cli.py)."""
+  # Imported here, not at the top: memory_plan imports this module (for the parameter shapes), so
+  # a top-level import would be circular for every other importer.
+  # pylint: disable=g-import-not-at-top,global-statement
+  global data, experiment, memory_plan, sharding, tasks, make_optimizer
+  from tfjax.training import cli, data, experiment, memory_plan, sharding, tasks
+  from tfjax.training.optimizer import make_optimizer
+  # pylint: enable=g-import-not-at-top,global-statement
+  config_flag = cli.define_config_file("config", None, "Config file, e.g. configs/NAME.py[:ARG] "
+                                       "(required).")
   mesh_flag = flags.DEFINE_string(
       "mesh", None, "DATA,FSDP,TENSOR mesh sizes (e.g. 1,8,1): also print per-device memory on "
       "that mesh (simulated; no devices needed).")
@@ -191,21 +206,14 @@ def main() -> None:
       "seq_len", None, "Row length for the activation estimate (default: the config's data).")
 
   def run(argv):
-    del argv
-    try:
-      _plan_and_print(config_flag.value, mesh_flag.value, seq_len_flag.value)
-    except ValueError as e:  # a bad --mesh or config: one clear line, no traceback
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
+    if len(argv) > 1:
+      cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
+    if config_flag is None or config_flag.value is None:
+      cli.fail("--config is required, e.g. --config=configs/gpt2_small.py")
+    _plan_and_print(config_flag.value, mesh_flag.value, seq_len_flag.value)
 
-  app.run(run, argv=sys.argv)
+  cli.run_absl(run, argv=sys.argv)
 
 
 if __name__ == "__main__":
-  # Imported only for the command line, not at the top: memory_plan imports this module (for the
-  # parameter shapes), so a top-level import would be circular for every other importer.
-  # pylint: disable=g-import-not-at-top
-  from tfjax.training import data, experiment, memory_plan, sharding, tasks
-  from tfjax.training.optimizer import make_optimizer
-  # pylint: enable=g-import-not-at-top
   main()

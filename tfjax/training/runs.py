@@ -50,19 +50,25 @@ def load_config(workdir: str) -> config_dict.ConfigDict:
   return config_from_json(files.read_json(path))
 
 
+def check_same_run(workdir: str, config) -> None:
+  """Raises ValueError if `workdir` holds a run of another model or task (writes nothing)."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return
+  previous, current = files.read_json(path), json.loads(config.to_json_best_effort())
+  if previous.get("model") != current.get("model") or previous.get("task") != current.get("task"):
+    raise ValueError(
+        f"{workdir} holds a run with a different model or task (see {path}); resuming would "
+        "mix them. Use a new --workdir, or restore the original config.")
+
+
 def prepare_workdir(workdir: str, config) -> None:
   """Creates the workdir and writes its config.json, or checks that an existing run there is the
   same model and task (resuming would mix two runs otherwise)."""
+  check_same_run(workdir, config)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, CONFIG_FILE)
   current = json.loads(config.to_json_best_effort())
-  if os.path.exists(path):
-    previous = files.read_json(path)
-    if previous.get("model") != current.get("model") or previous.get("task") != current.get(
-        "task"):
-      raise ValueError(
-          f"{workdir} holds a run with a different model or task (see {path}); resuming would "
-          "mix them. Use a new --workdir, or restore the original config.")
   if jax.process_index() == 0:  # one writer on a shared filesystem
     files.write_json_atomic(path, current, indent=2, sort_keys=True)
 

@@ -46,6 +46,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   trains a workdir at a time: a second one raises ValueError (tfjax/training/workdir_lock.py).
   """
   experiment = prepare(config, workdir)  # everything validated before anything is written
+  runs.check_same_run(workdir, experiment.config)
   # Multi-process runs share the workdir by design: process 0 holds the lock for all of them.
   lock = (workdir_lock.WorkdirLock(workdir) if jax.process_index() == 0
           else contextlib.nullcontext())

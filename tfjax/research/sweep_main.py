@@ -1,0 +1,123 @@
+"""`tfjax-sweep` / experiments/sweep.py: run a sweep (a config module with get_sweep) and
+aggregate its results.
+
+  python experiments/sweep.py --config=configs/ablations/ffn.py --workdir=runs/ffn --scale=smoke
+  python experiments/sweep.py ... --parallel=2        # points in 2 child processes at a time
+  python experiments/sweep.py ... --report_only       # rewrite results.* and plots, train nothing
+  python experiments/sweep.py ... --list              # print the points and exit
+  python experiments/sweep.py ... --launcher=slurm --slurm.partition=gpu --slurm.gpus_per_node=8
+                                                      # each point a job of one SLURM job array
+  python experiments/sweep.py --status --workdir=runs/ffn   # each point's state, from its files
+
+Each point trains into WORKDIR/<point name>/. Running the same command again skips finished points
+and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
+after failures) it writes WORKDIR/results.csv (one row per point), results_summary.csv and
+results.md (mean ± std over seeds per variant) and PNG plots. Exit status 1 if any point failed.
+See tfjax/research/sweep.py for the config-module interface. A bad flag or sweep config ends in
+one `error:` line, exit 2 (tfjax/training/cli.py); a point that diverged is a result, not a
+failure (tfjax/training/divergence.py).
+"""
+
+import os
+import sys
+
+from absl import flags
+
+from tfjax.research import sweep_slurm
+from tfjax.training import cli
+
+_CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs/ablations/ffn.py "
+                              "(PATH:SCALE also accepted). Required except with --status.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirectory per point).",
+                               required=True)
+_SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep: smoke | full.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (> 1: child processes).")
+_ONLY = flags.DEFINE_string("only", "", "Run only these points: names as --list prints them, "
+                            "comma-separated (names contain commas; each is matched whole).")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only aggregate existing results.")
+_LIST = flags.DEFINE_bool("list", False, "Print the point names and overrides, then exit.")
+_LAUNCHER = flags.DEFINE_enum(
+    "launcher", "local", ["local", "slurm", "submitit_local"], "Where points run: local (this "
+    "process, or --parallel children), slurm (one job array through submitit; resources from "
+    "--slurm.* and the sweep config's SLURM dict), submitit_local (submitit's jobs as local "
+    "processes). See tfjax/research/sweep_slurm.py.")
+_STATUS = flags.DEFINE_bool("status", False, "Print each point's state (done / running / queued "
+                            "/ failed with its error) from the files in --workdir, then exit.")
+_WAIT = flags.DEFINE_bool("wait", True, "slurm / submitit_local: wait for the jobs and write the "
+                          "report (--nowait: submit and exit; --status follows them).")
+_SLURM = {key: flags.DEFINE_string(f"slurm.{key}", None, help_text)
+          for key, help_text in sweep_slurm.Resources.HELP.items()}
+_SLURM_SBATCH = flags.DEFINE_multi_string(
+    "slurm.sbatch", [], "More sbatch options as KEY=VALUE, repeatable: --slurm.sbatch=account=proj "
+    "--slurm.sbatch=qos=high.")
+_SLURM_SETUP = flags.DEFINE_multi_string(
+    "slurm.setup", [], "Shell lines run in each job before the point (module load ..., source "
+    "venv/bin/activate), repeatable.")
+_CACHE = flags.DEFINE_string(
+    "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
+    "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
+  from tfjax.research import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
+  from tfjax.research import sweep_status  # pylint: disable=import-outside-toplevel
+  if _STATUS.value:
+    print(sweep_status.format_status(sweep_status.collect(_WORKDIR.value)))
+    return
+  if not _CONFIG.value:
+    cli.fail("--config is required (e.g. --config=configs/ablations/ffn.py)")
+  path, _, scale = _CONFIG.value.partition(":")
+  scale = _SCALE.value or scale or None
+  sweep = sweep_lib.load_sweep(path, scale)  # every point checked before anything runs
+  root = _WORKDIR.value
+  if _LIST.value:
+    for point in sweep.points:
+      print(f"{point.name}\t{point.overrides}")
+    return
+  only = sweep.select(_ONLY.value)
+  statuses = {}
+  if not _REPORT_ONLY.value:
+    cache = _CACHE.value or os.path.join(root, ".jax_cache")
+    cache = None if cache == "none" else cache
+    try:
+      if _LAUNCHER.value == "local":
+        statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=only,
+                                       compilation_cache=cache)
+      else:
+        resources = sweep_slurm.Resources.from_sources(sweep.slurm, {
+            **{k: f.value for k, f in _SLURM.items()}, "sbatch": _SLURM_SBATCH.value,
+            "setup": _SLURM_SETUP.value})
+        statuses = sweep_slurm.launch(
+            sweep, root, [sweep.point(n) for n in only] if only else sweep.points,
+            launcher=_LAUNCHER.value, resources=resources, compilation_cache=cache,
+            parallel=_PARALLEL.value, wait=_WAIT.value)
+        if not _WAIT.value:
+          print(f"submitted {sum(s == 'submitted' for s in statuses.values())} point(s); "
+                f"follow them with: python {sys.argv[0]} --status --workdir={root}")
+          return
+    except KeyboardInterrupt:
+      print("interrupted; run the same command again to resume", file=sys.stderr)
+      sys.exit(130)
+  title = f"Sweep {path}" + (f" (scale {scale})" if scale else "")
+  result = sweep_report.write_report(root, sweep.points, sweep.report, title=title)
+  counts = {s: sum(v == s for v in statuses.values()) for s in set(statuses.values())}
+  print(f"points: {counts or 'none run'}; results: {os.path.join(root, 'results.md')}; "
+        f"{len(result['plots'])} plots")
+  failed = [r["name"] for r in result["rows"] if r["status"] == "failed"]
+  if failed:
+    print(f"failed points ({len(failed)}): {', '.join(failed)}", file=sys.stderr)
+    sys.exit(1)
+  if "interrupted" in statuses.values():
+    print("interrupted; run the same command again to resume", file=sys.stderr)
+    sys.exit(130)
+
+
+def run():
+  """The `tfjax-sweep` console script."""
+  cli.run_absl(main)
+
+
+if __name__ == "__main__":
+  run()
