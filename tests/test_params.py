@@ -111,6 +111,10 @@ TINY_VARIANTS = {
         ffn="swiglu", position="sinusoidal", head_dim=4),
     "encoder_decoder_scan": dict(family="encoder_decoder", scan_layers=True, num_layers=2,
                                  num_decoder_layers=2, position="none", norm_bias=False),
+    # Architecture switches of issue #17 (each changes which parameters exist).
+    "decoder_qwen2_qkv_bias_only": dict(attention_out_bias=False, ffn="silu", position="rope"),
+    "decoder_out_bias_only_reglu": dict(attention_bias=False, attention_out_bias=True,
+                                        ffn="reglu"),
 }
 
 

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from tfjax.nn import axes, ops
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
 from tfjax.nn.masks import default_positions
-from tfjax.nn.positions import alibi_slopes, apply_rope
+from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
 
 
 # nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
@@ -65,10 +65,12 @@ class MultiHeadAttention(nn.Module):
     relative = not self.cross
     if positions is None:
       positions = default_positions(q_len, batch=batch)
-    if relative and cfg.position in ("rope", "rope_interleaved"):
-      interleaved = cfg.position == "rope_interleaved"
-      q_BxTxHxE = apply_rope(q_BxTxHxE, positions, base=cfg.rope_base, interleaved=interleaved)
-      k_BxSxKxE = apply_rope(k_BxSxKxE, positions, base=cfg.rope_base, interleaved=interleaved)
+    if relative and cfg.position in ROPE_POSITIONS:
+      inv_freq, gain = scaled_rope_frequencies(cfg, positions)
+      rope = dict(interleaved=cfg.position == "rope_interleaved", inv_freq=inv_freq,
+                  rotary_dim=cfg.rotary_dim, gain=gain)
+      q_BxTxHxE = apply_rope(q_BxTxHxE, positions, **rope)
+      k_BxSxKxE = apply_rope(k_BxSxKxE, positions, **rope)
     slopes = alibi_slopes(cfg.num_heads) if relative and cfg.position == "alibi" else None
 
     kwargs = dict(causal=self.causal, window=cfg.window if self.causal else None,
@@ -93,7 +95,7 @@ class MultiHeadAttention(nn.Module):
         out_BxTxHxE, (axes.BATCH, axes.LENGTH, axes.HEADS, axes.HEAD_DIM))
     return nn.Einsum(
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
-        use_bias=cfg.attention_bias, dtype=cfg.compute_dtype, name="out",
+        use_bias=cfg.out_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.normal(cfg.residual_init_std), (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)

@@ -14,9 +14,14 @@ import jax.numpy as jnp
 
 FAMILIES = ("encoder", "decoder", "encoder_decoder")
 POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
+ROPE_POSITIONS = ("rope", "rope_interleaved")
+# RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
+ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-FFNS = ("relu", "gelu", "swiglu", "geglu")
+# Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
+FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
+GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
 REMATS = ("none", "full", "dots")
 # tfjax.nn.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
 # per backend and length, the others are tfjax/nn/kernels/).
@@ -47,17 +52,34 @@ class ModelConfig:
   num_kv_heads: Optional[int] = None  # None = num_heads (MHA); 1 = MQA; in between = GQA
   head_dim: Optional[int] = None     # None = d_model // num_heads
   d_ff: int = 512
-  ffn: str = "gelu"                  # relu | gelu | swiglu | geglu (gated: three matrices)
+  ffn: str = "gelu"                  # relu | gelu (exact erf) | gelu_tanh (GPT-2 gelu_new) | silu
+                                     # | gated (three matrices): swiglu | geglu | geglu_tanh | reglu
   ffn_bias: bool = True
   attention_bias: bool = True        # biases of W_Q, W_K, W_V, W_O
+  attention_out_bias: Optional[bool] = None  # bias of W_O; None = attention_bias (Qwen2: False)
   norm: str = "layernorm"            # layernorm | rmsnorm
   norm_eps: float = 1e-5
   norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
+  norm_unit_offset: bool = False     # every norm's gain is (1 + w), w initialized to 0 (Gemma)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
   embed_norm: bool = False           # BERT normalizes the embedding sum
   position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
   max_len: int = 512                 # size of the learned position table
   rope_base: float = 10000.0
+  # RoPE frequency scaling (tfjax/nn/positions.py): none | linear (position interpolation, Chen et
+  # al. 2023) | dynamic (NTK-aware base growing with the sequence) | yarn (Peng et al. 2023) |
+  # llama3 (Llama 3.1's banded rescale), by rope_scaling_factor (>= 1).
+  rope_scaling: str = "none"
+  rope_scaling_factor: float = 1.0
+  rope_original_max_len: Optional[int] = None  # training context of the unscaled model
+                                               # (dynamic, yarn, llama3)
+  rope_low_freq_factor: float = 1.0  # llama3: wavelengths above original_max_len / low are scaled
+  rope_high_freq_factor: float = 4.0  # llama3: wavelengths below original_max_len / high are kept
+  rope_beta_fast: float = 32.0       # yarn: rotations where the ramp to extrapolation ends
+  rope_beta_slow: float = 1.0        # yarn: rotations where the ramp starts
+  rope_attention_factor: Optional[float] = None  # yarn: cos/sin gain; None = 0.1 ln(factor) + 1
+  rotary_fraction: float = 1.0       # rotate the first int(head_dim * fraction) dims of each head
+                                     # (partial rotary: GPT-NeoX, Phi); the rest pass unchanged
   window: Optional[int] = None       # sliding causal window (keys visible incl. self); decoders
   embed_scale: bool = False          # multiply embeddings by sqrt(d_model) (Vaswani et al.)
   tie_embeddings: bool = True        # output projection = input embedding^T
@@ -96,6 +118,16 @@ class ModelConfig:
       return self.init_std
     layers = self.num_layers + (self.decoder_layers if self.family == "encoder_decoder" else 0)
     return self.init_std / (2.0 * layers) ** 0.5
+
+  @property
+  def rotary_dim(self) -> int:
+    """Channels of each head that RoPE rotates (the first ones)."""
+    return int(self.dim_per_head * self.rotary_fraction)
+
+  @property
+  def out_bias(self) -> bool:
+    """Whether W_O has a bias (model.attention_out_bias, else model.attention_bias)."""
+    return self.attention_bias if self.attention_out_bias is None else self.attention_out_bias
 
   @property
   def compute_dtype(self):
@@ -141,6 +173,7 @@ class ModelConfig:
     if self.position.startswith("rope") and self.dim_per_head % 2:
       raise ValueError(
           f"model.position={self.position!r} needs an even head dimension, got {self.dim_per_head}")
+    self._validate_rope()
     if self.position == "sinusoidal" and self.d_model % 2:
       raise ValueError(f"model.position='sinusoidal' needs an even d_model, got {self.d_model}")
     if self.window is not None:
@@ -163,14 +196,71 @@ class ModelConfig:
       raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
     return self
 
+  def _validate_rope(self):
+    one_of("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)
+    rope = self.position in ROPE_POSITIONS
+    if self.rope_scaling != "none" and not rope:
+      raise ValueError(
+          f"model.rope_scaling={self.rope_scaling!r} scales RoPE frequencies but "
+          f"model.position={self.position!r}; set model.position='rope' (or 'rope_interleaved') "
+          "or model.rope_scaling='none'")
+    defaults = {f.name: f.default for f in dataclasses.fields(self)}
+    for key, users in _ROPE_SCALING_KEYS.items():
+      if getattr(self, key) != defaults[key] and self.rope_scaling not in users:
+        raise ValueError(
+            f"model.{key}={getattr(self, key)!r} is only read by model.rope_scaling in {users}, "
+            f"but model.rope_scaling={self.rope_scaling!r}; set it to {defaults[key]!r} or "
+            "choose a scaling that uses it")
+    if self.rope_scaling != "none" and not self.rope_scaling_factor >= 1.0:
+      raise ValueError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be >= 1 "
+                       "(the context extension ratio)")
+    if self.rope_scaling in ("dynamic", "yarn", "llama3") and not (
+        self.rope_original_max_len and self.rope_original_max_len > 0):
+      raise ValueError(
+          f"model.rope_scaling={self.rope_scaling!r} needs model.rope_original_max_len, the "
+          f"context length the unscaled model was trained at (got {self.rope_original_max_len})")
+    if self.rope_scaling == "llama3" and not (
+        0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+      raise ValueError(
+          f"model.rope_low_freq_factor={self.rope_low_freq_factor} must be positive and below "
+          f"model.rope_high_freq_factor={self.rope_high_freq_factor}")
+    if self.rope_scaling == "yarn":
+      if not 0 < self.rope_beta_slow < self.rope_beta_fast:
+        raise ValueError(f"model.rope_beta_slow={self.rope_beta_slow} must be positive and below "
+                         f"model.rope_beta_fast={self.rope_beta_fast}")
+      if self.rope_attention_factor is not None and not self.rope_attention_factor > 0:
+        raise ValueError(f"model.rope_attention_factor={self.rope_attention_factor} must be > 0 "
+                         "or None (0.1 ln(factor) + 1)")
+    if self.rotary_fraction != 1.0:
+      if not rope:
+        raise ValueError(
+            f"model.rotary_fraction={self.rotary_fraction} is partial RoPE but "
+            f"model.position={self.position!r}; set model.position='rope' or rotary_fraction=1")
+      if not 0.0 < self.rotary_fraction <= 1.0 or self.rotary_dim < 2 or self.rotary_dim % 2:
+        raise ValueError(
+            f"model.rotary_fraction={self.rotary_fraction} must be in (0, 1] and rotate an even, "
+            f"nonzero number of channels; int({self.dim_per_head} * {self.rotary_fraction}) = "
+            f"{self.rotary_dim}")
 
-_OPTIONAL_INT_FIELDS = ("num_decoder_layers", "num_kv_heads", "head_dim", "window")
+
+# The rope_* keys each scaling reads (any other kind must leave them at their defaults).
+_ROPE_SCALING_KEYS = {
+    "rope_scaling_factor": ("linear", "dynamic", "yarn", "llama3"),
+    "rope_original_max_len": ("dynamic", "yarn", "llama3"),
+    "rope_low_freq_factor": ("llama3",), "rope_high_freq_factor": ("llama3",),
+    "rope_beta_fast": ("yarn",), "rope_beta_slow": ("yarn",), "rope_attention_factor": ("yarn",),
+}
+
+# Optional fields (default None) and their type, for typed command-line placeholders.
+_OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": int, "window": int,
+                    "attention_out_bias": bool, "rope_original_max_len": int,
+                    "rope_attention_factor": float}
 
 
 def default_model_config(**overrides):
   """`config.model` as an ml_collections ConfigDict holding every ModelConfig field.
 
-  Optional integers are typed placeholders so `--config.model.window=256` works from the command
+  Optional fields are typed placeholders so `--config.model.window=256` works from the command
   line; values not given here keep the ModelConfig defaults.
   """
   from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
@@ -181,7 +271,7 @@ def default_model_config(**overrides):
     raise ValueError(f"unknown model config key(s) {unknown}")
   cfg = config_dict.ConfigDict()
   for key, value in values.items():
-    if key in _OPTIONAL_INT_FIELDS and value is None:
-      value = config_dict.placeholder(int)
+    if key in _OPTIONAL_FIELDS and value is None:
+      value = config_dict.placeholder(_OPTIONAL_FIELDS[key])
     setattr(cfg, key, value)
   return cfg

@@ -1,30 +1,48 @@
-"""Position-wise feed-forward: relu / gelu (two matrices), swiglu / geglu (three; Shazeer 2020)."""
+"""Position-wise feed-forward: two matrices (relu, gelu, gelu_tanh, silu) or gated with three
+(swiglu, geglu, geglu_tanh, reglu; Shazeer 2020)."""
 
 from __future__ import annotations
 
+import functools
+import math
+
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from tfjax.nn import axes
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import GATED_FFNS, ModelConfig
 
 
-def gelu(x):
-  """Exact GELU x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)) (Hendrycks & Gimpel), the one GELU of
-  the library. Written with erf, not jax.nn.gelu's erfc form (the same function to < 1e-7
-  absolute): erf is one vectorized polynomial, erfc adds an exp and divisions (docs/benchmarks.md).
+def gelu(x, approximate: bool = False):
+  """GELU x * Phi(x) (Hendrycks & Gimpel), the one GELU of the library.
+
+  approximate=False: exact, x/2 * (1 + erf(x / sqrt 2)); written with erf, not jax.nn.gelu's erfc
+    form (the same function to < 1e-7 absolute): erf is one vectorized polynomial, erfc adds an
+    exp and divisions (docs/benchmarks.md). BERT, and `model.ffn='gelu'`.
+  approximate=True: the tanh approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))),
+    which GPT-2 (`gelu_new`), Gemma and T5 v1.1 (`gelu_pytorch_tanh`) were trained with.
   """
+  if approximate:
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + jnp.tanh(inner))
   return 0.5 * x * (1.0 + jax.lax.erf(x * (2.0 ** -0.5)))
 
+
+gelu_tanh = functools.partial(gelu, approximate=True)
 
 # The nonlinearity of each `model.ffn`; the gated kinds apply it to the gate.
 ACTIVATIONS = {
     "relu": jax.nn.relu,
     "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+    "silu": jax.nn.silu,
     "swiglu": jax.nn.silu,
     "geglu": gelu,
+    "geglu_tanh": gelu_tanh,
+    "reglu": jax.nn.relu,
 }
-GATED = ("swiglu", "geglu")
+GATED = GATED_FFNS
 
 
 def dense(cfg: ModelConfig, features: int, logical_axes, name: str, use_bias: bool,
@@ -38,19 +56,25 @@ def dense(cfg: ModelConfig, features: int, logical_axes, name: str, use_bias: bo
 
 
 class FeedForward(nn.Module):
-  """relu/gelu: W2 act(W1 x);  swiglu/geglu: W2 (act(W_gate x) * (W1 x))."""
+  """relu/gelu/gelu_tanh/silu: W2 act(W1 x);  gated: W2 (act(W_gate x) * (W1 x)).
+
+  `init_gain` multiplies the init std of every matrix (DeepNet's beta, see tfjax/nn/layers.py).
+  """
   config: ModelConfig
+  init_gain: float = 1.0
 
   @nn.compact
   def __call__(self, x_BxLxD):
     cfg = self.config
     act = ACTIVATIONS[cfg.ffn]
-    h_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi", cfg.ffn_bias)(x_BxLxD)
+    std = cfg.init_std * self.init_gain
+    h_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi", cfg.ffn_bias, std)(x_BxLxD)
     if cfg.ffn in GATED:
-      gate_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi_gate", cfg.ffn_bias)(x_BxLxD)
+      gate_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi_gate", cfg.ffn_bias,
+                         std)(x_BxLxD)
       h_BxLxF = act(gate_BxLxF) * h_BxLxF
     else:
       h_BxLxF = act(h_BxLxF)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, (axes.BATCH, axes.LENGTH, axes.MLP))
     return dense(cfg, x_BxLxD.shape[-1], (axes.MLP, axes.EMBED), "wo", cfg.ffn_bias,
-                 cfg.residual_init_std)(h_BxLxF)
+                 cfg.residual_init_std * self.init_gain)(h_BxLxF)

@@ -1,4 +1,5 @@
-"""Position encodings: sinusoidal, learned, RoPE (two pairings), ALiBi slopes. `none` is NoPE.
+"""Position encodings: sinusoidal, learned, RoPE (two pairings, partial, frequency scaling), ALiBi
+slopes. `none` is NoPE.
 
 Shape letters as in tfjax/nn/axes.py (A: rotation angles per position).
 """
@@ -61,19 +62,110 @@ def rope_frequencies(head_dim: int, base: float) -> jax.Array:
   return 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
 
 
+# ---- RoPE frequency scaling (model.rope_scaling) -------------------------------------------------
+def linear_scaled_frequencies(inv_freq, factor: float):
+  """Position interpolation (Chen et al. 2023): every frequency divided by the factor, so position
+  p rotates as p / factor did."""
+  return inv_freq / factor
+
+
+def dynamic_ntk_base(base: float, dim: int, factor: float, original_max_len: int, seq_len):
+  """Dynamic NTK-aware scaling: the base grows with the sequence once it exceeds the trained
+  context, base * (factor * L / L_orig - (factor - 1))^(dim / (dim - 2)) with L = max(seq_len,
+  L_orig) (so the base is unchanged within the trained context). seq_len may be traced."""
+  seq_len = jnp.maximum(jnp.asarray(seq_len, jnp.float32), float(original_max_len))
+  return base * (factor * seq_len / original_max_len - (factor - 1.0)) ** (dim / (dim - 2))
+
+
+def llama3_scaled_frequencies(inv_freq, factor: float, low_freq_factor: float,
+                              high_freq_factor: float, original_max_len: int):
+  """Llama 3.1: wavelengths 2 pi / f longer than L_orig / low_freq_factor are divided by the
+  factor (interpolated), shorter than L_orig / high_freq_factor kept, and in between blended with
+  s = (L_orig / wavelength - low) / (high - low): (1 - s) f / factor + s f."""
+  wavelen = 2.0 * math.pi / inv_freq
+  low_wavelen = original_max_len / low_freq_factor
+  high_wavelen = original_max_len / high_freq_factor
+  smooth = (original_max_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+  blended = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+  return jnp.where(wavelen > low_wavelen, inv_freq / factor,
+                   jnp.where(wavelen < high_wavelen, inv_freq, blended))
+
+
+def yarn_scaled_frequencies(dim: int, base: float, factor: float, original_max_len: int,
+                            beta_fast: float, beta_slow: float):
+  """YaRN (Peng et al. 2023), "NTK-by-parts": dimension d has r(d) = L_orig / (2 pi base^(2d/dim))
+  rotations over the trained context; the dimensions d(beta) = dim ln(L_orig / (2 pi beta)) /
+  (2 ln base) for beta_fast and beta_slow (floor and ceil, clipped to [0, dim - 1]) bound a linear
+  ramp gamma from 1 (fast: keep f, extrapolate) to 0 (slow: f / factor, interpolate):
+  f' = f / factor * (1 - gamma) + f * gamma."""
+  def correction_dim(rotations):
+    return dim * math.log(original_max_len / (rotations * 2.0 * math.pi)) / (2.0 * math.log(base))
+
+  low = max(math.floor(correction_dim(beta_fast)), 0)
+  high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+  if low == high:
+    high += 0.001  # avoids a zero-width ramp
+  ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
+  extrapolate = 1.0 - ramp
+  inv_freq = rope_frequencies(dim, base)
+  return inv_freq / factor * (1.0 - extrapolate) + inv_freq * extrapolate
+
+
+def yarn_attention_factor(factor: float) -> float:
+  """YaRN's default gain on cos and sin (so on q.k as its square): 0.1 ln(factor) + 1."""
+  return 1.0 if factor <= 1.0 else 0.1 * math.log(factor) + 1.0
+
+
+def scaled_rope_frequencies(cfg: ModelConfig, positions_BxL=None):
+  """(inverse frequencies [rotary_dim / 2], gain on cos/sin) of the config's RoPE.
+
+  `dynamic` reads the longest position in `positions_BxL` (seq_len = max + 1, as Hugging Face
+  does per forward call); in KV-cache decoding, keys cached earlier keep the frequencies they were
+  rotated with, so past the trained context cached and full-forward logits differ (as in HF).
+  """
+  dim, base, factor = cfg.rotary_dim, cfg.rope_base, cfg.rope_scaling_factor
+  kind = cfg.rope_scaling
+  if kind == "dynamic":
+    seq_len = jnp.max(positions_BxL) + 1
+    base = dynamic_ntk_base(base, dim, factor, cfg.rope_original_max_len, seq_len)
+    return 1.0 / (base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)), 1.0
+  if kind == "yarn":
+    gain = cfg.rope_attention_factor
+    gain = yarn_attention_factor(factor) if gain is None else gain
+    return yarn_scaled_frequencies(dim, base, factor, cfg.rope_original_max_len,
+                                   cfg.rope_beta_fast, cfg.rope_beta_slow), gain
+  inv_freq = rope_frequencies(dim, base)
+  if kind == "linear":
+    return linear_scaled_frequencies(inv_freq, factor), 1.0
+  if kind == "llama3":
+    return llama3_scaled_frequencies(inv_freq, factor, cfg.rope_low_freq_factor,
+                                     cfg.rope_high_freq_factor, cfg.rope_original_max_len), 1.0
+  return inv_freq, 1.0
+
+
 def apply_rope(x_BxLxHxE, positions_BxL, *, base: float = 10000.0,
-               interleaved: bool = False) -> jax.Array:
+               interleaved: bool = False, inv_freq=None, rotary_dim: int | None = None,
+               gain: float = 1.0) -> jax.Array:
   """Rotary embedding (Su et al.) on the head dimension.
 
-  interleaved=False: rotate-half pairing (i, i + D/2), as GPT-NeoX / Hugging Face LLaMA.
-  interleaved=True:  adjacent pairing (2i, 2i+1), as RoFormer / Meta's LLaMA reference.
-  Both rotate pair i by angle p * base^(-2i/D); they differ only in which channels form a pair.
+  interleaved=False: rotate-half pairing (i, i + R/2), as GPT-NeoX / Hugging Face LLaMA.
+  interleaved=True:  adjacent pairing (2i, 2i+1), as RoFormer / GPT-J / Meta's LLaMA reference.
+  Both rotate pair i by angle p * f_i, f_i = inv_freq[i] (default base^(-2i/R)); they differ only
+  in which channels form a pair. Only the first R = rotary_dim channels (default all) rotate; the
+  rest pass unchanged (partial rotary, GPT-NeoX / Phi). cos and sin are multiplied by `gain`
+  (YaRN's attention factor).
   """
   head_dim = x_BxLxHxE.shape[-1]
-  angles_BxLxA = positions_BxL[..., None].astype(jnp.float32) * rope_frequencies(head_dim, base)
+  rotary_dim = head_dim if rotary_dim is None else rotary_dim
+  if inv_freq is None:
+    inv_freq = rope_frequencies(rotary_dim, base)
+  angles_BxLxA = positions_BxL[..., None].astype(jnp.float32) * inv_freq
   cos = jnp.cos(angles_BxLxA)[:, :, None, :]
   sin = jnp.sin(angles_BxLxA)[:, :, None, :]
+  if gain != 1.0:
+    cos, sin = cos * gain, sin * gain
   x = x_BxLxHxE.astype(jnp.float32)
+  x, passed = x[..., :rotary_dim], x[..., rotary_dim:]
   if interleaved:
     x_even, x_odd = x[..., 0::2], x[..., 1::2]
     out = jnp.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], axis=-1)
@@ -81,6 +173,8 @@ def apply_rope(x_BxLxHxE, positions_BxL, *, base: float = 10000.0,
   else:
     x_first, x_second = jnp.split(x, 2, axis=-1)
     out = jnp.concatenate([x_first * cos - x_second * sin, x_second * cos + x_first * sin], -1)
+  if rotary_dim < head_dim:
+    out = jnp.concatenate([out, passed], axis=-1)
   return out.astype(x_BxLxHxE.dtype)
 
 

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.training import sharding
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.training.params import boxed_param_shapes
 
 
@@ -53,7 +53,7 @@ def activation_arrays(cfg: ModelConfig, rows: int, seq_len: int, enc_len: int | 
   d, h, kv, dh, f, v = (cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.dim_per_head, cfg.d_ff,
                         cfg.vocab_size)
   b, s = rows, seq_len
-  g = 3 if cfg.ffn in ("swiglu", "geglu") else 2
+  g = 3 if cfg.ffn in GATED_FFNS else 2
   materialized = cfg.attention_impl in ("xla", "auto")  # auto: counted (upper bound)
   x = (("batch", "length", "embed"), (b, s, d), c)
   q = (("batch", "length", "heads", "head_dim"), (b, s, h, dh), c)

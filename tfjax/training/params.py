@@ -25,7 +25,7 @@ from absl import app, flags
 from flax import traverse_util
 from ml_collections import config_flags
 
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
 
 CATEGORIES = ("embeddings", "attention", "ffn", "norms", "output head")
@@ -78,9 +78,9 @@ def analytic_count(cfg: ModelConfig) -> int:
   d, f, hd = cfg.d_model, cfg.d_ff, cfg.dim_per_head
   h, kv = cfg.num_heads, cfg.kv_heads
   norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
-  attn_bias = (h * hd + 2 * kv * hd + d) if cfg.attention_bias else 0
+  attn_bias = (h * hd + 2 * kv * hd if cfg.attention_bias else 0) + (d if cfg.out_bias else 0)
   attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
-  ffn_matrices = 3 if cfg.ffn in ("swiglu", "geglu") else 2
+  ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
   encoder_layer = attention + ffn + 2 * norm
   decoder_layer = 2 * attention + ffn + 3 * norm

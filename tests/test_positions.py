@@ -1,0 +1,128 @@
+"""tfjax/nn/positions.py: RoPE frequency scalings and partial rotary against their published
+formulas, written here in NumPy in the papers' / reference code's per-frequency form."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from tfjax.nn import positions
+
+
+def np_inv_freq(dim, base):
+  return np.array([base ** (-2.0 * i / dim) for i in range(dim // 2)])
+
+
+def np_llama3(inv_freq, factor, low, high, old_context):
+  """Meta's Llama 3.1 `apply_scaling`, frequency by frequency."""
+  out = []
+  for f in inv_freq:
+    wavelen = 2 * math.pi / f
+    if wavelen < old_context / high:
+      out.append(f)
+    elif wavelen > old_context / low:
+      out.append(f / factor)
+    else:
+      smooth = (old_context / wavelen - low) / (high - low)
+      out.append((1 - smooth) * f / factor + smooth * f)
+  return np.array(out)
+
+
+def test_llama3_frequencies_are_meta_reference_for_llama31_8b():
+  """Llama 3.1: head_dim 128, theta 500000, factor 8, low 1, high 4, original context 8192."""
+  inv_freq = np_inv_freq(128, 500000.0)
+  got = np.asarray(positions.llama3_scaled_frequencies(
+      jnp.asarray(inv_freq, jnp.float32), 8.0, 1.0, 4.0, 8192))
+  expected = np_llama3(inv_freq, 8.0, 1.0, 4.0, 8192)
+  np.testing.assert_allclose(got, expected, rtol=2e-6)
+  wavelen = 2 * math.pi / inv_freq
+  assert np.all(got[wavelen < 2048] == np.float32(inv_freq[wavelen < 2048]))  # kept
+  np.testing.assert_allclose(got[wavelen > 8192], inv_freq[wavelen > 8192] / 8, rtol=2e-6)
+  assert 0 < np.sum((wavelen >= 2048) & (wavelen <= 8192)) < 64  # a blended band exists
+
+
+def np_yarn(dim, base, factor, orig, beta_fast, beta_slow):
+  """Peng et al. 2023 (YaRN), section 3.2 'NTK-by-parts' and the reference code's ramp."""
+  def dim_of(rotations):  # the dimension making `rotations` turns over the original context
+    return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+  low, high = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), dim - 1)
+  out = []
+  for i, f in enumerate(np_inv_freq(dim, base)):
+    ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: extrapolate, 1: interpolate
+    out.append(f / factor * ramp + f * (1 - ramp))
+  return np.array(out)
+
+
+@pytest.mark.parametrize("dim,base,factor,orig", [(128, 10000.0, 4.0, 4096),
+                                                  (64, 1e6, 16.0, 32768)])
+def test_yarn_frequencies_and_attention_factor(dim, base, factor, orig):
+  got = np.asarray(positions.yarn_scaled_frequencies(dim, base, factor, orig, 32.0, 1.0))
+  np.testing.assert_allclose(got, np_yarn(dim, base, factor, orig, 32.0, 1.0), rtol=2e-6)
+  inv_freq = np_inv_freq(dim, base)
+  assert got[0] == pytest.approx(inv_freq[0], rel=1e-6)  # fastest dims extrapolate
+  assert got[-1] == pytest.approx(inv_freq[-1] / factor, rel=1e-5)  # slowest interpolate
+  # Published default: sqrt(1/t) = 0.1 ln(s) + 1 on the attention logits' temperature.
+  assert positions.yarn_attention_factor(factor) == pytest.approx(0.1 * math.log(factor) + 1)
+  assert positions.yarn_attention_factor(4.0) == pytest.approx(1.1386294)
+
+
+def test_dynamic_ntk_base_formula():
+  base, dim, factor, orig = 10000.0, 64, 2.0, 16
+  for seq_len in (4, 16):  # within the trained context: unchanged
+    assert float(positions.dynamic_ntk_base(base, dim, factor, orig, seq_len)) == base
+  expected = base * (factor * 40 / orig - (factor - 1)) ** (dim / (dim - 2))
+  assert float(positions.dynamic_ntk_base(base, dim, factor, orig, 40)) == pytest.approx(
+      expected, rel=1e-6)
+
+
+def test_scaled_rope_frequencies_per_config():
+  pos = jnp.arange(40)[None]
+  cfg = tiny_config(position="rope", head_dim=16, rope_scaling="linear", rope_scaling_factor=4.0)
+  inv, gain = positions.scaled_rope_frequencies(cfg, pos)
+  np.testing.assert_allclose(np.asarray(inv), np_inv_freq(16, 1e4) / 4, rtol=2e-6)
+  assert gain == 1.0
+  cfg = tiny_config(position="rope", head_dim=16, rope_scaling="dynamic", rope_scaling_factor=2.0,
+                    rope_original_max_len=16)
+  inv, _ = positions.scaled_rope_frequencies(cfg, pos)  # seq_len 40 from the positions
+  new_base = 1e4 * (2.0 * 40 / 16 - 1.0) ** (16 / 14)
+  np.testing.assert_allclose(np.asarray(inv), np_inv_freq(16, new_base), rtol=2e-5)
+  cfg = tiny_config(position="rope", head_dim=16, rope_scaling="yarn", rope_scaling_factor=4.0,
+                    rope_original_max_len=16, rope_attention_factor=1.5)
+  assert positions.scaled_rope_frequencies(cfg, pos)[1] == 1.5
+  cfg = tiny_config(position="rope", head_dim=16, rotary_fraction=0.5)
+  inv, _ = positions.scaled_rope_frequencies(cfg, pos)
+  np.testing.assert_allclose(np.asarray(inv), np_inv_freq(8, 1e4), rtol=2e-6)  # base^(-2i/R)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_partial_rotary_rotates_only_the_first_channels(interleaved):
+  x = np.random.default_rng(0).normal(size=(1, 5, 2, 12)).astype(np.float32)
+  pos = jnp.arange(5)[None]
+  y = np.asarray(positions.apply_rope(jnp.asarray(x), pos, rotary_dim=4, interleaved=interleaved))
+  np.testing.assert_array_equal(y[..., 4:], x[..., 4:])
+  full = np.asarray(positions.apply_rope(jnp.asarray(x[..., :4]), pos, interleaved=interleaved))
+  np.testing.assert_allclose(y[..., :4], full, rtol=1e-6, atol=1e-6)
+  # Linear scaling: frequencies / s at position s * p rotate as the original at p.
+  scaled = positions.apply_rope(jnp.asarray(x), pos * 3, rotary_dim=4, interleaved=interleaved,
+                                inv_freq=positions.rope_frequencies(4, 1e4) / 3)
+  np.testing.assert_allclose(np.asarray(scaled), y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(rope_scaling="linear", rope_scaling_factor=2.0), "set model.position='rope'"),
+    (dict(position="rope", rope_scaling="ntk"), "model.rope_scaling='ntk' is invalid"),
+    (dict(position="rope", rope_scaling="yarn", rope_scaling_factor=2.0),
+     "needs model.rope_original_max_len"),
+    (dict(position="rope", rope_scaling="linear", rope_scaling_factor=0.5), "must be >= 1"),
+    (dict(position="rope", rope_low_freq_factor=2.0), "only read by model.rope_scaling"),
+    (dict(position="rope", rope_scaling="llama3", rope_scaling_factor=8.0,
+          rope_original_max_len=16, rope_low_freq_factor=4.0), "below model.rope_high"),
+    (dict(position="rope", rotary_fraction=1.5), "must be in \\(0, 1\\]"),
+    (dict(position="rope", rotary_fraction=0.1), "even, nonzero"),
+    (dict(position="alibi", rotary_fraction=0.5), "partial RoPE"),
+])
+def test_rope_keys_are_validated(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    tiny_config(**overrides)
