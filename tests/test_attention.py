@@ -116,3 +116,51 @@ def test_attention_with_scaled_or_partial_rope_matches_numpy(overrides, rope):
   x = rand((2, 6, 16), seed=3)
   y, p = run_attention(cfg, x)
   np.testing.assert_allclose(y, np_attention(p, x, rope=rope), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("overrides,kwargs", [
+    (dict(attention_scale=1.0), dict(scale=1.0)),  # T5: no 1/sqrt(d) scaling
+    (dict(attention_scale=0.125, attention_softcap=2.0, window=3),  # Gemma 2 style
+     dict(scale=0.125, softcap=2.0, window=3)),
+    (dict(attention_softcap=0.5, position="alibi"), dict(softcap=0.5, bias="alibi")),
+])
+def test_attention_scale_and_softcap_match_numpy(overrides, kwargs):
+  cfg = tiny_config(**overrides)
+  x = rand((2, 5, 16), seed=4, scale=2.0)
+  y, p = run_attention(cfg, x)
+  if kwargs.get("bias") == "alibi":  # 2 heads: slopes 2^-4, 2^-8; capped scores, then ALiBi
+    i, j = np.arange(5)[:, None], np.arange(5)[None, :]
+    kwargs = dict(kwargs, bias=-np.array([2.0 ** -4, 2.0 ** -8])[:, None, None] * np.abs(i - j))
+  expected = np_attention(p, x, **kwargs)
+  np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)
+  uncapped = np_attention(p, x, **dict(kwargs, softcap=None, scale=kwargs.get("scale")))
+  if "softcap" in kwargs:
+    assert not np.allclose(y, uncapped, rtol=1e-3, atol=1e-3)
+
+
+def test_global_layer_ignores_the_window():
+  cfg = tiny_config(window=2)
+  x = rand((1, 6, 16), seed=5)
+  module = MultiHeadAttention(cfg, causal=True, sliding=False)
+  params = random_params(module, x, seed=6)
+  y = np.asarray(module.apply({"params": params}, x))
+  np.testing.assert_allclose(y, np_attention(to_numpy(params), x), rtol=2e-5, atol=2e-5)
+
+
+def test_softcap_needs_the_xla_attention():
+  with pytest.raises(ValueError, match="attention_impl='xla'"):
+    tiny_config(attention_softcap=50.0, attention_impl="pallas")
+  for key in ("attention_scale", "attention_softcap", "logits_softcap"):
+    with pytest.raises(ValueError, match=f"model.{key}=0.0 must be a positive"):
+      tiny_config(**{key: 0.0})
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_qk_norm_normalizes_each_head_before_rope(kind):
+  cfg = tiny_config(qk_norm=kind, position="rope", num_heads=4, num_kv_heads=2, norm_eps=1e-6)
+  x = rand((2, 5, 16), seed=7, scale=3.0)
+  y, p = run_attention(cfg, x)
+  assert p["query_norm"]["scale"].shape == (4,) and p["key_norm"]["scale"].shape == (4,)
+  rope = dict(inv_freq=_np_inv_freq(4, 1e4), rot_dim=4)
+  expected = np_attention(p, x, qk_norm=kind, eps=1e-6, rope=rope)
+  np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)

@@ -116,7 +116,12 @@ CACHE_CONFIGS = (
     + [dict(family="encoder_decoder", position=p, num_kv_heads=2) for p in POSITIONS]  # + GQA
     + [dict(num_layers=2, num_kv_heads=1, window=3, position="rope"),  # MQA, ring of 3 slots
        dict(num_layers=2, window=3, position="alibi", scan_layers=True),
-       dict(family="encoder_decoder", num_layers=2, window=3, position="learned")])
+       dict(family="encoder_decoder", num_layers=2, window=3, position="learned"),
+       # Gemma 2: sliding and global layers alternate (ring buffer and full caches side by side),
+       # soft-capped scores and logits, sandwich norms (and Gemma 3's QK-norm).
+       dict(num_layers=2, window=3, window_pattern=2, attention_softcap=1.0, logits_softcap=3.0,
+            norm_placement="sandwich", norm="rmsnorm", norm_unit_offset=True, ffn="geglu_tanh",
+            attention_scale=0.3, position="rope", qk_norm="rmsnorm")])
 
 
 @pytest.mark.parametrize("overrides", CACHE_CONFIGS,

@@ -367,7 +367,7 @@ def test_only_the_learned_position_table_has_a_table():
     (dict(norm="batchnorm"), ["model.norm='batchnorm'", *NORMS]),
     (dict(ffn="swish"), ["model.ffn='swish'", *FFNS]),
     (dict(family="decoder_only"), ["model.family='decoder_only'", *FAMILIES]),
-    (dict(norm_placement="sandwich"), ["model.norm_placement='sandwich'", *PLACEMENTS]),
+    (dict(norm_placement="middle"), ["model.norm_placement='middle'", *PLACEMENTS]),
     (dict(remat="some"), ["model.remat='some'", "none", "full", "dots"]),
     (dict(attention_impl="flash"), ["model.attention_impl='flash'", "xla", "pallas"]),
     (dict(family="encoder", window=4), ["model.window=4", "model.family='encoder'",
@@ -431,7 +431,10 @@ def test_encoder_pooler_and_classifier_match_numpy():
 # ------------------------------------------------------------------------------------------------
 # Architecture matrix: every pair of axis values appears in at least one case
 # ------------------------------------------------------------------------------------------------
-AXES = dict(family=FAMILIES, position=POSITIONS, norm=NORMS, norm_placement=PLACEMENTS, ffn=FFNS)
+# The FFN axis keeps one activation per structure (two-matrix, gated; relu/gelu/silu kinds): the
+# other activations differ only elementwise (tests/test_ffn.py) and would double the row count.
+AXES = dict(family=FAMILIES, position=POSITIONS, norm=NORMS, norm_placement=PLACEMENTS,
+            ffn=("relu", "gelu", "swiglu", "geglu"))
 
 
 def pairwise_cases(axes):
@@ -497,3 +500,26 @@ def test_architecture_matrix_init_forward_grad_finite(index):
   leaves = [np.asarray(g) for g in jax.tree_util.tree_leaves(grads)]
   assert all(np.all(np.isfinite(g)) for g in leaves)
   assert sum(float(np.abs(g).sum()) for g in leaves) > 0
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder", "encoder_decoder"])
+def test_logits_softcap_is_cap_tanh_of_the_logits(family):
+  """Gemma 2: final logits cap * tanh(logits / cap), on the same weights."""
+  cfg = tiny_config(family=family)
+  toks = tokens((1, 5), seed=1)
+  args = (toks, toks) if family == "encoder_decoder" else (toks,)
+  model, variables = init(cfg, *args, scale=1.0)
+  plain = outputs(model, variables, *args)
+  capped = outputs(build_model(cfg.replace(logits_softcap=1.5)), variables, *args)
+  assert np.abs(plain).max() > 1.5  # the cap binds
+  np.testing.assert_allclose(capped, 1.5 * np.tanh(plain / 1.5), rtol=1e-5, atol=1e-6)
+
+
+def test_scale_tied_logits_rescales_the_tied_head_input():
+  """T5 v1.0: logits = (h * d_model^-0.5) E^T; the head is linear, so logits scale alike."""
+  cfg = tiny_config(family="encoder_decoder", position="t5_bias")
+  toks = tokens((1, 5), seed=2)
+  model, variables = init(cfg, toks, toks)
+  plain = outputs(model, variables, toks, toks)
+  scaled = outputs(build_model(cfg.replace(scale_tied_logits=True)), variables, toks, toks)
+  np.testing.assert_allclose(scaled, plain * 16 ** -0.5, rtol=1e-5, atol=1e-6)

@@ -115,6 +115,19 @@ TINY_VARIANTS = {
     "decoder_qwen2_qkv_bias_only": dict(attention_out_bias=False, ffn="silu", position="rope"),
     "decoder_out_bias_only_reglu": dict(attention_bias=False, attention_out_bias=True,
                                         ffn="reglu"),
+    "decoder_gemma2_sandwich": dict(norm_placement="sandwich", norm="rmsnorm",
+                                    norm_unit_offset=True, ffn="geglu_tanh", num_layers=3,
+                                    window=2, window_pattern=2, attention_softcap=50.0,
+                                    logits_softcap=30.0),
+    "encoder_decoder_sandwich": dict(family="encoder_decoder", norm_placement="sandwich",
+                                     qk_norm="layernorm"),
+    "encoder_decoder_t5": dict(family="encoder_decoder", position="t5_bias", norm="rmsnorm",
+                               attention_bias=False, ffn="geglu_tanh", ffn_bias=False,
+                               scale_tied_logits=True, relative_buckets=8,
+                               relative_max_distance=20, num_decoder_layers=2),
+    "encoder_t5_bias_scan": dict(family="encoder", position="t5_bias", scan_layers=True,
+                                 num_layers=2),
+    "decoder_qk_rmsnorm_gqa": dict(qk_norm="rmsnorm", num_heads=4, num_kv_heads=2, head_dim=6),
 }
 
 

@@ -26,7 +26,9 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes, ops
 from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
-from tfjax.nn.masks import default_positions
+from tfjax.nn.masks import default_positions, query_key_positions
+from tfjax.nn.norms import Norm
+from tfjax.nn.relative_bias import t5_bias
 from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
 
 
@@ -45,14 +47,24 @@ def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_mode
 
 
 class MultiHeadAttention(nn.Module):
+  """Scores scaled by model.attention_scale (default 1/sqrt(head_dim)), soft-capped by
+  model.attention_softcap; q and k normalized per head by model.qk_norm; causal self-attention
+  slides over model.window when `sliding`."""
   config: ModelConfig
   causal: bool = False
   cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
+  sliding: bool = True  # False: a global layer of model.window_pattern
+
+  @property
+  def window(self):
+    """The sliding window of this module (None: every earlier key is visible)."""
+    return self.config.window if self.causal and self.sliding else None
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
-               positions=None):
-    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding)."""
+               positions=None, relative_table=None):
+    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding).
+    relative_table [buckets, heads]: the stack's T5 bias table (position='t5_bias')."""
     cfg = self.config
     batch, q_len = x_BxTxD.shape[:2]
     q_BxTxHxE = _projection(cfg, cfg.num_heads, axes.HEADS, "query", x_BxTxD.shape[-1])(x_BxTxD)
@@ -61,6 +73,11 @@ class MultiHeadAttention(nn.Module):
       source = x_BxTxD if not self.cross else kv_BxSxD
       k_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "key", source.shape[-1])(source)
       v_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "value", source.shape[-1])(source)
+
+    if cfg.qk_norm != "none":  # per head over head_dim, before RoPE
+      q_BxTxHxE = Norm(cfg, kind=cfg.qk_norm, axis=axes.HEAD_DIM, name="query_norm")(q_BxTxHxE)
+      if k_BxSxKxE is not None:
+        k_BxSxKxE = Norm(cfg, kind=cfg.qk_norm, axis=axes.HEAD_DIM, name="key_norm")(k_BxSxKxE)
 
     relative = not self.cross
     if positions is None:
@@ -73,8 +90,9 @@ class MultiHeadAttention(nn.Module):
       k_BxSxKxE = apply_rope(k_BxSxKxE, positions, **rope)
     slopes = alibi_slopes(cfg.num_heads) if relative and cfg.position == "alibi" else None
 
-    kwargs = dict(causal=self.causal, window=cfg.window if self.causal else None,
-                  alibi_slopes=slopes, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids)
+    kwargs = dict(causal=self.causal, window=self.window, alibi_slopes=slopes,
+                  q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                  scale=cfg.attention_scale, softcap=cfg.attention_softcap)
     # Only causal self-attention and cross-attention see the sequence grow; a bidirectional
     # encoder (e.g. the encoder of an encoder-decoder run with decode=True) recomputes in full.
     uses_cache = cfg.decode and (self.causal or self.cross)
@@ -82,6 +100,12 @@ class MultiHeadAttention(nn.Module):
       k_BxSxKxE, v_BxSxKxE, kwargs = self._use_cache(k_BxSxKxE, v_BxSxKxE, positions, kwargs)
     elif uses_cache:
       self._init_cache(k_BxSxKxE)
+
+    if relative and cfg.position == "t5_bias":
+      q_pos, kv_pos = query_key_positions(q_len, k_BxSxKxE.shape[1], kwargs.get("q_positions"),
+                                          kwargs.get("kv_positions"))
+      kwargs["bias"] = t5_bias(relative_table, q_pos, kv_pos, bidirectional=not self.causal,
+                               max_distance=cfg.relative_max_distance)
 
     if self.is_mutable_collection("intermediates"):
       weights = ops.attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)
@@ -108,7 +132,7 @@ class MultiHeadAttention(nn.Module):
     if self.cross:
       size = length  # the encoder length used at init
     else:
-      size = length if cfg.window is None else min(length, cfg.window)
+      size = length if self.window is None else min(length, self.window)
     shape = (batch, size, kv_heads, head_dim)
     self.variable("cache", "cached_key", jnp.zeros, shape, cfg.compute_dtype)
     self.variable("cache", "cached_value", jnp.zeros, shape, cfg.compute_dtype)
@@ -116,7 +140,6 @@ class MultiHeadAttention(nn.Module):
     self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
 
   def _use_cache(self, k_new, v_new, positions, kwargs):
-    cfg = self.config
     if not self.has_variable("cache", "cached_key"):
       raise ValueError("decode=True needs a cache: build it with tfjax.training.decode.init_cache first")
     key = self.variable("cache", "cached_key")
@@ -149,7 +172,7 @@ class MultiHeadAttention(nn.Module):
     kwargs = _attend_by_position(kwargs, positions,
                                  jnp.concatenate([slot_pos.value, new_pos], axis=1))
     size = key.value.shape[1]
-    if q_len > size and cfg.window is None:
+    if q_len > size and self.window is None:
       raise ValueError(f"{q_len} new tokens do not fit in a KV cache of {size} slots")
     # Ring-buffer write of the last min(q_len, size) new tokens (a plain append without window).
     keep = min(q_len, size)

@@ -13,12 +13,13 @@ from typing import Any, Optional
 import jax.numpy as jnp
 
 FAMILIES = ("encoder", "decoder", "encoder_decoder")
-POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
+POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "t5_bias", "none")
 ROPE_POSITIONS = ("rope", "rope_interleaved")
 # RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
-PLACEMENTS = ("pre", "post")
+QK_NORMS = ("none",) + NORMS
+PLACEMENTS = ("pre", "post", "sandwich")
 # Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
 FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
 GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
@@ -61,9 +62,16 @@ class ModelConfig:
   norm_eps: float = 1e-5
   norm_bias: bool = True             # LayerNorm's beta (RMSNorm never has one)
   norm_unit_offset: bool = False     # every norm's gain is (1 + w), w initialized to 0 (Gemma)
+  qk_norm: str = "none"              # none | rmsnorm | layernorm: normalize q and k per head over
+                                     # head_dim, before RoPE (OLMo 2-style per head, Qwen3, Gemma 3)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
+                                     # | sandwich: x + norm(f(norm(x))), final norm (Gemma 2)
   embed_norm: bool = False           # BERT normalizes the embedding sum
-  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
+  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi |
+                                     # t5_bias (bucketed relative bias, tfjax/nn/relative_bias.py)
+                                     # | none
+  relative_buckets: int = 32         # t5_bias: buckets of the relative offsets
+  relative_max_distance: int = 128   # t5_bias: offsets from here on share the last bucket
   max_len: int = 512                 # size of the learned position table
   rope_base: float = 10000.0
   # RoPE frequency scaling (tfjax/nn/positions.py): none | linear (position interpolation, Chen et
@@ -81,8 +89,17 @@ class ModelConfig:
   rotary_fraction: float = 1.0       # rotate the first int(head_dim * fraction) dims of each head
                                      # (partial rotary: GPT-NeoX, Phi); the rest pass unchanged
   window: Optional[int] = None       # sliding causal window (keys visible incl. self); decoders
+  window_pattern: Optional[int] = None  # with window: layer i (0-based) is global iff
+                                     # (i + 1) % window_pattern == 0, else sliding (Gemma 2: 2,
+                                     # Gemma 3: 6); None = every layer slides (Mistral)
+  attention_scale: Optional[float] = None  # score scale; None = 1/sqrt(head_dim) (T5: 1.0,
+                                     # Gemma 2: query_pre_attn_scalar^-0.5)
+  attention_softcap: Optional[float] = None  # scores = cap * tanh(scores / cap) before biases and
+                                     # masks (Gemma 2: 50); needs attention_impl xla or auto
+  logits_softcap: Optional[float] = None  # output logits = cap * tanh(logits / cap) (Gemma 2: 30)
   embed_scale: bool = False          # multiply embeddings by sqrt(d_model) (Vaswani et al.)
   tie_embeddings: bool = True        # output projection = input embedding^T
+  scale_tied_logits: bool = False    # tied head reads h * d_model^-0.5 (T5 v1.0)
   type_vocab_size: int = 0           # encoder token-type (segment A/B) embeddings; 0 = none
   mlm_head: bool = True              # encoder: dense+act+norm, then (tied) decoder with bias
   pooler: bool = False               # encoder: tanh(dense(h_[CLS]))
@@ -120,6 +137,17 @@ class ModelConfig:
     return self.init_std / (2.0 * layers) ** 0.5
 
   @property
+  def has_final_norm(self) -> bool:
+    """Whether each layer stack ends with a norm (pre-norm placements leave the stream unnormed)."""
+    return self.norm_placement in ("pre", "sandwich")
+
+  def is_sliding_layer(self, layer: int) -> bool:
+    """Whether causal self-attention of layer `layer` (0-based) uses model.window."""
+    if self.window is None:
+      return False
+    return self.window_pattern is None or (layer + 1) % self.window_pattern != 0
+
+  @property
   def rotary_dim(self) -> int:
     """Channels of each head that RoPE rotates (the first ones)."""
     return int(self.dim_per_head * self.rotary_fraction)
@@ -155,6 +183,7 @@ class ModelConfig:
     choice("position", POSITIONS)
     choice("norm", NORMS)
     choice("norm_placement", PLACEMENTS)
+    choice("qk_norm", QK_NORMS)
     choice("ffn", FFNS)
     choice("remat", REMATS)
     choice("attention_impl", ATTENTION_IMPLS)
@@ -183,6 +212,30 @@ class ModelConfig:
         raise ValueError(
             f"model.window={self.window} is a causal sliding window and model.family='encoder' is "
             "bidirectional; set model.window=None")
+    if self.window_pattern is not None:
+      if self.window is None or self.window_pattern < 1:
+        raise ValueError(
+            f"model.window_pattern={self.window_pattern} makes every window_pattern-th layer "
+            f"global and the others slide over model.window={self.window}; set a window and a "
+            "pattern >= 1, or window_pattern=None")
+      if self.scan_layers:
+        raise ValueError(
+            f"model.window_pattern={self.window_pattern} gives layers different attention (and "
+            "cache sizes), which nn.scan's identical layers cannot express; set "
+            "model.scan_layers=False")
+    self._validate_t5_bias()
+    if self.scale_tied_logits and not self.tie_embeddings:
+      raise ValueError("model.scale_tied_logits=True rescales the tied output layer's input but "
+                       "model.tie_embeddings=False; set tie_embeddings=True or leave it False")
+    for key in ("attention_scale", "attention_softcap", "logits_softcap"):
+      value = getattr(self, key)
+      if value is not None and not value > 0:
+        raise ValueError(f"model.{key}={value} must be a positive number or None")
+    if self.attention_softcap is not None and self.attention_impl not in ("xla", "auto"):
+      raise ValueError(
+          f"model.attention_softcap={self.attention_softcap} is computed by the xla attention "
+          f"only, not model.attention_impl={self.attention_impl!r}; set attention_impl='xla' "
+          "or 'auto'")
     for key in ("dropout", "attention_dropout"):
       if not 0.0 <= getattr(self, key) < 1.0:
         raise ValueError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
@@ -195,6 +248,27 @@ class ModelConfig:
     if self.num_decoder_layers is not None and self.family != "encoder_decoder":
       raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
     return self
+
+  def _validate_t5_bias(self):
+    if self.position != "t5_bias":
+      for key in ("relative_buckets", "relative_max_distance"):
+        default = next(f.default for f in dataclasses.fields(self) if f.name == key)
+        if getattr(self, key) != default:
+          raise ValueError(f"model.{key}={getattr(self, key)} is read by position='t5_bias' "
+                           f"only, but model.position={self.position!r}; leave it at {default}")
+      return
+    if self.relative_buckets < 4:
+      raise ValueError(f"model.relative_buckets={self.relative_buckets} must be >= 4 (half for "
+                       "each direction, half of those exact offsets)")
+    if self.relative_max_distance <= self.relative_buckets // 2:
+      raise ValueError(
+          f"model.relative_max_distance={self.relative_max_distance} must exceed "
+          f"relative_buckets // 2 = {self.relative_buckets // 2} (the exact offsets)")
+    if self.attention_impl not in ("xla", "auto"):
+      raise ValueError(
+          f"model.position='t5_bias' adds a dense [T, S] bias that only the xla attention "
+          f"takes, not model.attention_impl={self.attention_impl!r}; set attention_impl='xla' "
+          "or 'auto'")
 
   def _validate_rope(self):
     one_of("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)
@@ -254,7 +328,9 @@ _ROPE_SCALING_KEYS = {
 # Optional fields (default None) and their type, for typed command-line placeholders.
 _OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": int, "window": int,
                     "attention_out_bias": bool, "rope_original_max_len": int,
-                    "rope_attention_factor": float}
+                    "rope_attention_factor": float, "window_pattern": int,
+                    "attention_scale": float, "attention_softcap": float,
+                    "logits_softcap": float}
 
 
 def default_model_config(**overrides):

@@ -5,7 +5,9 @@ One `TransformerLayer` covers the three layer kinds of the families:
   decoder-only block  causal self-attention -> FFN
   decoder layer       causal self-attention -> cross-attention -> FFN
 Each sublayer f is one `TransformerLayer.sublayer(name, x, f)` call, x being the residual stream:
-  pre: x + dropout(f(norm(x)))   or   post: norm(x + dropout(f(x))).
+  pre: x + dropout(f(norm(x)))   post: norm(x + dropout(f(x)))
+  sandwich: x + dropout(post_norm(f(pre_norm(x))))  (Gemma 2).
+With model.window_pattern, layer i's causal self-attention is global iff (i + 1) % pattern == 0.
 `LayerStack` runs N layers as a Python loop or under `nn.scan` (params stacked on a leading
 'layers' axis; compile time flat in depth), optionally recomputing activations in the backward
 pass (`model.remat`).
@@ -23,30 +25,37 @@ from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.ffn import FeedForward
 from tfjax.nn.norms import Norm
+from tfjax.nn.relative_bias import RelativePositionTable
 
 
 class TransformerLayer(nn.Module):
   config: ModelConfig
   causal: bool = False
   cross_attention: bool = False
+  sliding: bool = True  # self-attention uses model.window (False: a global layer)
 
   def sublayer(self, name: str, x_BxLxD, fn: Callable):
     """One residual sublayer around `fn`, with its norm named `{name}_norm`."""
     cfg = self.config
     dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
+    norm = Norm(cfg, name=f"{name}_norm")
     if cfg.norm_placement == "pre":
-      y_BxLxD = x_BxLxD + dropout(fn(Norm(cfg, name=f"{name}_norm")(x_BxLxD)))
+      y_BxLxD = x_BxLxD + dropout(fn(norm(x_BxLxD)))
+    elif cfg.norm_placement == "sandwich":
+      y_BxLxD = x_BxLxD + dropout(Norm(cfg, name=f"{name}_post_norm")(fn(norm(x_BxLxD))))
     else:
-      y_BxLxD = Norm(cfg, name=f"{name}_norm")(x_BxLxD + dropout(fn(x_BxLxD)))
+      y_BxLxD = norm(x_BxLxD + dropout(fn(x_BxLxD)))
     return nn.with_logical_constraint(y_BxLxD, axes.RESIDUAL_STREAM)
 
   @nn.compact
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
-               encoder_segment_ids=None):
+               encoder_segment_ids=None, relative_table=None):
     cfg = self.config
-    self_attention = MultiHeadAttention(cfg, causal=self.causal, name="self_attention")
+    self_attention = MultiHeadAttention(cfg, causal=self.causal, sliding=self.sliding,
+                                        name="self_attention")
     x_BxLxD = self.sublayer("self_attention", x_BxLxD, lambda h: self_attention(
-        h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions))
+        h, q_segment_ids=segment_ids, kv_segment_ids=segment_ids, positions=positions,
+        relative_table=relative_table))
     if self.cross_attention:
       cross = MultiHeadAttention(cfg, cross=True, name="cross_attention")
       # Cross-attention only needs padding masks: decoder rows vs encoder keys.
@@ -78,7 +87,7 @@ def _maybe_remat(layer_cls, cfg: ModelConfig):
 
 
 class LayerStack(nn.Module):
-  """N identical layers, then the final norm when norms are pre-sublayer."""
+  """N layers, then the final norm when norms are pre-sublayer (pre, sandwich)."""
   config: ModelConfig
   num_layers: int
   causal: bool = False
@@ -88,7 +97,11 @@ class LayerStack(nn.Module):
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
                encoder_segment_ids=None):
     cfg = self.config
-    args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids)
+    # T5: one relative position table per stack, shared by its layers.
+    table = None
+    if cfg.position == "t5_bias":
+      table = RelativePositionTable(cfg, name="relative_bias")()
+    args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids, table)
     if cfg.scan_layers:
       scanned = nn.scan(
           _ScannedLayer, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
@@ -98,8 +111,8 @@ class LayerStack(nn.Module):
     else:
       layer_cls = _maybe_remat(TransformerLayer, cfg)
       for i in range(self.num_layers):
-        x_BxLxD = layer_cls(cfg, self.causal, self.cross_attention, name=f"layers_{i}")(
-            x_BxLxD, *args)
-    if cfg.norm_placement == "pre":
+        x_BxLxD = layer_cls(cfg, self.causal, self.cross_attention,
+                            sliding=cfg.is_sliding_layer(i), name=f"layers_{i}")(x_BxLxD, *args)
+    if cfg.has_final_norm:
       x_BxLxD = Norm(cfg, name="final_norm")(x_BxLxD)
     return x_BxLxD

@@ -18,6 +18,7 @@ from tfjax.nn.ffn import dense, gelu
 from tfjax.nn.layers import LayerStack
 from tfjax.nn.masks import default_positions
 from tfjax.nn.norms import Norm
+from tfjax.nn.ops import softcap_logits
 from tfjax.nn.positions import LearnedPositions, has_learned_table, sinusoidal_table
 
 
@@ -85,13 +86,24 @@ def _positions(inputs_BxL, positions_BxL):
 _LOGITS_AXES = (axes.BATCH, axes.LENGTH, axes.VOCAB)
 
 
-def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD):
-  """Output projection in float32 (logits feed a softmax over the whole vocabulary)."""
+def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD, lm_head=None, bias=None):
+  """Output projection in float32 (logits feed a softmax over the whole vocabulary), plus `bias`
+  [V], then soft-capped by model.logits_softcap (Gemma 2). `lm_head` is the untied projection
+  (created here when None)."""
   if cfg.tie_embeddings:
+    if cfg.scale_tied_logits:  # T5 v1.0
+      h_BxLxD = h_BxLxD * jnp.asarray(cfg.d_model ** -0.5, h_BxLxD.dtype)
     logits = embedder.attend(h_BxLxD)
   else:
-    logits = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)(h_BxLxD)
-  return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
+    if lm_head is None:
+      lm_head = dense(cfg, cfg.vocab_size, (axes.EMBED, axes.VOCAB), "lm_head", False)
+    logits = lm_head(h_BxLxD)
+  logits = logits.astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias
+  if cfg.logits_softcap is not None:
+    logits = softcap_logits(logits, cfg.logits_softcap)
+  return nn.with_logical_constraint(logits, _LOGITS_AXES)
 
 
 class DecoderLM(nn.Module):
@@ -128,10 +140,9 @@ class Encoder(nn.Module):
     if cfg.mlm_head:
       t_BxLxD = dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "mlm_transform", True)(h_BxLxD)
       t_BxLxD = Norm(cfg, name="mlm_norm")(gelu(t_BxLxD))
-      logits = _lm_logits(cfg, embedder, t_BxLxD)
       bias = self.param("mlm_bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                  (axes.VOCAB,)), (cfg.vocab_size,))
-      out["mlm_logits"] = logits + bias
+      out["mlm_logits"] = _lm_logits(cfg, embedder, t_BxLxD, bias=bias)
     if cfg.pooler:
       # BERT pools the first ([CLS]) token.
       pooled = jnp.tanh(dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "pooler", True)(
@@ -168,11 +179,8 @@ class EncoderDecoder(nn.Module):
     x_BxLxD = self.embed(decoder_inputs_BxL, positions)
     h_BxLxD = self.decoder(x_BxLxD, decoder_segment_ids, positions, encoded_BxSxD,
                            encoder_segment_ids)
-    if self.config.tie_embeddings:
-      logits = self.embed.attend(h_BxLxD)
-    else:
-      logits = self.lm_head(h_BxLxD)
-    return nn.with_logical_constraint(logits.astype(jnp.float32), _LOGITS_AXES)
+    return _lm_logits(self.config, self.embed, h_BxLxD,
+                      None if self.config.tie_embeddings else self.lm_head)
 
   def __call__(self, encoder_inputs_BxS, decoder_inputs_BxL, *, encoder_segment_ids=None,
                decoder_segment_ids=None, decoder_positions=None):

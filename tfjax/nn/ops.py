@@ -8,7 +8,8 @@ Shapes (letters as in tfjax/nn/axes.py):
   returns     BxTxHxE
 
 Semantics shared by every implementation (the xla one here is the reference):
-  out = softmax(q k^T * scale + M) v,   scale = 1/sqrt(E) unless given.
+  out = softmax(cap(q k^T * scale) + M) v,   scale = 1/sqrt(E) unless given,
+  cap(s) = softcap * tanh(s / softcap) when `softcap` is given (Gemma 2), else s.
   Positions: query t sits at absolute position `q_positions[b, t]`, key s at `kv_positions[b, s]`.
     By default keys are at 0..S-1 and queries are aligned to the *end* of the keys
     (query t at S - T + t), which is what decoding and chunked prefill need; with T == S that is
@@ -22,7 +23,10 @@ Semantics shared by every implementation (the xla one here is the reference):
   alibi_slopes: [H] or [B, H]; adds -m * |q_pos - kv_pos| (for causal attention this is the
                 published -m * (i - j) on every visible key).
   bias:         any additive array broadcastable to [B, H, T, S].
-  Rows with no visible key return 0 (never NaN), and their gradients are 0.
+  Rows with no visible key return 0 (never NaN), and their gradients are 0. This is the one
+  convention where tfjax differs from Hugging Face: HF attends normally on a padded query row (its
+  pad rows hold some average of visible values); tfjax returns 0 there. Either way those rows are
+  padding: no loss, logit or later token reads them, so nothing else depends on the choice.
 The position, mask and ALiBi rules live in tfjax/nn/masks.py, which the kernels share; the fused
 implementations live in tfjax/nn/kernels/ and are imported only when one is asked for (so importing
 this module never imports Pallas).
@@ -41,7 +45,7 @@ from tfjax.nn.config import ATTENTION_IMPLS, one_of
 from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
 
 __all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",
-           "visibility_mask", "weighted_values"]
+           "softcap_logits", "visibility_mask", "weighted_values"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,9 +68,14 @@ def _check_shapes(q, k, v, alibi_slopes):
         f"alibi_slopes has {jnp.shape(alibi_slopes)[-1]} entries but there are {heads} heads")
 
 
+def softcap_logits(logits, softcap: float):
+  """Soft-capping (Gemma 2): softcap * tanh(logits / softcap), smooth and bounded by +-softcap."""
+  return softcap * jnp.tanh(logits / softcap)
+
+
 def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
                           window=None, alibi_slopes=None, bias=None, scale=None,
-                          q_positions=None, kv_positions=None):
+                          q_positions=None, kv_positions=None, softcap=None):
   """Masked, scaled logits [B, H, T, S] in float32 and the visibility mask (or None)."""
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads = k.shape[1], k.shape[2]
@@ -79,6 +88,8 @@ def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_
     logits = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k,
                         preferred_element_type=jnp.float32)
   logits = logits.reshape(batch, heads, q_len, kv_len) * scale
+  if softcap is not None:
+    logits = softcap_logits(logits, softcap)
   if alibi_slopes is not None:
     logits = logits + alibi_bias(alibi_slopes, q_len=q_len, kv_len=kv_len,
                                  q_positions=q_positions, kv_positions=kv_positions)
@@ -149,11 +160,14 @@ def _implementations() -> Mapping[str, Callable]:
   return {"xla": _xla_attention, **tfjax.nn.kernels.IMPLEMENTATIONS}
 
 
-def _resolve(implementation: str, q_len: int, kv_len: int) -> str:
-  """The implementation `auto` stands for on this backend and length; any other name as given."""
+def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = False) -> str:
+  """The implementation `auto` stands for on this backend and length (xla when an argument only
+  xla supports is given: a dense bias, soft-capping); any other name as given."""
   one_of("attention implementation", implementation, ATTENTION_IMPLS)
   if implementation != "auto":
     return implementation
+  if xla_only:
+    return "xla"
   backend = jax.default_backend()
   if backend == "gpu":
     return "pallas"
@@ -168,7 +182,8 @@ def dot_product_attention(
     window: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
     bias: Optional[ArrayLike] = None, scale: Optional[float] = None, implementation: str = "xla",
     q_positions: Optional[ArrayLike] = None, kv_positions: Optional[ArrayLike] = None,
-    dropout_rate: float = 0.0, dropout_rng: Optional[jax.Array] = None) -> jax.Array:
+    dropout_rate: float = 0.0, dropout_rng: Optional[jax.Array] = None,
+    softcap: Optional[float] = None) -> jax.Array:
   """Multi-head (GQA/MQA) attention softmax(q k^T * scale + M) v; see the module docstring.
 
   Args:
@@ -191,6 +206,8 @@ def dot_product_attention(
     dropout_rate: dropout on the attention weights (xla only: the fused implementations refuse
       it rather than silently ignoring it).
     dropout_rng: PRNG key for that dropout.
+    softcap: soft-cap the scaled scores, softcap * tanh(s / softcap), before biases and masks
+      (Gemma 2; xla only).
 
   Returns:
     [B, T, H, E] in q's dtype.
@@ -198,7 +215,8 @@ def dot_product_attention(
   _check_shapes(q, k, v, alibi_slopes)
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
-  name = _resolve(implementation, q.shape[1], k.shape[1])
+  name = _resolve(implementation, q.shape[1], k.shape[1],
+                  xla_only=bias is not None or softcap is not None)
   fns = _implementations() if name != "xla" else {"xla": _xla_attention}
   if name not in fns:
     raise ValueError(
@@ -216,4 +234,10 @@ def dot_product_attention(
           f"attention dropout is only supported by implementation='xla', not {name!r}; "
           "set model.attention_dropout=0 or model.attention_impl='xla'")
     kwargs.update(dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  if softcap is not None:
+    if name != "xla":
+      raise ValueError(
+          f"attention soft-capping is only supported by implementation='xla', not {name!r}; "
+          "set model.attention_impl='xla' (or 'auto')")
+    kwargs.update(softcap=softcap)
   return fns[name](q, k, v, **kwargs)

@@ -69,7 +69,8 @@ def init_cache(model_config: ModelConfig, batch: int, max_len: int,
                encoder_len: Optional[int] = None):
   """The empty 'cache' collection for `batch` rows of up to `max_len` tokens (prompt + new).
 
-  With a sliding window the self-attention caches hold only `window` slots (a ring buffer).
+  With a sliding window the self-attention caches hold only `window` slots (a ring buffer); with
+  a window_pattern only the sliding layers' caches do.
   Encoder-decoder models also need `encoder_len`, the (padded) encoder length.
   """
   cfg = _cached_config(model_config)
@@ -77,8 +78,10 @@ def init_cache(model_config: ModelConfig, batch: int, max_len: int,
     raise ValueError("model.family='encoder' is bidirectional and cannot generate")
   if cfg.family == "encoder_decoder" and encoder_len is None:
     raise ValueError("an encoder_decoder cache needs encoder_len (the padded encoder length)")
-  # The cache is sized by the dummy input; a window caps it, so never trace a longer dummy.
-  length = max_len if cfg.window is None else min(max_len, cfg.window)
+  # The cache is sized by the dummy input; a window caps it, so never trace a longer dummy (unless
+  # global layers of a window_pattern need the full length; their sliding layers cap their own).
+  sliding_only = cfg.window is not None and cfg.window_pattern is None
+  length = min(max_len, cfg.window) if sliding_only else max_len
   tokens_BxL = jnp.zeros((batch, length), jnp.int32)
   model = build_model(cfg)
 

@@ -55,6 +55,8 @@ def param_shapes(cfg: ModelConfig):
 
 def _category(path) -> str:
   names = [str(p) for p in path]
+  if "relative_bias" in names:  # T5's relative position table: a position encoding
+    return "embeddings"
   if any(n.endswith("norm") for n in names):
     return "norms"
   if any(n in ("self_attention", "cross_attention") for n in names):
@@ -79,15 +81,20 @@ def analytic_count(cfg: ModelConfig) -> int:
   h, kv = cfg.num_heads, cfg.kv_heads
   norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
   attn_bias = (h * hd + 2 * kv * hd if cfg.attention_bias else 0) + (d if cfg.out_bias else 0)
-  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias
+  qk_norm = 0 if cfg.qk_norm == "none" else 2 * hd * (
+      2 if cfg.qk_norm == "layernorm" and cfg.norm_bias else 1)  # query_norm, key_norm
+  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
   ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
-  encoder_layer = attention + ffn + 2 * norm
-  decoder_layer = 2 * attention + ffn + 3 * norm
-  final_norm = norm if cfg.norm_placement == "pre" else 0
+  sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
+  encoder_layer = attention + ffn + 2 * sublayer_norms * norm
+  decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
+  final_norm = norm if cfg.has_final_norm else 0
   embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
   embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+  stacks = 2 if cfg.family == "encoder_decoder" else 1
+  embed += stacks * cfg.relative_buckets * h if cfg.position == "t5_bias" else 0
   if cfg.family == "decoder":
     return embed + cfg.num_layers * encoder_layer + final_norm + untied_head
   if cfg.family == "encoder_decoder":

@@ -1,0 +1,68 @@
+"""tfjax/nn/layers.py: residual structures (sandwich, parallel, DeepNorm) and per-layer window
+patterns, against NumPy layers composed from the block references of test_attention/test_norms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import random_params, tiny_config, to_numpy
+from test_attention import np_attention
+from test_norms import np_norm
+from tfjax.nn.layers import LayerStack, TransformerLayer
+
+
+def np_ffn(x, p):  # ffn="gelu_tanh"
+  h = x @ p["wi"]["kernel"] + p["wi"]["bias"]
+  h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+  return h @ p["wo"]["kernel"] + p["wo"]["bias"]
+
+
+def rand(shape, seed=0, scale=1.0):
+  return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
+
+
+def run_layer(cfg, x, seed=1):
+  layer = TransformerLayer(cfg, causal=True)
+  params = random_params(layer, x, seed=seed, scale=0.4)
+  return np.asarray(layer.apply({"params": params}, x)), to_numpy(params)
+
+
+def test_sandwich_norm_is_pre_and_post_norm_around_each_sublayer():
+  """Gemma 2: x + post_norm(f(pre_norm(x))), with (1 + w) RMSNorms."""
+  cfg = tiny_config(norm_placement="sandwich", norm="rmsnorm", norm_unit_offset=True,
+                    ffn="gelu_tanh")
+  x = rand((2, 4, 16), seed=2)
+  y, p = run_layer(cfg, x)
+  n = lambda h, name: np_norm(h, p[name], "rmsnorm", cfg.norm_eps, True)
+  h = x + n(np_attention(p["self_attention"], n(x, "self_attention_norm")),
+            "self_attention_post_norm")
+  expected = h + n(np_ffn(n(h, "ffn_norm"), p["ffn"]), "ffn_post_norm")
+  np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_window_pattern_makes_every_nth_layer_global():
+  """window_pattern=2 (Gemma 2): layers 0 and 2 slide over 2 keys, layer 1 sees all."""
+  cfg = tiny_config(num_layers=3, window=2, window_pattern=2)
+  assert [cfg.is_sliding_layer(i) for i in range(4)] == [True, False, True, False]
+  assert [tiny_config(window=2).is_sliding_layer(i) for i in range(2)] == [True, True]
+  x = rand((1, 5, 16), seed=3)
+  stack = LayerStack(cfg, cfg.num_layers, causal=True)
+  params = random_params(stack, x, seed=4)
+  _, state = stack.apply({"params": params}, x, mutable=["intermediates"])
+  weights = {name: np.asarray(v["self_attention"]["attention_weights"][0])
+             for name, v in state["intermediates"].items()}
+  i, j = np.arange(5)[:, None], np.arange(5)[None, :]
+  for name, sliding in (("layers_0", True), ("layers_1", False), ("layers_2", True)):
+    visible = (j <= i) & ((i - j < 2) if sliding else True)
+    assert np.all((weights[name][0] > 0) == visible[None]), name
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(window_pattern=2), "set a window"),
+    (dict(window=4, window_pattern=2, scan_layers=True), "scan_layers=False"),
+    (dict(norm_placement="sandwiches"), "model.norm_placement='sandwiches' is invalid"),
+])
+def test_layer_keys_are_validated(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    tiny_config(**overrides)
