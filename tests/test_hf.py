@@ -56,9 +56,17 @@ FACTORIES = {
         vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=0,
         eos_token_id=0)),
     "bert": lambda: T.BertForMaskedLM(T.BertConfig(**_small(max_position_embeddings=32))),
+    "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1,
+        num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16)),
+    "t5v11": lambda: T.T5ForConditionalGeneration(T.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=1, num_decoder_layers=2,
+        num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
 }
+SEQ2SEQ = ("t5", "t5v11")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
-FAST = ("llama3", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "bert")
+FAST = ("llama3", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "bert", "t5v11")
 
 
 def _randomize(model, seed=0):
@@ -87,13 +95,18 @@ def _ids(seed=1, batch=2, length=L):
   return np.random.default_rng(seed).integers(0, V, size=(batch, length)).astype(np.int64)
 
 
-def _hf_logits(model, ids):
+def _hf_logits(model, ids, decoder_ids=None):
   with torch.no_grad():
-    return model(torch.from_numpy(ids)).logits.numpy()
+    if decoder_ids is None:
+      return model(torch.from_numpy(ids)).logits.numpy()
+    return model(input_ids=torch.from_numpy(ids),
+                 decoder_input_ids=torch.from_numpy(decoder_ids)).logits.numpy()
 
 
-def _tfjax_logits(run, ids):
-  out = build_model(run.model_config).apply({"params": run.params}, ids.astype(np.int32))
+def _tfjax_logits(run, ids, decoder_ids=None):
+  args = (ids,) if decoder_ids is None else (ids, decoder_ids)
+  out = build_model(run.model_config).apply({"params": run.params},
+                                            *[a.astype(np.int32) for a in args])
   return np.asarray(out["mlm_logits"] if isinstance(out, dict) else out)
 
 
@@ -103,12 +116,17 @@ def _assert_close(ours, ref):
   assert err <= 1e-5 * scale, f"max |diff| {err:.3g} vs scale {scale:.3g}"
 
 
-def _hf_greedy(model, prompt, steps):
+def _hf_greedy(model, prompt, steps, encoder_ids=None):
+  """Greedy decoding by full forward passes (no cache) over the HF model."""
   ids = torch.from_numpy(np.asarray([prompt]))
   with torch.no_grad():
     for _ in range(steps):
-      nxt = model(ids).logits[:, -1].argmax(-1, keepdim=True)
-      ids = torch.cat([ids, nxt], dim=1)
+      if encoder_ids is None:
+        logits = model(ids).logits
+      else:
+        logits = model(input_ids=torch.from_numpy(np.asarray([encoder_ids])),
+                       decoder_input_ids=ids).logits
+      ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
   return ids[0, len(prompt):].tolist()
 
 
@@ -116,21 +134,29 @@ def _parity(tmp_path, name):
   model, hf_dir = _hf_dir(tmp_path, name)
   run = _import(hf_dir, str(tmp_path / "run"))
   ids = _ids()
-  _assert_close(_tfjax_logits(run, ids), _hf_logits(model, ids))
+  decoder_ids = _ids(seed=3, length=7) if name in SEQ2SEQ else None
+  _assert_close(_tfjax_logits(run, ids, decoder_ids), _hf_logits(model, ids, decoder_ids))
+  prompt = [int(t) for t in _ids(seed=2, batch=1, length=5)[0]]
   if name in DECODERS:
-    prompt = [int(t) for t in _ids(seed=2, batch=1, length=5)[0]]
     out = decode.generate(run.model_config, run.params, [prompt], max_new_tokens=7)
     assert [int(t) for t in np.asarray(out.tokens[0])] == _hf_greedy(model, prompt, 7)
+  if name in SEQ2SEQ:
+    start = [model.generation_config.decoder_start_token_id or model.config.pad_token_id]
+    out = decode.generate(run.model_config, run.params, [start], max_new_tokens=7,
+                          encoder_inputs=[prompt])
+    assert [int(t) for t in np.asarray(out.tokens[0])] == _hf_greedy(model, start, 7, prompt)
   # Export -> from_pretrained: the same tensors, so bit-identical logits.
   out_dir = str(tmp_path / "exported")
   assert cli.main(["export", f"--workdir={run.workdir}", f"--hf_dir={out_dir}"]) == 0
-  auto = T.AutoModelForMaskedLM if name == "bert" else T.AutoModelForCausalLM
+  auto = {"bert": T.AutoModelForMaskedLM}.get(
+      name, T.AutoModelForSeq2SeqLM if name in SEQ2SEQ else T.AutoModelForCausalLM)
   reloaded = auto.from_pretrained(out_dir).eval()
   assert type(reloaded) is type(model)
   original = model.state_dict()
   for key, value in reloaded.state_dict().items():
     assert torch.equal(value, original[key]), key
-  np.testing.assert_array_equal(_hf_logits(reloaded, ids), _hf_logits(model, ids))
+  np.testing.assert_array_equal(_hf_logits(reloaded, ids, decoder_ids),
+                                _hf_logits(model, ids, decoder_ids))
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bert, gpt2, llama
+from tfjax.hf import bert, gpt2, llama, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -55,6 +55,10 @@ ARCHITECTURES = {a.model_type: a for a in (
                     "attention_scale", "norm_placement:sandwich")),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable),
+    Architecture("t5", "T5ForConditionalGeneration", "seq2seq", t5.config_from_hf,
+                 t5.config_to_hf, _plain_rules(t5), t5.droppable,
+                 ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
+                  "ffn:geglu_tanh")),
 )}
 
 
