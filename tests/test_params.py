@@ -127,6 +127,20 @@ TINY_VARIANTS = {
                                relative_max_distance=20, num_decoder_layers=2),
     "encoder_t5_bias_scan": dict(family="encoder", position="t5_bias", scan_layers=True,
                                  num_layers=2),
+    "encoder_decoder_bart": dict(family="encoder_decoder", share_positions=False, embed_norm=True,
+                                 position_offset=2, final_logits_bias=True, embed_scale=True),
+    "encoder_decoder_marian_separate": dict(family="encoder_decoder", share_embeddings=False,
+                                            position="sinusoidal", sinusoid_layout="halves",
+                                            final_logits_bias=True, num_decoder_layers=2),
+    "encoder_decoder_separate_untied_learned": dict(
+        family="encoder_decoder", share_embeddings=False, tie_embeddings=False, embed_norm=True),
+    "decoder_final_logits_bias_offset": dict(final_logits_bias=True, position_offset=3),
+    "decoder_parallel_shared": dict(parallel_block=True, position="rope", rotary_fraction=0.25,
+                                    num_layers=2),
+    "encoder_parallel_two_norms": dict(family="encoder", parallel_block=True,
+                                       parallel_shared_norm=False, norm="rmsnorm"),
+    "encoder_decoder_deepnorm_scan": dict(family="encoder_decoder", norm_placement="deepnorm",
+                                          scan_layers=True, num_layers=2, num_decoder_layers=2),
     "decoder_qk_rmsnorm_gqa": dict(qk_norm="rmsnorm", num_heads=4, num_kv_heads=2, head_dim=6),
 }
 
