@@ -64,16 +64,28 @@ FACTORIES = {
         num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
         feed_forward_proj="gated-gelu", tie_word_embeddings=False)),
 }
-SEQ2SEQ = ("t5", "t5v11")
+_BART = dict(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=1,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+             decoder_ffn_dim=48, max_position_embeddings=32)
+FACTORIES["bart"] = lambda: T.BartForConditionalGeneration(T.BartConfig(**_BART))
+FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
+    **_BART, pad_token_id=V - 1, decoder_start_token_id=V - 1, eos_token_id=0,
+    scale_embedding=True, activation_function="swish"))
+SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
-FAST = ("llama3", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "bert", "t5v11")
+FAST = ("llama3", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "bert", "t5v11", "bart",
+        "marian")
 
 
 def _randomize(model, seed=0):
-  """Every parameter (norm gains and biases too) random, so a misplaced tensor shows."""
+  """Every parameter (norm gains and biases too) and the final-logits bias random, so a
+  misplaced tensor shows; fixed sinusoid tables (Marian) stay as they are."""
   gen = torch.Generator().manual_seed(seed)
+  targets = {n: p for n, p in model.named_parameters()
+             if "Sinusoid" not in type(model.get_submodule(n.rpartition(".")[0])).__name__}
+  targets.update({n: b for n, b in model.named_buffers() if n.endswith("final_logits_bias")})
   with torch.no_grad():
-    for p in model.parameters():
+    for p in targets.values():
       p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
   return model.eval()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bert, gpt2, llama, t5
+from tfjax.hf import bart, bert, gpt2, llama, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -55,6 +55,12 @@ ARCHITECTURES = {a.model_type: a for a in (
                     "attention_scale", "norm_placement:sandwich")),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable),
+    Architecture("bart", "BartForConditionalGeneration", "seq2seq", bart.config_from_hf,
+                 bart.config_to_hf, _plain_rules(bart), bart.droppable,
+                 ("share_positions", "position_offset", "final_logits_bias")),
+    Architecture("marian", "MarianMTModel", "seq2seq", bart.config_from_hf, bart.config_to_hf,
+                 _plain_rules(bart), bart.droppable,
+                 ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
     Architecture("t5", "T5ForConditionalGeneration", "seq2seq", t5.config_from_hf,
                  t5.config_to_hf, _plain_rules(t5), t5.droppable,
                  ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
