@@ -4,6 +4,9 @@
   python experiments/sweep.py ... --parallel=2        # points in 2 child processes at a time
   python experiments/sweep.py ... --report_only       # rewrite results.* and plots, train nothing
   python experiments/sweep.py ... --list              # print the points and exit
+  python experiments/sweep.py ... --launcher=slurm --slurm.partition=gpu --slurm.gpus_per_node=8
+                                                      # each point a job of one SLURM job array
+  python experiments/sweep.py --status --workdir=runs/ffn   # each point's state, from its files
 
 Each point trains into WORKDIR/<point name>/. Running the same command again skips finished points
 and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
@@ -17,8 +20,10 @@ import sys
 
 from absl import app, flags
 
+from tfjax.research import sweep_slurm
+
 _CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs/ablations/ffn.py "
-                              "(PATH:SCALE also accepted).", required=True)
+                              "(PATH:SCALE also accepted). Required except with --status.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirectory per point).",
                                required=True)
 _SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep: smoke | full.")
@@ -27,6 +32,23 @@ _ONLY = flags.DEFINE_string("only", "", "Run only these points: names as --list 
                             "comma-separated (names contain commas; each is matched whole).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only aggregate existing results.")
 _LIST = flags.DEFINE_bool("list", False, "Print the point names and overrides, then exit.")
+_LAUNCHER = flags.DEFINE_enum(
+    "launcher", "local", ["local", "slurm", "submitit_local"], "Where points run: local (this "
+    "process, or --parallel children), slurm (one job array through submitit; resources from "
+    "--slurm.* and the sweep config's SLURM dict), submitit_local (submitit's jobs as local "
+    "processes). See tfjax/research/sweep_slurm.py.")
+_STATUS = flags.DEFINE_bool("status", False, "Print each point's state (done / running / queued "
+                            "/ failed with its error) from the files in --workdir, then exit.")
+_WAIT = flags.DEFINE_bool("wait", True, "slurm / submitit_local: wait for the jobs and write the "
+                          "report (--nowait: submit and exit; --status follows them).")
+_SLURM = {key: flags.DEFINE_string(f"slurm.{key}", None, help_text)
+          for key, help_text in sweep_slurm.Resources.HELP.items()}
+_SLURM_SBATCH = flags.DEFINE_multi_string(
+    "slurm.sbatch", [], "More sbatch options as KEY=VALUE, repeatable: --slurm.sbatch=account=proj "
+    "--slurm.sbatch=qos=high.")
+_SLURM_SETUP = flags.DEFINE_multi_string(
+    "slurm.setup", [], "Shell lines run in each job before the point (module load ..., source "
+    "venv/bin/activate), repeatable.")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
     "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
@@ -36,6 +58,16 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   from tfjax.research import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
+  from tfjax.research import sweep_status  # pylint: disable=import-outside-toplevel
+  if _STATUS.value:
+    try:
+      print(sweep_status.format_status(sweep_status.collect(_WORKDIR.value)))
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+    return
+  if not _CONFIG.value:
+    raise app.UsageError("--config is required (e.g. --config=configs/ablations/ffn.py)")
   path, _, scale = _CONFIG.value.partition(":")
   scale = _SCALE.value or scale or None
   try:
@@ -56,9 +88,23 @@ def main(argv):
   statuses = {}
   if not _REPORT_ONLY.value:
     cache = _CACHE.value or os.path.join(root, ".jax_cache")
+    cache = None if cache == "none" else cache
     try:
-      statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=only,
-                                     compilation_cache=None if cache == "none" else cache)
+      if _LAUNCHER.value == "local":
+        statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=only,
+                                       compilation_cache=cache)
+      else:
+        resources = sweep_slurm.Resources.from_sources(sweep.slurm, {
+            **{k: f.value for k, f in _SLURM.items()}, "sbatch": _SLURM_SBATCH.value,
+            "setup": _SLURM_SETUP.value})
+        statuses = sweep_slurm.launch(
+            sweep, root, [sweep.point(n) for n in only] if only else sweep.points,
+            launcher=_LAUNCHER.value, resources=resources, compilation_cache=cache,
+            parallel=_PARALLEL.value, wait=_WAIT.value)
+        if not _WAIT.value:
+          print(f"submitted {sum(s == 'submitted' for s in statuses.values())} point(s); "
+                f"follow them with: python {sys.argv[0]} --status --workdir={root}")
+          return
     except ValueError as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)

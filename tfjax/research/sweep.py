@@ -9,6 +9,9 @@ A config module (configs/ablations/*.py) defines, next to `get_config(scale)`:
                                           point_metrics.json
   REPORT = dict(metrics=[...], plots=[...])  optional: what results.md and the plots show (see
                                           tfjax/research/sweep_report.py)
+  SLURM = dict(partition=..., gpus_per_node=..., time=...)  optional: each point's job resources
+                                          with --launcher=slurm (tfjax/research/sweep_slurm.py);
+                                          --slurm.* flags override them
 
 Each point trains into ROOT/<point name>/, named from its overrides ('position=rope,seed=1'). A
 point is finished when ROOT/<name>/SWEEP_DONE.json exists, written only after training and
@@ -16,8 +19,13 @@ evaluate_point succeeded; finished points are skipped, others are (re)started, a
 train_and_evaluate resumes them from their latest checkpoint. A failing point writes
 SWEEP_FAILED.json (error and traceback) and the sweep goes on with the others.
 
-Points run in this process one after another (parallel=1) or as `python -m tfjax.research.sweep` child
-processes (parallel > 1). The CLI is experiments/sweep.py.
+While a point trains, ROOT/<name>/SWEEP_RUNNING.json says where (host, pid, job id); a launcher that
+submits jobs writes SWEEP_JOB.json (job id, log files). tfjax/research/sweep_status.py reads these
+files into each point's state.
+
+Points run in this process one after another (parallel=1), as `python -m tfjax.research.sweep` child
+processes (parallel > 1), or as SLURM / submitit jobs (tfjax/research/sweep_slurm.py). The CLI is
+experiments/sweep.py.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import logging
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +62,8 @@ FAILED_FILE = "SWEEP_FAILED.json"
 POINT_METRICS_FILE = "point_metrics.json"
 LOG_FILE = "sweep.log"
 SWEEP_FILE = "sweep.json"
+RUNNING_FILE = "SWEEP_RUNNING.json"  # an attempt in progress (host, pid, job): removed when it ends
+JOB_FILE = "SWEEP_JOB.json"          # written when a cluster launcher submits the point (job id, logs)
 EXIT_INTERRUPTED = 3  # a child stopped by a signal: checkpointed, to be resumed, not failed
 _MAX_NAME = 200       # directory names stay well under the usual 255-byte limit
 
@@ -153,6 +164,7 @@ class Sweep:
   points: list[Point]
   evaluate_point: Optional[Callable[[Any, str], dict]] = None
   report: dict = dataclasses.field(default_factory=dict)
+  slurm: dict = dataclasses.field(default_factory=dict)  # the module's SLURM resources
 
   def config_for(self, point: Point):
     return apply_overrides(self.base_config, point.overrides)
@@ -214,7 +226,7 @@ def load_sweep(config_path: str, scale: Optional[str] = None) -> Sweep:
     raise ValueError(f"{config_path}: get_sweep returned no points")
   points = [Point(n, o) for n, o in zip(point_names(overrides), overrides)]
   sweep = Sweep(config_path, scale, base, points, getattr(module, "evaluate_point", None),
-                dict(getattr(module, "REPORT", {})))
+                dict(getattr(module, "REPORT", {})), dict(getattr(module, "SLURM", {})))
   check_points(sweep)
   return sweep
 
@@ -266,6 +278,25 @@ def last_step(workdir: str) -> int:
   return max(steps)
 
 
+def job_id() -> Optional[str]:
+  """The scheduler's id of the job this process runs in (SLURM array task or job, submitit's
+  local job), or None."""
+  env = os.environ
+  if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+    return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+  return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID") or None
+
+
+def log_path(workdir: str) -> Optional[str]:
+  """Where this point's output goes: the submitted job's log (SWEEP_JOB.json), else the child
+  process's sweep.log, else None (points trained in the sweep's own process log to its stderr)."""
+  job_file = os.path.join(workdir, JOB_FILE)
+  if os.path.exists(job_file):
+    return read_json(job_file).get("stderr")
+  log = os.path.join(workdir, LOG_FILE)
+  return log if os.path.exists(log) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Running points
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +307,11 @@ def _default_train(config, workdir):
 
 def run_point(sweep: Sweep, point: Point, root: str,
               train_fn: Callable[[Any, str], dict] = _default_train) -> str:
-  """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted'.
+  """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted' |
+  'diverged' (training stopped at a NaN/inf loss: a result, recorded in SWEEP_DONE.json with
+  `diverged_at_step`, not retried).
 
-  Exceptions propagate after SWEEP_FAILED.json is written.
+  Other exceptions propagate after SWEEP_FAILED.json is written.
   """
   workdir = os.path.join(root, point.name)
   if is_done(workdir):
@@ -288,21 +321,46 @@ def run_point(sweep: Sweep, point: Point, root: str,
   if os.path.exists(failed):
     os.remove(failed)
   start = time.time()
+  running = os.path.join(workdir, RUNNING_FILE)
+  write_json(running, {"host": socket.gethostname(), "pid": os.getpid(), "job": job_id(),
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S")})
   try:
     config = sweep.config_for(point)
-    final = train_fn(config, workdir)
+    try:
+      final = train_fn(config, workdir)
+    except Exception as e:  # pylint: disable=broad-except
+      from tfjax.training import divergence  # pylint: disable=import-outside-toplevel
+      if not isinstance(e, divergence.Diverged):
+        raise
+      write_json(os.path.join(workdir, DONE_FILE), {
+          "overrides": point.overrides, "diverged_at_step": e.step, "error": str(e),
+          "seconds": round(time.time() - start, 1),
+          "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+      _log.warning("point %s: %s", point.name, e)
+      return "diverged"
     if last_step(workdir) < config.train.num_steps:
       return "interrupted"  # a signal stopped training after a checkpoint
     extra = sweep.evaluate_point(config, workdir) if sweep.evaluate_point else {}
     write_json(os.path.join(workdir, POINT_METRICS_FILE), extra)
   except Exception as e:
     write_json(failed, {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                        "overrides": point.overrides})
+                        "overrides": point.overrides, "log": log_path(workdir)})
     raise
+  finally:
+    if os.path.exists(running):
+      os.remove(running)
   write_json(os.path.join(workdir, DONE_FILE), {
       "overrides": point.overrides, "final": final, "point_metrics": extra,
       "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
   return "done"
+
+
+def write_sweep_file(sweep: Sweep, root: str) -> None:
+  """ROOT/sweep.json: the config, scale and every point's overrides (what --status lists)."""
+  os.makedirs(root, exist_ok=True)
+  write_json(os.path.join(root, SWEEP_FILE), {
+      "config": os.path.abspath(sweep.config_path), "scale": sweep.scale,
+      "points": {p.name: p.overrides for p in sweep.points}})
 
 
 def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),
@@ -310,10 +368,7 @@ def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str]
               compilation_cache: Optional[str] = None) -> dict[str, str]:
   """Runs the sweep's points (or the named ones); returns {name: status}. Status 'failed' means
   that point raised (or its child process died); the others still run."""
-  os.makedirs(root, exist_ok=True)
-  write_json(os.path.join(root, SWEEP_FILE), {
-      "config": os.path.abspath(sweep.config_path), "scale": sweep.scale,
-      "points": {p.name: p.overrides for p in sweep.points}})
+  write_sweep_file(sweep, root)
   points = [sweep.point(n) for n in only] if only else list(sweep.points)
   if parallel > 1:
     return _run_in_children(sweep, root, points, parallel, compilation_cache)

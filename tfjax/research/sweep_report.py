@@ -73,14 +73,16 @@ def read_point(workdir: str) -> dict:
           initial_loss = record["train/loss"]
   if len(rates) > 1:
     metrics["train/tokens_per_sec"] = statistics.median(rates[1:])
-  if "eval/loss" in metrics or "train/loss" in metrics:
+  if "eval/loss" in metrics or "train/loss" in metrics or "train/diverged" in metrics:
     metrics["diverged"] = float(_diverged(metrics, initial_loss))
   extra = os.path.join(workdir, sweep_lib.POINT_METRICS_FILE)
   if os.path.exists(extra):
     metrics.update(sweep_lib.read_json(extra))
   status, error = "pending", None
   if sweep_lib.is_done(workdir):
-    status = "done"
+    done = sweep_lib.read_json(os.path.join(workdir, sweep_lib.DONE_FILE))
+    status = "diverged" if "diverged_at_step" in done else "done"
+    error = done.get("error")
   elif os.path.exists(os.path.join(workdir, sweep_lib.FAILED_FILE)):
     status = "failed"
     error = sweep_lib.read_json(os.path.join(workdir, sweep_lib.FAILED_FILE)).get("error")
@@ -90,6 +92,8 @@ def read_point(workdir: str) -> dict:
 
 
 def _diverged(metrics: dict, initial_loss: Optional[float]) -> bool:
+  if metrics.get("train/diverged"):  # the loop stopped it at a NaN/inf (training/divergence.py)
+    return True
   losses = [metrics[k] for k in ("train/loss", "eval/loss") if k in metrics]
   if any(not math.isfinite(v) for v in losses):
     return True
@@ -212,10 +216,11 @@ def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]
 
 def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
              metrics: Sequence[str]) -> str:
-  counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed")}
+  counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "diverged")}
+  diverged = f"{counts['diverged']} diverged, " if counts["diverged"] else ""
   lines = [f"# {title}", "",
-           f"{len(rows)} points: {counts['done']} finished, {counts['failed']} failed, "
-           f"{len(rows) - counts['done'] - counts['failed']} not finished. Cells: mean ± sample "
+           f"{len(rows)} points: {counts['done']} finished, {diverged}{counts['failed']} failed, "
+           f"{len(rows) - sum(counts.values())} not finished. Cells: mean ± sample "
            "std (ddof=1) over seeds; [k of n]: only k of n seeds gave a finite value; n/a: none "
            "did.", ""]
   keys = list(summary[0]["variant"]) if summary else []
@@ -233,9 +238,10 @@ def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
                        [label(e) + [format_stat(e["stats"][key]) for _, key in members]
                         for e in summary])
     lines.append("")
-  failed = [r for r in rows if r["status"] == "failed"]
-  if failed:
-    lines += ["## Failed points", ""] + [f"- `{r['name']}`: {r['error']}" for r in failed] + [""]
+  for status, title in (("diverged", "Diverged points"), ("failed", "Failed points")):
+    listed = [r for r in rows if r["status"] == status]
+    if listed:
+      lines += [f"## {title}", ""] + [f"- `{r['name']}`: {r['error']}" for r in listed] + [""]
   return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from tfjax.training import divergence
 from tfjax.training.trees import path_names
 
 _log = logging.getLogger(__name__)
@@ -55,6 +56,11 @@ class Checkpointer:
            force: bool = False) -> None:
     if step in self._manager.all_steps():
       return  # already saved (e.g. the final step coincides with a periodic one)
+    bad = divergence.nonfinite_leaves(state)
+    if bad:  # the newest checkpoint must stay one a run can resume from
+      raise ValueError(
+          f"refusing to save checkpoint step {step} in {self.directory}: {', '.join(bad)} hold "
+          "NaN/inf values; the earlier checkpoints are kept (see tfjax/training/divergence.py)")
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(_one_replica(state)), data=ocp.args.JsonSave(data_state),
         config=ocp.args.JsonSave(config_dict)), force=force)

@@ -15,6 +15,10 @@ token's true position, ALiBi true distances, and a sliding window is a ring buff
 slots. A padded array passed in with `prompt_lengths` is read as RIGHT-padded (tokens first, the
 usual layout) and converted.
 
+Any length can be generated: past model.max_len, absolute-position models (learned, sinusoidal)
+re-run the model over the last max_len tokens for each new token, and relative ones go on with the
+cache as a ring buffer of max_len slots (tfjax/training/decode_window.py, with the costs).
+
 For encoder-decoder models the encoder runs once (right-padded, padding hidden by segment ids);
 the first decoder call caches every layer's projected encoder keys/values and later calls reuse
 them. `prompt_ids` is then the decoder prefix, usually [[bos_id]] per row.
@@ -34,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import runtime
+from tfjax.training import decode_window, runtime
 from tfjax.nn.config import ModelConfig, one_of
 from tfjax.nn.models import build_model
 from tfjax.nn.positions import has_learned_table
@@ -217,6 +221,7 @@ class _Plan:
   beam_size: int
   top_k: Optional[int]
   use_top_p: bool
+  slide: bool = False  # decode_window 'slide': re-run the last max_len tokens once past max_len
 
 
 class _Knobs(NamedTuple):
@@ -271,7 +276,8 @@ def _sample_loop(step_fn, cache, first_logits_RxV, prompt_lengths_R, rng, plan, 
 
   def body(st):
     last_R = st.tokens_RxN[:, st.step - 1]
-    logits_Rx1xV, cache = step_fn(st.cache, last_R, prompt_lengths_R + st.step - 1)
+    logits_Rx1xV, cache = step_fn(st.cache, last_R, prompt_lengths_R + st.step - 1,
+                                  st.tokens_RxN, st.step)
     return _choose(st._replace(cache=cache), logits_Rx1xV[:, 0], plan, knobs)
 
   state = jax.lax.while_loop(keep_going, body, state)
@@ -369,7 +375,8 @@ def _beam_loop(cfg, step_fn, cache_BW, first_logits_BxV, prompt_lengths_B, plan,
     rows_BW = (jnp.arange(batch)[:, None] * beams + st.parents_BxW).reshape(-1)
     cache = take_cache_rows(cfg, st.cache, rows_BW)
     last_BW = st.alive_BxWxN[:, :, st.step - 1].reshape(-1)
-    logits_BWx1xV, cache = step_fn(cache, last_BW, positions_BW + st.step - 1)
+    logits_BWx1xV, cache = step_fn(cache, last_BW, positions_BW + st.step - 1,
+                                   st.alive_BxWxN.reshape(batch * beams, n), st.step)
     return _beam_choose(st._replace(cache=cache), logits_BWx1xV.reshape(batch, beams, -1), plan,
                         knobs)
 
@@ -390,8 +397,10 @@ def _generate(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_lengths
     encoder_ids = (jnp.arange(encoder_BxE.shape[1])[None, :]
                    < encoder_lengths_B[:, None]).astype(jnp.int32)
     encoded = encode(cfg, params, encoder_BxE, encoder_ids)
-  cache = init_cache(cfg, batch, padded_len + plan.max_new_tokens,
-                     None if encoder_BxE is None else encoder_BxE.shape[1])
+  cache_len = padded_len + plan.max_new_tokens
+  if plan.slide:  # the cache serves the tokens until the context is full
+    cache_len = min(cache_len, cfg.max_len)
+  cache = init_cache(cfg, batch, cache_len, None if encoder_BxE is None else encoder_BxE.shape[1])
   positions_BxP, segment_ids_BxP = left_padded_positions(prompt_lengths_B, padded_len)
   logits_BxPxV, cache = forward_cached(cfg, params, cache, prompt_BxP, positions_BxP,
                                        segment_ids_BxP, encoded, encoder_ids)
@@ -399,8 +408,24 @@ def _generate(params, prompt_BxP, prompt_lengths_B, encoder_BxE, encoder_lengths
   rows_R = jnp.repeat(jnp.arange(batch), copies)
   cache = take_cache_rows(cfg, cache, rows_R)
 
-  def step_fn(cache, token_R, position_R):
-    return forward_cached(cfg, params, cache, token_R[:, None], position_R[:, None])
+  def cached_step(cache, token_R, position_R):
+    logits_Rx1xV, cache = forward_cached(cfg, params, cache, token_R[:, None], position_R[:, None])
+    return logits_Rx1xV.astype(jnp.float32), cache
+
+  def step_fn(cache, token_R, position_R, generated_RxN, step):
+    """Logits [R, 1, V] of token `step` (the previous one is token_R at position_R)."""
+    if not plan.slide:
+      return cached_step(cache, token_R, position_R)
+
+    def slid():
+      logits_Rx1xV = decode_window.last_window_logits(
+          cfg, params, prompt_BxP[rows_R], prompt_lengths_B[rows_R], generated_RxN, step,
+          None if encoded is None else encoded[rows_R],
+          None if encoder_ids is None else encoder_ids[rows_R])
+      return logits_Rx1xV, cache
+
+    return jax.lax.cond(padded_len + step > cfg.max_len, slid,
+                        lambda: cached_step(cache, token_R, position_R))
 
   last_logits_BxV = logits_BxPxV[:, -1]  # left padding: the last column is every row's last token
   if plan.strategy == "beam":
@@ -439,18 +464,11 @@ def _check_settings(cfg: ModelConfig, strategy, max_new_tokens, temperature, top
       raise ValueError(f"{name}={value} is outside the vocabulary [0, {cfg.vocab_size})")
 
 
-def _check_lengths(cfg: ModelConfig, prompt_lengths_B, max_new_tokens: int, encoder_len):
-  if not has_learned_table(cfg):
-    return
-  longest = int(prompt_lengths_B.max())
-  if longest + max_new_tokens > cfg.max_len:
-    raise ValueError(
-        f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} needs positions up to "
-        f"{longest + max_new_tokens - 1}, but the learned position table has model.max_len="
-        f"{cfg.max_len} entries; shorten the prompt or max_new_tokens")
-  if encoder_len is not None and encoder_len > cfg.max_len:
+def _check_encoder_length(cfg: ModelConfig, encoder_len):
+  """The encoder reads its whole input at once: it cannot slide past a learned table."""
+  if has_learned_table(cfg) and encoder_len is not None and encoder_len > cfg.max_len:
     raise ValueError(f"encoder inputs of {encoder_len} tokens exceed the learned position table "
-                     f"(model.max_len={cfg.max_len})")
+                     f"(model.max_len={cfg.max_len}); shorten them to at most {cfg.max_len}")
 
 
 def generate(model_config: ModelConfig, params,
@@ -474,7 +492,9 @@ def generate(model_config: ModelConfig, params,
     per token; the same tokens up to float rounding. Meant for short, occasional samples.
   Returns GenerateOutput(tokens [B * M, N], lengths [B * M], scores [B * M]); M = num_samples.
   Compiles once per model config, batch/prompt/encoder shape, strategy, max_new_tokens,
-  num_samples, beam_size, top_k and top_p-on/off; other settings are traced.
+  num_samples, beam_size, top_k and top_p-on/off; other settings are traced. Past model.max_len
+  (prompt + max_new_tokens longer) it keeps the last max_len tokens as context: module docstring
+  and tfjax/training/decode_window.py.
   """
   cfg = inference_config(model_config)
   if cfg.family == "encoder":
@@ -493,14 +513,20 @@ def generate(model_config: ModelConfig, params,
       raise ValueError(f"{encoder_BxE.shape[0]} encoder inputs for {prompts_BxP.shape[0]} prompts")
   elif encoder_inputs is not None:
     raise ValueError("encoder_inputs are only used by family='encoder_decoder'")
-  _check_lengths(cfg, prompt_lengths_B, max_new_tokens,
-                 None if encoder_BxE is None else encoder_BxE.shape[1])
+  _check_encoder_length(cfg, None if encoder_BxE is None else encoder_BxE.shape[1])
+  context = decode_window.mode(cfg, int(prompt_lengths_B.max()), int(max_new_tokens))
+  if context == "slide":
+    prompts_BxP, prompt_lengths_B = decode_window.crop_prompts(prompts_BxP, prompt_lengths_B,
+                                                               cfg.max_len)
+  elif context == "window":
+    cfg = decode_window.windowed_config(cfg)
   if rng is None:
     rng = 0
   if isinstance(rng, (int, np.integer)):
     rng = jax.random.PRNGKey(int(rng))
   plan = _Plan(strategy, int(max_new_tokens), int(num_samples), int(beam_size),
-               None if top_k is None else int(top_k), top_p is not None and top_p < 1.0)
+               None if top_k is None else int(top_k), top_p is not None and top_p < 1.0,
+               slide=context == "slide")
   knobs = _Knobs(jnp.float32(temperature), jnp.float32(1.0 if top_p is None else top_p),
                  jnp.float32(length_penalty), jnp.int32(-1 if eos_id is None else eos_id),
                  jnp.int32(pad_id))

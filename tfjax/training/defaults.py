@@ -34,6 +34,8 @@ def default_train_config() -> config_dict.ConfigDict:
   c.sample_tokens = 0           # LM runs: greedy sample of this many tokens at each eval
   c.sample_prompt = ""
   c.peak_flops = 0.0            # per device, for MFU; 0 = look the device up (tfjax.training.flops)
+  c.skip_nonfinite = False      # a NaN/inf loss or grad norm: False = stop the run there;
+                                # True = skip that update and count it (tfjax/training/divergence.py)
   c.cpu_fusion = "auto"         # XLA:CPU backward fusion boundary (tfjax/training/cpu_fusion.py):
                                 # auto (on iff the backend is CPU) | on | off; values unchanged
   return c

@@ -15,18 +15,16 @@ docs/scaling.md.
 import datetime
 import logging
 import os
-import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-from tfjax.training import defaults, metrics
+from tfjax.training import cli, defaults
 
 # The default run ships inside the package (tfjax/training/defaults.py's get_config), so an installed
 # `tfjax-train` works from any directory; configs/default.py is the same config.
 DEFAULT_CONFIG = defaults.__file__
 
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     "config", DEFAULT_CONFIG, "Config file, e.g. configs/shakespeare_char.py or ...py:cpu.",
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
@@ -62,48 +60,38 @@ def fresh_workdir(config_path: str) -> str:
 
 
 def main(argv):
+  """User errors (ValueError naming a key, a missing file) end in one `error:` line, exit 2
+  (tfjax.training.cli); a run that diverges ends with exit 3 (train.Diverged)."""
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag, e.g. "
+             "--config.train.num_steps=100 (see --help)")
   from tfjax.training import compile_cache, distributed, sharding  # pylint: disable=g-import-not-at-top
-  try:  # before anything touches a device
-    sharding.configure_cpu_devices(_CONFIG.value)
-    distributed.initialize(
-        _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-        [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None,
-        mode=_DISTRIBUTED.value)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  # before anything touches a device
+  sharding.configure_cpu_devices(_CONFIG.value)
+  distributed.initialize(
+      _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+      [int(i) for i in _LOCAL_DEVICE_IDS.value] if _LOCAL_DEVICE_IDS.value else None,
+      mode=_DISTRIBUTED.value)
   compile_cache.enable(_COMPILATION_CACHE.value)
   # pylint: disable-next=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
   from tfjax.training import runtime, train
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
-    print("error: a multi-process run needs --workdir (on a filesystem all processes share)",
-          file=sys.stderr)
-    sys.exit(2)
+    cli.fail("a multi-process run needs --workdir (on a filesystem all processes share)")
   if jax.process_index() != 0:  # one copy of the INFO lines; warnings still from every process
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
   runtime.freeze_startup_objects()  # after the imports, before tracing (see tfjax/training/runtime.py)
-  try:
-    final = train.train_and_evaluate(_CONFIG.value, workdir)
-  except ValueError as e:  # configuration and data errors: one clear line, no traceback
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  final = train.train_and_evaluate(_CONFIG.value, workdir)
   summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
   if jax.process_index() == 0:
     print(f"done: {workdir} {summary}")
 
 
 def run():
-  app.run(main, flags_parser=_parse_flags)
-
-
-def _parse_flags(argv):
-  metrics.setup_logging()
-  return flags.FLAGS(argv)
+  """The `tfjax-train` console script."""
+  cli.run_absl(main)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ from tfjax.training import cpu_fusion, tasks
 
 # The summed statistics of tasks.forward that a step adds up over micro-batches.
 _SUMS = ("loss_sum", "weight_sum", "correct_sum")
+# Step metrics about non-finite steps (the loop pops them; tfjax/training/divergence.py): how many
+# steps of the call had a NaN/inf loss or grad norm, and the (1-based) step number of the first.
+NONFINITE, FIRST_NONFINITE = "train/nonfinite_steps", "train/first_nonfinite_step"
 
 
 @flax.struct.dataclass
@@ -72,19 +75,28 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     weight = jnp.maximum(stats["weight_sum"], 1.0)
     grads = jax.tree.map(lambda g: g / weight, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    new_state = state.replace(step=state.step + 1,
-                              params=optax.apply_updates(state.params, updates),
-                              opt_state=opt_state)
-    metrics = {"train/loss": stats["loss_sum"] / weight,
-               "train/accuracy": stats["correct_sum"] / weight,
-               "train/grad_norm": optax.global_norm(grads), "train/lr": schedule(state.step)}
+    loss, grad_norm = stats["loss_sum"] / weight, optax.global_norm(grads)
+    # A NaN/inf loss or gradient is never applied: params and optimizer state stay as they were
+    # (tfjax/training/divergence.py; the loop stops or skips on train/nonfinite).
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    keep_finite = lambda new, old: jnp.where(finite, new, old)  # pylint: disable=unnecessary-lambda-assignment
+    new_state = state.replace(
+        step=state.step + 1,
+        params=jax.tree.map(keep_finite, optax.apply_updates(state.params, updates),
+                            state.params),
+        opt_state=jax.tree.map(keep_finite, opt_state, state.opt_state))
+    metrics = {"train/loss": loss, "train/accuracy": stats["correct_sum"] / weight,
+               "train/grad_norm": grad_norm, "train/lr": schedule(state.step),
+               NONFINITE: jnp.where(finite, 0, 1).astype(jnp.int32),
+               FIRST_NONFINITE: jnp.where(finite, -1, state.step + 1).astype(jnp.int32)}
     return new_state, metrics
 
   return train_step
 
 
 def make_multi_step(train_step: Callable) -> Callable:
-  """(state, batches, num_steps) -> (state after `num_steps` steps, the last step's metrics).
+  """(state, batches, num_steps) -> (state after `num_steps` steps, the last step's metrics;
+  NONFINITE and FIRST_NONFINITE cover all the call's steps).
 
   `batches` stacks K batches ([K, B, ...] leaves); a lax.fori_loop runs `train_step` on the first
   `num_steps` <= K of them inside one program. Why: one call and one host-to-device copy per K
@@ -99,11 +111,16 @@ def make_multi_step(train_step: Callable) -> Callable:
   def multi_step(state, batches, num_steps):
     def one_step(i, carry):
       batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
-      return train_step(carry[0], batch)
+      state, metrics = train_step(carry[0], batch)
+      count, first = carry[1][NONFINITE], carry[1][FIRST_NONFINITE]
+      metrics[NONFINITE] = count + metrics[NONFINITE]
+      metrics[FIRST_NONFINITE] = jnp.where(first >= 0, first, metrics[FIRST_NONFINITE])
+      return state, metrics
 
     first_batch = jax.tree.map(lambda x: x[0], batches)
     metric_shapes = jax.eval_shape(train_step, state, first_batch)[1]
     no_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+    no_metrics[FIRST_NONFINITE] = jnp.int32(-1)
     return jax.lax.fori_loop(0, num_steps, one_step, (state, no_metrics))
 
   return multi_step

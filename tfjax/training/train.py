@@ -17,7 +17,8 @@ import signal
 
 import jax
 
-from tfjax.training import checkpoint, data, flops, metrics, runs, runtime, sampling, steps, tasks
+from tfjax.training import (checkpoint, data, divergence, flops, metrics, runs, runtime, sampling,
+                            steps, tasks, workdir_lock)
 from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
                               state_layout)
 from tfjax.training.sharding import BatchPlacement
@@ -30,8 +31,22 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
 
   `stop_after_step` behaves like a SIGTERM arriving during that step (checkpoint, then return): it
   is how tests and the sweep launcher interrupt a run deterministically.
+
+  A NaN/inf loss or gradient norm raises divergence.Diverged naming the step (after closing the
+  run's files; nothing is checkpointed after it), or with train.skip_nonfinite=True skips that
+  update and counts it in train/skipped_steps (tfjax/training/divergence.py). One process
+  trains a workdir at a time: a second one raises ValueError (tfjax/training/workdir_lock.py).
   """
   experiment = prepare(config, workdir)  # everything validated before anything is written
+  # Multi-process runs share the workdir by design: process 0 holds the lock for all of them.
+  lock = (workdir_lock.WorkdirLock(workdir) if jax.process_index() == 0
+          else contextlib.nullcontext())
+  with lock:
+    return _train_locked(experiment, workdir, stop_after_step)
+
+
+def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | None) -> dict:
+  config = experiment.config
   _prepare_workdir(workdir, experiment)
   train_cfg = config.train
   placement = BatchPlacement.for_config(config)
@@ -58,6 +73,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
     evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
     config_json = json.loads(config.to_json_best_effort())
     host_lead, last = runtime.HostLeadLimiter(), {}
+    skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
     with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
       for future in compiling_eval:  # each is done before its function is first called (a call
         future.result()               # meanwhile would compile again); re-raises compile errors
@@ -67,10 +83,20 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
       while step < train_cfg.num_steps:
         num_steps = _steps_this_call(step, train_cfg, stop_after_step)
         state, step_metrics = runner.run(state, num_steps)
+        nonfinite = step_metrics.pop(steps.NONFINITE)
+        first_nonfinite = step_metrics.pop(steps.FIRST_NONFINITE)
         host_lead.wait_if_ahead(step_metrics)
+        if train_cfg.skip_nonfinite:
+          skipped = skipped + nonfinite  # stays on the device until a log reads it
+        elif int(nonfinite):  # one scalar per call read back: a divergence stops the run at once
+          diverged_at = int(first_nonfinite)
+          writer.write(diverged_at, {"train/diverged": 1})
+          break
         step += num_steps
         throughput.add_steps(num_steps)
         if _due(step, train_cfg.log_every, train_cfg):
+          if train_cfg.skip_nonfinite:
+            step_metrics["train/skipped_steps"] = skipped
           last.update(_log_train_metrics(writer, step, step_metrics, throughput))
         if _due(step, train_cfg.eval_every, train_cfg):
           last.update(evaluate(state, step))
@@ -83,8 +109,12 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
           _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
           break
     ckpt.wait()
+    saved = ckpt.steps()
     ckpt.close()
     writer.close()
+  if diverged_at is not None:
+    raise divergence.Diverged(diverged_at, saved[-1] if saved else None,
+                              float(experiment.schedule(diverged_at - 1)))
   return last
 
 
@@ -185,15 +215,23 @@ def _evaluate_and_sample(eval_step, eval_batches, writer: metrics.MetricsWriter,
   return out
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 class _StopRequested:
-  """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+  """STOP_SIGNALS set a flag; the loop saves a checkpoint at the next step boundary and exits.
+
+  SIGTERM and SIGINT are how a run is stopped by hand or by a scheduler; SIGUSR1 / SIGUSR2 are the
+  warnings a SLURM job asks for before its time limit (`sbatch --signal=USR1@90`; submitit uses
+  USR2), so a job checkpoints before it is killed and can be requeued.
+  """
 
   def __init__(self):
     self.signum = None
     self._previous = {}
 
   def __enter__(self):
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
       try:
         self._previous[sig] = signal.signal(sig, self._handle)
       except ValueError:  # not the main thread (e.g. tests running the loop in a thread)

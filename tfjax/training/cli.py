@@ -1,0 +1,184 @@
+"""How every command-line entry point ends on a user's mistake: one `error: ...` line, exit 2.
+
+A user's mistake is a bad flag (wrong type, unknown flag or config key, a missing config file), a
+bad configuration or input (the ValueError every tfjax check raises, naming the key and the fix),
+or a missing file or directory. It is reported as one line on stderr,
+
+    error: <what is wrong, with the key/value/file> (<the fix>)
+
+and the process exits with status 2 (as argparse does for usage errors). Every check runs before
+anything is written, so such a run leaves no file behind. Anything else is a bug and keeps its
+traceback; TFJAX_TRACEBACK=1 shows the traceback of user errors too (for debugging tfjax itself).
+
+Entry points: `run_absl(main)` for absl programs (replaces `app.run(main)`), `ArgumentParser`
+for argparse programs, `guarded(main)` around any function, `fail(message)` to stop with one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import os
+import re
+import sys
+from typing import Callable, NoReturn, Optional, Sequence
+
+USAGE_ERROR = 2  # exit status of a user's mistake (argparse's and the shells' convention)
+
+# Exceptions that mean "the input is wrong": tfjax raises ValueError for every bad key or value;
+# a path the user gave that is not there surfaces as one of the OSErrors.
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
+
+def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
+  """Prints `error: message` (one line) to stderr and exits with `status`."""
+  print(f"error: {_one_line(message)}", file=sys.stderr)
+  sys.exit(status)
+
+
+def _one_line(message: str) -> str:
+  return " ".join(str(message).split())
+
+
+def _show_tracebacks() -> bool:
+  return os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0")
+
+
+def message_of(error: BaseException) -> str:
+  """The user-facing text of a user error (a KeyError's str() is the repr of its message)."""
+  if len(error.args) == 1 and isinstance(error.args[0], BaseException):  # one error wrapping another
+    return message_of(error.args[0])
+  if isinstance(error, (KeyError, AttributeError)) and len(error.args) == 1 and isinstance(
+      error.args[0], str):
+    text = error.args[0]
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a KeyError's str() again
+      try:
+        text = ast.literal_eval(text)
+      except (ValueError, SyntaxError):
+        pass
+    return text
+  if isinstance(error, OSError) and error.filename is not None and error.strerror:
+    return f"{error.filename}: {error.strerror}"
+  return str(error) or type(error).__name__
+
+
+def guarded(main: Callable) -> Callable:
+  """`main` with user errors (USER_ERRORS and cli.Diverged-like errors of class UserFacing)
+  reported by `fail` instead of a traceback."""
+  @functools.wraps(main)
+  def wrapper(*args, **kwargs):
+    try:
+      return main(*args, **kwargs)
+    except UserFacing as e:
+      if _show_tracebacks():
+        raise
+      fail(message_of(e), e.status)
+    except USER_ERRORS as e:
+      if _show_tracebacks():
+        raise
+      fail(message_of(e))
+  return wrapper
+
+
+class UserFacing(Exception):
+  """An error whose message is the whole story for the user (e.g. a run that diverged); ends the
+  program with `status` and no traceback."""
+  status = 1
+
+
+# ---- absl programs -----------------------------------------------------------------------------
+def run_absl(main: Callable, argv: Optional[Sequence[str]] = None) -> None:
+  """`absl.app.run(main)` where a bad flag, config override or config file ends in one
+  `error:` line (exit 2), and so does a USER_ERRORS exception raised by `main`."""
+  from absl import app  # pylint: disable=import-outside-toplevel
+  app.run(guarded(main), argv=argv, flags_parser=parse_flags)
+
+
+_DEFINE_ERRORS: dict = {}  # config flag name -> the error its definition raised
+
+
+def define_config_file(name: str, default: Optional[str], help_string: str, **kwargs):
+  """ml_collections' DEFINE_config_file, for programs run by `run_absl`.
+
+  Why: defining a config-file flag already applies the `--NAME.key=value` overrides found in
+  sys.argv to the default config, so an unknown key raises at import time, before any parser
+  runs. Such an error is kept and reported by `parse_flags` as one `error:` line."""
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  try:
+    return config_flags.DEFINE_config_file(name, default, help_string, **kwargs)
+  except (KeyError, AttributeError, TypeError, ValueError) as e:
+    _DEFINE_ERRORS[name] = e
+    return None
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing, with flag errors as one `error:` line. Also loads every config-file
+  flag's config, so a missing or failing config file is reported here, not on first use."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  metrics.setup_logging()
+  for error in _DEFINE_ERRORS.values():
+    fail(_override_message(argv, error))
+  try:
+    rest = flags.FLAGS(argv)
+  except flags.Error as e:
+    text = str(e)
+    if "Traceback (most recent call last)" in text:  # a config file's get_config raised
+      flag_part = text.split(":", 1)[0]
+      fail(f"{flag_part.replace('flag ', '')}: the config file failed: "
+           f"{text.strip().splitlines()[-1].strip()}")
+    fail(f"{_one_line(text)} (see --helpfull for each flag's type)")
+  except (KeyError, AttributeError, TypeError, ValueError) as e:
+    # ml_collections' overrides (--config.a.b=v) raise these for unknown keys / wrong types.
+    fail(_override_message(argv, e))
+  for name in _config_flag_names():
+    try:
+      value = flags.FLAGS[name].value
+      if value is not None:  # a config that failed to load raises on its first attribute read
+        getattr(value, "keys", None)
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, SyntaxError) as e:
+      fail(_config_file_message(name, flags.FLAGS[name], e))
+  return rest
+
+
+def _config_flag_names() -> list[str]:
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  return [name for name, flag in flags.FLAGS._flags().items()  # pylint: disable=protected-access
+          if hasattr(flag, "config_filename")]
+
+
+def _override_message(argv: Sequence[str], error: BaseException) -> str:
+  """`--config.modle.x=1: unknown key 'modle' (Did you mean "model" ...?)`-style text."""
+  text = _one_line(message_of(error))
+  key = re.match(r"'?([\w-]+)'?", text)
+  culprit = next((a for a in argv[1:] if a.startswith("--") and "." in a.split("=")[0] and key
+                  and key.group(1) in a.split("=")[0].split(".")), None)
+  if isinstance(error, KeyError) or "Did you mean" in text:
+    detail = f"unknown config key {text.replace(' Did you mean', '; did you mean')}" if (
+        "Did you mean" in text) else (
+        f"unknown config key {text}; list the keys with --config=FILE and no overrides, or read "
+        "the config file")
+  else:
+    detail = f"{type(error).__name__}: {text}"
+  return f"{culprit}: {detail}" if culprit else detail
+
+
+def _config_file_message(name: str, flag, error: BaseException) -> str:
+  filename = flag.config_filename
+  cause = error
+  while cause.__cause__ is not None or cause.__context__ is not None:
+    cause = cause.__cause__ or cause.__context__
+  path = filename.split(":")[0]
+  if isinstance(cause, FileNotFoundError) or not os.path.exists(path):
+    return (f"--{name}={filename}: no such config file {path!r} (give a path to a configs/NAME.py "
+            "file, optionally with :ARG)")
+  return f"--{name}={filename}: the config file failed to load: {_one_line(message_of(cause))}"
+
+
+# ---- argparse programs -------------------------------------------------------------------------
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse with its usage errors as one `error: ... (see --help)` line, exit 2."""
+
+  def error(self, message: str) -> NoReturn:
+    fail(f"{message} (see {self.prog} --help)")

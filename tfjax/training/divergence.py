@@ -1,0 +1,58 @@
+"""A run whose loss or gradient norm stops being finite: noticed at once, never checkpointed.
+
+The train step (steps.make_train_step) never applies a non-finite update: when the loss or the
+global gradient norm is NaN/inf, params and optimizer state stay as they were and the step
+reports `train/nonfinite` = 1. The loop (train.py) then either
+
+* stops (default): writes `{"step": N, "train/diverged": 1}` to metrics.jsonl and raises
+  `Diverged` naming step N; no checkpoint is written after it, so the newest checkpoint is the
+  last one written before, with finite values; or
+* with `train.skip_nonfinite=True`, goes on with the next batch (the update was skipped) and
+  counts the skipped steps in `train/skipped_steps`.
+
+`Checkpointer.save` also refuses a state holding a non-finite value (`nonfinite_leaves`), so no
+path writes one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from tfjax.training import cli
+from tfjax.training.trees import path_names
+
+EXIT_DIVERGED = 4  # exit status of a diverged run (2: a user's mistake, 3: an interrupted sweep point)
+
+
+class Diverged(cli.UserFacing):
+  """Training stopped because the loss or gradient norm of step `step` is not finite."""
+  status = EXIT_DIVERGED
+
+  def __init__(self, step: int, last_checkpoint: int | None, lr: float | None = None):
+    self.step = step
+    kept = (f"the newest checkpoint (step {last_checkpoint}) is from before it and is kept"
+            if last_checkpoint is not None else "no checkpoint was written")
+    lr_text = f" (now {lr:g})" if lr is not None else ""
+    super().__init__(
+        f"training diverged at step {step}: the loss or gradient norm is NaN/inf; {kept}. Lower "
+        f"optimizer.lr{lr_text} or raise optimizer.warmup_steps, or set "
+        "train.skip_nonfinite=True to skip such updates")
+
+
+def nonfinite_leaves(tree: Any, limit: int = 3) -> list[str]:
+  """Names of (up to `limit`) floating-point leaves of `tree` holding a NaN or inf, read from this
+  process's shards (each process checks what it writes)."""
+  bad = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if not hasattr(leaf, "dtype") or not np.issubdtype(np.dtype(leaf.dtype), np.inexact):
+      continue
+    shards = ([s.data for s in leaf.addressable_shards] if isinstance(leaf, jax.Array)
+              else [leaf])
+    if not all(np.isfinite(np.asarray(s)).all() for s in shards):
+      bad.append(".".join(path_names(path)) if path else "<root>")
+      if len(bad) >= limit:
+        break
+  return bad
