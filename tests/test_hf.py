@@ -180,3 +180,90 @@ def test_parity(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(set(FACTORIES) - set(FAST)))
 def test_parity_more(tmp_path, name):
   _parity(tmp_path, name)
+
+
+def _word_tokenizer(path):
+  """A tokenizer.json over the words w0..w{V-1} (whitespace split), as a HF model dir has."""
+  import tokenizers as hf_tok  # pylint: disable=import-outside-toplevel
+  vocab = {f"w{i}": i for i in range(V)}
+  tok = hf_tok.Tokenizer(hf_tok.models.WordLevel(vocab, unk_token="w0"))
+  tok.pre_tokenizer = hf_tok.pre_tokenizers.WhitespaceSplit()
+  tok.save(path)
+
+
+def test_generate_and_finetune_from_import(tmp_path):
+  """An imported run generates with its HF tokenizer (experiments/generate.py) and starts a
+  fine-tune (config.init_from): step-0 params are the imported ones, the tokenizer carries over."""
+  from experiments import generate  # pylint: disable=import-outside-toplevel
+  from tfjax.training import defaults, train  # pylint: disable=import-outside-toplevel
+  model, hf_dir = _hf_dir(tmp_path, "qwen2")
+  _word_tokenizer(os.path.join(hf_dir, "tokenizer.json"))
+  run = _import(hf_dir, str(tmp_path / "run"))
+  prompt = [3, 14, 15, 92]
+  results = generate.main([f"--workdir={run.workdir}", "--prompt=" + " ".join(
+      f"w{i}" for i in prompt), "--max_new_tokens=5", "--eos_id=-1"])
+  assert results[0]["ids"] == _hf_greedy(model, prompt, 5)
+  assert results[0]["text"].endswith(" ".join(f"w{i}" for i in results[0]["ids"]))
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text(" ".join(f"w{i % V}" for i in range(400)))
+  config = defaults.base_config()
+  config.init_from = run.workdir
+  config.data.update(name="text", path=str(corpus), tokenizer="hf", seq_len=8)
+  config.optimizer.update(lr=1e-20, min_lr=0.0, warmup_steps=0, weight_decay=0.0)  # no-op step
+  config.train.update(num_steps=1, batch_size=2, eval_batch_size=2, eval_batches=1,
+                      eval_every=1, checkpoint_every=1, eval_at_start=False)
+  new = str(tmp_path / "finetune")
+  train.train_and_evaluate(config, new)
+  tuned = runs.restore_run(new)
+  assert tuned.model_config == run.model_config
+  assert isinstance(tokenizers.load_tokenizer(new), tokenizers.HFTokenizer)
+  same = jax_tree_equal(tuned.params, run.params)
+  assert same, "a no-op fine-tune step changed the params or did not start from the imported ones"
+
+
+def jax_tree_equal(a, b) -> bool:
+  import jax  # pylint: disable=import-outside-toplevel
+  return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))
+
+
+def test_unsupported_architecture_and_fields(tmp_path):
+  """Anything tfjax cannot express is an error naming it, before anything is written."""
+  _, hf_dir = _hf_dir(tmp_path, "llama")
+  path = os.path.join(hf_dir, "config.json")
+  original = json.load(open(path))
+  cases = [({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
+           ({"some_new_option": 3}, "some_new_option=3"),
+           ({"hidden_act": "relu"}, "hidden_act='relu'"),
+           ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "'longrope'"),
+           ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "mscale": 1.0,
+                                 "rope_theta": 1e4}}, "['mscale']")]
+  for change, message in cases:
+    with open(path, "w") as f:
+      json.dump({**original, **change}, f)
+    workdir = str(tmp_path / "run")
+    with pytest.raises(mapping.UnsupportedError, match=message.replace("[", r"\[").replace(
+        "(", r"\(")):
+      from tfjax.hf import importer  # pylint: disable=import-outside-toplevel
+      importer.import_model(hf_dir, workdir)
+    assert not os.path.exists(workdir)
+  # A tensor without a place in the model (e.g. an extra head) stops the import too.
+  with open(path, "w") as f:
+    json.dump(original, f)
+  from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
+  weights = os.path.join(hf_dir, "model.safetensors")
+  tensors = load_file(weights)
+  save_file({**tensors, "score.weight": np.zeros((2, 32), np.float32)}, weights)
+  assert cli.main(["import", f"--hf_dir={hf_dir}", f"--workdir={tmp_path / 'run2'}"]) == 2
+
+
+def test_export_rejects_inexpressible_config(tmp_path):
+  """A LLaMA run whose model uses ALiBi cannot become a LLaMA checkpoint."""
+  from tfjax.hf import exporter  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  arch = registry.architecture("llama")
+  cfg = ModelConfig(family="decoder", vocab_size=V, d_model=32, num_heads=4, d_ff=48,
+                    ffn="swiglu", ffn_bias=False, attention_bias=False, norm="rmsnorm",
+                    position="alibi", tie_embeddings=False)
+  with pytest.raises(mapping.UnsupportedError, match="position"):
+    exporter.hf_config(arch, cfg, set())
