@@ -17,8 +17,8 @@ import signal
 
 import jax
 
-from tfjax.training import (checkpoint, data, divergence, flops, metrics, runs, runtime, sampling,
-                            steps, tasks, workdir_lock)
+from tfjax.training import (checkpoint, data, divergence, flops, init_from, metrics, runs,
+                            runtime, sampling, steps, tasks, workdir_lock)
 from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
                               state_layout)
 from tfjax.training.sharding import BatchPlacement
@@ -73,7 +73,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
       eval_step, layout, eval_batches)
   with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
       compiling_train, *compiling_eval):
-    state = _restored_or_initial_state(ckpt, layout, iterator, workdir)
+    state = _restored_or_initial_state(ckpt, layout, iterator, workdir, experiment)
     step = int(jax.device_get(state.step))
     writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, step)
     throughput = _Throughput(experiment)
@@ -155,11 +155,21 @@ def _eval_compile_jobs(eval_step, layout: StateLayout, eval_batches) -> list:
 
 
 def _restored_or_initial_state(ckpt: checkpoint.Checkpointer, layout: StateLayout,
-                               iterator: data.DataIterator, workdir: str) -> steps.TrainState:
-  """The newest checkpoint's state (and data position), else the seeded initial state."""
+                               iterator: data.DataIterator, workdir: str,
+                               experiment: Experiment) -> steps.TrainState:
+  """The newest checkpoint's state (and data position), else the seeded initial state (with the
+  params of config.init_from's run when set)."""
   restored = ckpt.restore_latest(layout.abstract)
   if restored is None:
-    return layout.init()
+    state = layout.init()
+    source = init_from.source(experiment.config)
+    if source is None:
+      return state
+    params = init_from.load_params(source, layout.abstract.params)
+    opt_state = jax.jit(experiment.optimizer.init,
+                        out_shardings=layout.shardings.opt_state)(params)
+    _log.info("initialized params from %s", source)
+    return state.replace(params=params, opt_state=opt_state)
   step, state, data_state = restored
   iterator.restore(data_state)
   _log.info("resumed from step %d in %s", step, workdir)
