@@ -73,7 +73,7 @@ FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
     scale_embedding=True, activation_function="swish"))
 SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
-FAST = ("llama3", "mistral", "qwen2", "gemma", "gemma2", "gpt2", "bert", "t5v11", "bart",
+FAST = ("llama3", "qwen2", "gemma2", "gpt2", "bert", "t5v11", "bart",
         "marian")
 
 
