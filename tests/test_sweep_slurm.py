@@ -180,6 +180,7 @@ def check_sweep(root, result, status, local_root):
   assert failed_line.split()[0] == "failed"
   assert f"ValueError: num_symbols must be >= 2, got 1; log: {failure['log']}" in failed_line
   assert sum(line.startswith("done ") and "step 4/4" in line for line in lines) == 4
+  assert [line.split()[1] for line in lines[:-1]] == list(results(local_root))  # sweep order
 
 
 def test_submitit_jobs_give_the_local_results_resume_a_preempted_point_and_report_a_failure(

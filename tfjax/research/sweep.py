@@ -363,7 +363,8 @@ def write_sweep_file(sweep: Sweep, root: str) -> None:
   os.makedirs(root, exist_ok=True)
   write_json(os.path.join(root, SWEEP_FILE), {
       "config": os.path.abspath(sweep.config_path), "scale": sweep.scale,
-      "points": {p.name: p.overrides for p in sweep.points}})
+      "points": {p.name: p.overrides for p in sweep.points},
+      "order": [p.name for p in sweep.points]})  # the keys above get sorted
 
 
 def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),

@@ -328,7 +328,14 @@ def launch(sweep: sweep_lib.Sweep, root: str, points: Sequence[sweep_lib.Point],
     if not wait:
       statuses.update({name: "submitted" for name in running})
       return statuses
-    time.sleep(poll_s)
+    try:
+      time.sleep(poll_s)
+    except KeyboardInterrupt:
+      if launcher == "slurm":
+        _log.warning("stopped waiting; %d job(s) go on in SLURM (scancel %s stops them): "
+                     "--status --workdir=%s follows them", len(running),
+                     " ".join(sorted({j.job_id.split("_")[0] for j in running.values()})), root)
+      raise
     for name, job in list(running.items()):
       if job.done() or (launcher == "slurm" and gone.seen(job.job_id)):
         statuses[name] = _finished(root, name, job)

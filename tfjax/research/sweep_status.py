@@ -114,7 +114,8 @@ def collect(root: str) -> list[dict]:
   if not os.path.exists(sweep_file):
     raise ValueError(f"{root} holds no sweep ({sweep_lib.SWEEP_FILE} is missing): give the "
                      "--workdir a sweep ran in")
-  names = list(sweep_lib.read_json(sweep_file)["points"])
+  spec = sweep_lib.read_json(sweep_file)
+  names = spec.get("order") or list(spec["points"])
   return [{"name": name, **point_state(os.path.join(root, name))} for name in names]
 
 
