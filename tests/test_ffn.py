@@ -27,11 +27,21 @@ def np_relu(x):
   return np.maximum(x, 0.0)
 
 
+def np_sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def np_identity(x):
+  return x
+
+
 # kind -> (activation, gated)
 NP_FFNS = {
     "relu": (np_relu, False), "gelu": (np_gelu_exact, False), "gelu_tanh": (np_gelu_tanh, False),
     "silu": (np_silu, False), "swiglu": (np_silu, True), "geglu": (np_gelu_exact, True),
     "geglu_tanh": (np_gelu_tanh, True), "reglu": (np_relu, True),
+    # Shazeer 2020, eq. 5: GLU(x) = sigmoid(xW) * xV, Bilinear(x) = xW * xV
+    "glu": (np_sigmoid, True), "bilinear": (np_identity, True),
 }
 
 
@@ -54,7 +64,7 @@ def test_gelu_tanh_is_the_published_approximation_and_differs_from_exact():
   assert 1e-4 < np.max(np.abs(np_gelu_tanh(x) - np_gelu_exact(x))) < 1e-3
 
 
-@pytest.mark.parametrize("kind", ["gelu_tanh", "silu", "geglu_tanh", "reglu"])
+@pytest.mark.parametrize("kind", ["gelu_tanh", "silu", "geglu_tanh", "reglu", "glu", "bilinear"])
 def test_new_ffn_kinds_match_numpy(kind):
   cfg = tiny_config(ffn=kind)
   x = np.random.default_rng(0).normal(size=(2, 3, 16)).astype(np.float32) * 2
@@ -64,7 +74,8 @@ def test_new_ffn_kinds_match_numpy(kind):
   p = to_numpy(params)
   y = np.asarray(module.apply({"params": params}, x))
   np.testing.assert_allclose(y, np_ffn(x, p, kind), rtol=1e-5, atol=1e-5)
-  twin = {"gelu_tanh": "gelu", "geglu_tanh": "geglu", "silu": "relu", "reglu": "swiglu"}[kind]
+  twin = {"gelu_tanh": "gelu", "geglu_tanh": "geglu", "silu": "relu", "reglu": "swiglu",
+          "glu": "swiglu", "bilinear": "reglu"}[kind]
   assert not np.allclose(y, np_ffn(x, p, twin), rtol=1e-5, atol=1e-5)
 
 

@@ -559,3 +559,30 @@ def test_encoder_decoder_embedding_sharing_switches(name, overrides):
   assert np.abs(bias).max() > 0
   np.testing.assert_allclose(np.asarray(logits), np.asarray(expected) + bias, rtol=1e-5,
                              atol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal"])
+def test_embed_scale_with_position_init_std_balances_tokens_and_positions(position):
+  """The position ablation's setting (configs/ablations/_char_lm.py): sqrt(d_model)-scaled tokens
+  (table std d^-0.5, so unit RMS) and a position signal of RMS 2^-0.5 (the sinusoid's; a learned
+  table of that std) start at comparable norms. The defaults do not: tokens N(0, 0.02^2) are ~35x
+  weaker than the sinusoid table (the issue's 0.16 vs 5.7 at d_model 64)."""
+  from tfjax.nn.models import Embedder  # pylint: disable=import-outside-toplevel
+
+  def rms_ratio(**overrides):  # RMS(position part) / RMS(token part) of the embedder output
+    cfg = tiny_config(d_model=64, vocab_size=101, max_len=64, position=position, **overrides)
+    ids = tokens((1, 64), vocab=101)
+    positions = jnp.arange(64)[None]
+    embedder = Embedder(cfg)
+    variables = embedder.init(KEY, ids, positions)
+    out = np.asarray(embedder.apply(variables, ids, positions))
+    table = np.asarray(unboxed(variables)["params"]["tokens"]["embedding"])
+    token_part = table[np.asarray(ids)] * (np.sqrt(64) if cfg.embed_scale else 1.0)
+    rms = lambda a: np.sqrt(np.mean(a ** 2))  # noqa: E731
+    return rms(out - token_part) / rms(token_part), rms(token_part)
+
+  ratio, token_rms = rms_ratio(embed_scale=True, position_init_std=2 ** -0.5, init_std=0.02)
+  np.testing.assert_allclose(token_rms, 1.0, rtol=0.1)
+  np.testing.assert_allclose(ratio, 2 ** -0.5, rtol=0.15)
+  if position == "sinusoidal":
+    assert rms_ratio(init_std=0.02)[0] > 25

@@ -24,7 +24,8 @@ from tfjax.nn.config import ModelConfig
 from tfjax.training import runs, tokenizers
 
 # ModelConfig keys that change how a model runs or is initialized, not what it computes.
-EXECUTION_KEYS = ("dropout", "attention_dropout", "init_std", "scaled_residual_init",
+EXECUTION_KEYS = ("dropout", "attention_dropout", "init", "init_std", "position_init_std",
+                  "scaled_residual_init",
                   "scan_layers", "remat", "attention_impl", "dtype", "deterministic", "decode")
 # Config fields export copies from the imported source (token ids and bookkeeping).
 KEPT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",

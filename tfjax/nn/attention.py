@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes, ops
 from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
+from tfjax.nn.inits import kernel_init
 from tfjax.nn.masks import default_positions, query_key_positions
 from tfjax.nn.norms import Norm
 from tfjax.nn.relative_bias import t5_bias
@@ -42,7 +43,7 @@ def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_mode
       (d_model, heads, cfg.dim_per_head), "btd,dhk->bthk", use_bias=cfg.attention_bias,
       dtype=cfg.compute_dtype, name=name,
       kernel_init=nn.with_logical_partitioning(
-          nn.initializers.normal(cfg.init_std * init_gain),
+          kernel_init(cfg, cfg.init_std, gain=init_gain, in_axis=0, out_axis=(1, 2)),
           (axes.EMBED, heads_axis, axes.HEAD_DIM)),
       bias_init=nn.with_logical_partitioning(
           nn.initializers.zeros, (heads_axis, axes.HEAD_DIM)))
@@ -125,7 +126,8 @@ class MultiHeadAttention(nn.Module):
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
         use_bias=cfg.out_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(cfg.residual_init_std * self.init_gain),
+            kernel_init(cfg, cfg.residual_init_std, gain=self.init_gain, in_axis=(0, 1),
+                        out_axis=2),
             (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)
 

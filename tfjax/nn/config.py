@@ -20,9 +20,13 @@ ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none",) + NORMS
 PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
-# Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
-FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
-GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
+# Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x);
+# glu's act is the sigmoid (Dauphin et al. 2017), bilinear's the identity (no nonlinearity).
+FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu", "glu",
+        "bilinear")
+GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "bilinear")
+# Init of the dense matrices (tfjax/nn/inits.py).
+INITS = ("normal", "xavier_uniform")
 REMATS = ("none", "full", "dots")
 # tfjax.nn.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
 # per backend and length, the others are tfjax/nn/kernels/).
@@ -56,6 +60,7 @@ class ModelConfig:
   d_ff: int = 512
   ffn: str = "gelu"                  # relu | gelu (exact erf) | gelu_tanh (GPT-2 gelu_new) | silu
                                      # | gated (three matrices): swiglu | geglu | geglu_tanh | reglu
+                                     # | glu (sigmoid gate) | bilinear (no activation)
   ffn_bias: bool = True
   attention_bias: bool = True        # biases of W_Q, W_K, W_V, W_O
   attention_out_bias: Optional[bool] = None  # bias of W_O; None = attention_bias (Qwen2: False)
@@ -124,7 +129,12 @@ class ModelConfig:
   num_classes: int = 0               # encoder: sequence classifier on the pooled output
   dropout: float = 0.0               # embeddings and every residual branch
   attention_dropout: float = 0.0     # on attention weights (xla implementation only)
-  init_std: float = 0.02
+  init: str = "normal"               # dense matrices: normal (N(0, init_std^2)) | xavier_uniform
+                                     # (Glorot; the original Transformer); tfjax/nn/inits.py
+  init_std: float = 0.02             # normal init's std; also every embedding table's (below)
+  position_init_std: Optional[float] = None  # learned position table's init std; None = init_std.
+                                     # With embed_scale, 2^-0.5 matches the sinusoid table's RMS
+                                     # (other positions ignore it, so ablation arms can share it)
   scaled_residual_init: bool = False  # GPT-2: W_O, FFN W_2 init std init_std / sqrt(2 * layers)
   scan_layers: bool = False          # nn.scan over layers: compile time flat in depth
   remat: str = "none"                # none | full | dots (save matmul outputs only)
@@ -213,6 +223,7 @@ class ModelConfig:
     choice("norm_placement", PLACEMENTS)
     choice("qk_norm", QK_NORMS)
     choice("ffn", FFNS)
+    choice("init", INITS)
     choice("remat", REMATS)
     choice("attention_impl", ATTENTION_IMPLS)
     choice("dtype", tuple(DTYPES))
@@ -291,6 +302,13 @@ class ModelConfig:
     elif not self.parallel_shared_norm:
       raise ValueError("model.parallel_shared_norm=False chooses the norms of a parallel block; "
                        "set model.parallel_block=True or leave it True")
+    if self.init == "xavier_uniform" and self.scaled_residual_init:
+      raise ValueError("model.scaled_residual_init=True shrinks the normal init's std "
+                       "(init_std / sqrt(2 layers)); model.init='xavier_uniform' has no std: set "
+                       "scaled_residual_init=False or init='normal'")
+    if self.position_init_std is not None and not self.position_init_std > 0:
+      raise ValueError(f"model.position_init_std={self.position_init_std} must be a positive std "
+                       "or None (= model.init_std)")
     if self.norm_placement == "deepnorm" and self.scaled_residual_init:
       raise ValueError("model.norm_placement='deepnorm' sets its own residual init gain (beta); "
                        "set model.scaled_residual_init=False")
@@ -399,7 +417,8 @@ _OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": 
                     "attention_out_bias": bool, "rope_original_max_len": int,
                     "rope_attention_factor": float, "window_pattern": int,
                     "attention_scale": float, "attention_softcap": float,
-                    "logits_softcap": float, "share_positions": bool}
+                    "logits_softcap": float, "share_positions": bool,
+                    "position_init_std": float}
 
 
 def default_model_config(**overrides):

@@ -1,5 +1,9 @@
 """Position-wise feed-forward: two matrices (relu, gelu, gelu_tanh, silu) or gated with three
-(swiglu, geglu, geglu_tanh, reglu; Shazeer 2020)."""
+(Shazeer 2020, "GLU Variants Improve Transformer", equations 5-6):
+  glu       W2 (sigmoid(x W) * x V)      (Dauphin et al. 2017's GLU)
+  bilinear  W2 ((x W) * x V)             (no nonlinearity)
+  reglu, geglu, geglu_tanh, swiglu: the gate through relu, gelu, tanh-gelu, swish (silu).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes
 from tfjax.nn.config import GATED_FFNS, ModelConfig
+from tfjax.nn.inits import kernel_init
 
 
 def gelu(x, approximate: bool = False):
@@ -41,24 +46,29 @@ ACTIVATIONS = {
     "geglu": gelu,
     "geglu_tanh": gelu_tanh,
     "reglu": jax.nn.relu,
+    "glu": jax.nn.sigmoid,
+    "bilinear": lambda x: x,
 }
 GATED = GATED_FFNS
 
 
 def dense(cfg: ModelConfig, features: int, logical_axes, name: str, use_bias: bool,
-          init_std: float | None = None):
-  """A Dense layer whose kernel and bias carry logical axis names for sharding."""
+          init_std: float | None = None, init_gain: float = 1.0):
+  """A Dense layer whose kernel and bias carry logical axis names for sharding; kernel init by
+  model.init (tfjax/nn/inits.py) with std `init_std` (default model.init_std) and `init_gain`."""
   std = cfg.init_std if init_std is None else init_std
   return nn.Dense(
       features, use_bias=use_bias, dtype=cfg.compute_dtype, name=name,
-      kernel_init=nn.with_logical_partitioning(nn.initializers.normal(std), logical_axes),
+      kernel_init=nn.with_logical_partitioning(kernel_init(cfg, std, gain=init_gain),
+                                               logical_axes),
       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (logical_axes[-1],)))
 
 
 class FeedForward(nn.Module):
   """relu/gelu/gelu_tanh/silu: W2 act(W1 x);  gated: W2 (act(W_gate x) * (W1 x)).
 
-  `init_gain` multiplies the init std of every matrix (DeepNet's beta, see tfjax/nn/layers.py).
+  `init_gain` multiplies the init std (Xavier: the bound) of every matrix (DeepNet's beta, see
+  tfjax/nn/layers.py).
   """
   config: ModelConfig
   init_gain: float = 1.0
@@ -67,14 +77,15 @@ class FeedForward(nn.Module):
   def __call__(self, x_BxLxD):
     cfg = self.config
     act = ACTIVATIONS[cfg.ffn]
-    std = cfg.init_std * self.init_gain
-    h_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi", cfg.ffn_bias, std)(x_BxLxD)
+    gain = self.init_gain
+    h_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi", cfg.ffn_bias,
+                    init_gain=gain)(x_BxLxD)
     if cfg.ffn in GATED:
       gate_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi_gate", cfg.ffn_bias,
-                         std)(x_BxLxD)
+                         init_gain=gain)(x_BxLxD)
       h_BxLxF = act(gate_BxLxF) * h_BxLxF
     else:
       h_BxLxF = act(h_BxLxF)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, (axes.BATCH, axes.LENGTH, axes.MLP))
     return dense(cfg, x_BxLxD.shape[-1], (axes.MLP, axes.EMBED), "wo", cfg.ffn_bias,
-                 cfg.residual_init_std * self.init_gain)(h_BxLxF)
+                 cfg.residual_init_std, init_gain=gain)(h_BxLxF)

@@ -55,9 +55,10 @@ class LearnedPositions(nn.Module):
           f"sequence length {seq_len} exceeds the learned position table "
           f"(model.max_len={cfg.max_len}); raise model.max_len or use a relative encoding "
           "(rope, alibi, none) to run longer sequences")
+    std = cfg.init_std if cfg.position_init_std is None else cfg.position_init_std
     table = self.param(
         "embedding",
-        nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, axes.EMBED)),
+        nn.with_logical_partitioning(nn.initializers.normal(std), (None, axes.EMBED)),
         (cfg.position_table_rows, cfg.d_model))
     if cfg.position_offset:  # BART: position p reads row p + 2
       positions_BxL = positions_BxL + cfg.position_offset
