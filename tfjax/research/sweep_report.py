@@ -16,18 +16,27 @@ are aggregated; results.csv lists every point with its status.
 Metrics named 'prefix@N' (eval/exact_match@32, long/ppl_sliding@256, init/grad_norm@3) form a
 family: a table with one column per N and a plot against N.
 
-A config module may set REPORT = dict(metrics=[...], plots=[...]). `metrics` lists the metrics
-(or families, by prefix) of results.md. Each plot is a dict:
-  metric  a metric, or a family prefix with x='@'
+A config module may set REPORT = dict(metrics=[...], plots=[...], mrr=[...]). `metrics` lists the
+metrics (or families, by prefix) of results.md. Each plot is a dict:
+  metric  a metric, or a family prefix with x='@'; with x='@' also a list of family prefixes,
+          each drawn as its own lines (e.g. RoPE evaluated with and without scaling), labelled by
+          `metric_labels` {prefix: text}
   x       None: bar chart | '@': against the family's N | an override key (e.g. 'optimizer.lr')
   curve   instead of metric: that metric against training step (from metrics.jsonl)
   lines   override keys telling lines (bars) apart; points equal in these are pooled (mean ± std).
           Default: every override key except seeds and x.
   panels  an override key: one subplot per value
-  xlabel  x-axis label (default: the x key; 'N (metric@N)' for families)
+  xlabel, ylabel  axis labels (default: the x key, 'N (metric@N)' for families; the metric)
   logx, logy  log scales of the x axis / the metric axis (default: log when the positive values
           span a factor >= 8 (x) or >= 30 (metric); bar charts: metric axis linear)
   title, file
+Each `mrr` entry ranks arms by Kazemnejad et al.'s mean reciprocal rank (tfjax/research/mrr.py):
+  metric  a family prefix; a setting is one N of it (N >= min_n) for one value of every other
+          variant key (e.g. task x length), scored by the mean over seeds
+  arms    the override key whose values are ranked (e.g. 'model.position')
+  min_n   the smallest N counted (e.g. the first length past training); default all
+  higher_is_better  default True (accuracy); False for perplexity
+  title, file  of its bar chart; results.md gets a table of the same numbers
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import re
 import statistics
 from typing import Any, Optional, Sequence
 
+from tfjax.research import mrr as mrr_lib
 from tfjax.research import sweep as sweep_lib
 
 _FAMILY = re.compile(r"^(.*)@(\d+)$")
@@ -215,7 +225,7 @@ def _md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]
 
 
 def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
-             metrics: Sequence[str]) -> str:
+             metrics: Sequence[str], rankings: Sequence[dict] = ()) -> str:
   counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "diverged")}
   diverged = f"{counts['diverged']} diverged, " if counts["diverged"] else ""
   lines = [f"# {title}", "",
@@ -233,16 +243,87 @@ def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
                                                         for m in scalars] for e in summary])
     lines.append("")
   for prefix, members in families(metrics).items():
+    # Variants without a value at any N (a family only some arms have) get no row.
+    shown = [e for e in summary if any(e["stats"][key]["total"] and e["stats"][key]["n"]
+                                       for _, key in members)]
     lines += [f"## {prefix}@N", ""]
     lines += _md_table([k.split(".")[-1] for k in keys] + [f"@{n}" for n, _ in members],
                        [label(e) + [format_stat(e["stats"][key]) for _, key in members]
-                        for e in summary])
+                        for e in shown])
+    lines.append("")
+  for ranking in rankings:
+    lines += [f"## {ranking['heading']}", ""]
+    lines += _md_table([ranking["arms"].split(".")[-1], "MRR"],
+                       [[sweep_lib.format_value(arm), f"{value:.3f}"]
+                        for arm, value in ranking["mrr"].items()])
     lines.append("")
   for status, title in (("diverged", "Diverged points"), ("failed", "Failed points")):
     listed = [r for r in rows if r["status"] == status]
     if listed:
       lines += [f"## {title}", ""] + [f"- `{r['name']}`: {r['error']}" for r in listed] + [""]
   return "\n".join(lines)
+
+
+def rank_arms(summary: Sequence[dict], metrics: Sequence[str], spec: dict) -> Optional[dict]:
+  """Kazemnejad et al.'s mean reciprocal rank of spec['arms'] over the settings of a family (see
+  the module docstring); None when no setting has data. Returns {'mrr': {arm: value} (best
+  first), 'settings': [...], 'heading', 'arms', 'spec'}."""
+  arms_key, members = spec["arms"], families(metrics).get(spec["metric"], [])
+  members = [(n, key) for n, key in members if n >= spec.get("min_n", 0)]
+  settings: dict = {}
+  for entry in summary:
+    if arms_key not in entry["variant"]:
+      raise ValueError(f"mrr: arms key {arms_key!r} is not an override of this sweep "
+                       f"(overrides: {list(entry['variant'])})")
+    others = tuple((k, _hashable(v)) for k, v in entry["variant"].items() if k != arms_key)
+    arm = _hashable(entry["variant"][arms_key])
+    for n, key in members:
+      setting = settings.setdefault(others + (("@", n),), {})
+      if arm in setting:
+        raise ValueError(f"mrr: two variants give arm {arm!r} in setting {setting}; rank by a "
+                         "key that tells every variant of a setting apart")
+      setting[arm] = entry["stats"][key]["mean"]
+  settings = {k: v for k, v in settings.items() if any(sweep_lib.finite(x) for x in v.values())}
+  if not settings:
+    return None
+  arms = list(dict.fromkeys(a for v in settings.values() for a in v))
+  settings = {k: {a: v.get(a) for a in arms} for k, v in settings.items()}
+  values = mrr_lib.mean_reciprocal_rank(settings, spec.get("higher_is_better", True))
+  lowest = f", N >= {spec['min_n']}" if spec.get("min_n") else ""
+  better = "higher" if spec.get("higher_is_better", True) else "lower"
+  heading = (f"Mean reciprocal rank of {arms_key} by {spec['metric']}@N ({len(settings)} "
+             f"settings{lowest}; {better} {spec['metric']} ranks first)")
+  return {"mrr": dict(sorted(values.items(), key=lambda kv: -kv[1])), "settings": list(settings),
+          "heading": heading, "arms": arms_key, "spec": spec}
+
+
+def plot_ranking(ranking: dict, out_dir: str) -> str:
+  """A bar per arm: its mean reciprocal rank (the numbers of the results.md table)."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  spec, values = ranking["spec"], ranking["mrr"]
+  labels = [sweep_lib.format_value(a) for a in values]
+  fig, ax = plt.subplots(figsize=(6, 1.5 + 0.35 * len(labels)))
+  ax.barh(range(len(labels)), list(values.values()), color="C0")
+  for i, v in enumerate(values.values()):
+    ax.text(v, i, f" {v:.2f}", va="center", fontsize=8)
+  ax.set_yticks(range(len(labels)), labels)
+  ax.invert_yaxis()
+  ax.set_xlim(0, 1.1)
+  ax.set_xlabel(f"mean reciprocal rank over {len(ranking['settings'])} settings "
+                "(1 = best in every one)")
+  ax.set_ylabel(ranking["arms"].split(".")[-1])
+  ax.grid(alpha=0.3, axis="x")
+  fig.suptitle(spec.get("title") or f"mean reciprocal rank by {spec['metric']}")
+  fig.tight_layout()
+  name = spec.get("file") or "mrr_" + re.sub(r"[^A-Za-z0-9]+", "_", spec["metric"]).strip("_") + \
+      ".png"
+  path = os.path.join(out_dir, name)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,13 +340,22 @@ def _auto_log(values: Sequence[float], factor: float) -> bool:
 
 
 def _series(rows, spec, metric_keys):
-  """{line label: {x: stats}} pooling the points equal in spec['lines']."""
+  """{line label: {x: stats}} pooling the points equal in spec['lines']; with several families
+  (metric_keys {prefix: [(N, key)]}), one line per group and family that has data."""
   x = spec.get("x")
   line_keys = spec["lines"]
   out = {}
   for values, members in group(rows, line_keys):
     label = ", ".join(f"{k.split('.')[-1]}={sweep_lib.format_value(v)}"
                       for k, v in zip(line_keys, values)) or "all"
+    if isinstance(metric_keys, dict):  # several families
+      for prefix, keys in metric_keys.items():
+        points = {n: stats([r["metrics"].get(key) for r in members]) for n, key in keys}
+        if any(s["n"] for s in points.values()):
+          suffix = ("" if prefix == spec["metric"][0] else
+                    " + " + spec.get("metric_labels", {}).get(prefix, prefix))
+          out[label + suffix] = points
+      continue
     points: dict[Any, list] = {}
     for r in members:
       if x == "@":
@@ -289,7 +379,12 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
 
   done = [r for r in rows if r["status"] == "done"]
   metric = spec.get("curve") or spec["metric"]
-  metric_keys = families(sorted({k for r in done for k in r["metrics"]})).get(metric, [])
+  found = families(sorted({k for r in done for k in r["metrics"]}))
+  if isinstance(metric, (list, tuple)):  # several families against N
+    metric_keys = {m: found[m] for m in metric if m in found}
+    metric = metric[0]
+  else:
+    metric_keys = found.get(metric, [])
   if not done or (spec.get("x") == "@" and not metric_keys):
     return None
   panel_key = spec.get("panels")
@@ -309,7 +404,7 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
       _lines(ax, series, spec)
     if panel_key:
       ax.set_title(f"{panel_key.split('.')[-1]}={sweep_lib.format_value(panel_value)}")
-  fig.suptitle(spec.get("title") or metric)
+  fig.suptitle(spec.get("title") or metric)  # never a path: the workdir stays out of figures
   fig.tight_layout()
   name = spec.get("file") or "plot_" + re.sub(r"[^A-Za-z0-9]+", "_", "_".join(
       str(p) for p in (("curve", metric) if "curve" in spec else (metric, spec.get("x") or "")))
@@ -333,7 +428,8 @@ def _lines(ax, series, spec):
     all_y += ys
   xlabel = spec.get("xlabel") or {"@": "N (metric@N)"}.get(spec.get("x"), spec.get("x"))
   ax.set_xlabel("step" if "curve" in spec else xlabel)
-  ax.set_ylabel(spec.get("curve") or spec["metric"])
+  metric = spec.get("curve") or spec["metric"]
+  ax.set_ylabel(spec.get("ylabel") or (metric if isinstance(metric, str) else metric[0]))
   numeric_x = all(isinstance(x, (int, float)) for x in all_x)
   if numeric_x and spec.get("logx", _auto_log(all_x, 8) and "curve" not in spec):
     ax.set_xscale("log", base=2 if spec.get("x") == "@" else 10)
@@ -359,7 +455,7 @@ def _bars(ax, series, spec):
       ax.text(0, i, " n/a", va="center", fontsize=8)
   ax.set_yticks(range(len(labels)), labels, fontsize=7)
   ax.invert_yaxis()
-  ax.set_xlabel(spec["metric"])
+  ax.set_xlabel(spec.get("ylabel") or spec["metric"])
   if spec.get("logy", False):
     ax.set_xscale("log")
   ax.grid(alpha=0.3, axis="x")
@@ -370,17 +466,20 @@ def _bars(ax, series, spec):
 # ---------------------------------------------------------------------------------------------
 def write_report(root: str, points: Sequence[sweep_lib.Point], report: Optional[dict] = None,
                  title: str = "Sweep results") -> dict:
-  """Writes results.csv, results_summary.csv, results.md and the plots into ROOT; returns
-  {'rows', 'summary', 'metrics', 'plots'}."""
+  """Writes results.csv, results_summary.csv, results.md and the plots (and MRR bar charts) into
+  ROOT; returns {'rows', 'summary', 'metrics', 'plots', 'rankings'}."""
   report = report or {}
   rows = collect(root, points)
   available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})
   metrics = expand_metrics(report.get("metrics", DEFAULT_METRICS), available)
   summary = summarize(rows, metrics)
+  rankings = [r for spec in report.get("mrr", ()) if (r := rank_arms(summary, metrics, spec))]
   write_csv(os.path.join(root, "results.csv"), rows)
   write_summary_csv(os.path.join(root, "results_summary.csv"), summary, metrics)
   with open(os.path.join(root, "results.md"), "w", encoding="utf-8") as f:
-    f.write(markdown(title, rows, summary, metrics))
+    f.write(markdown(title, rows, summary, metrics, rankings))
   plots = [p for spec in report.get("plots", default_plots(metrics))
            if (p := plot(spec, rows, root))]
-  return {"rows": rows, "summary": summary, "metrics": metrics, "plots": plots}
+  plots += [plot_ranking(r, root) for r in rankings]
+  return {"rows": rows, "summary": summary, "metrics": metrics, "plots": plots,
+          "rankings": rankings}
