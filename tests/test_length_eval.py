@@ -49,25 +49,71 @@ def test_bad_arguments_name_the_problem():
     length_eval.perplexity_vs_length("unused", stride_fraction=0.0, run=(None, None, None))
 
 
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory):
-  """A tiny char LM trained for a few steps on a small text file (learned positions, table of
-  2 x seq_len)."""
-  root = tmp_path_factory.mktemp("text_run")
+def _text_lm_config(root, position, steps=6, layers=2):
+  """A tiny char LM config on a small text file (table of 2 x seq_len)."""
   rng = np.random.default_rng(0)
   words = ["to", "be", "or", "not", "that", "is", "the", "question", "whether", "tis"]
   text = "\n".join(" ".join(rng.choice(words, 8)) for _ in range(200))
   (root / "corpus.txt").write_text(text)
   config = base_config()
   config.data.update(name="text", path=str(root / "corpus.txt"), tokenizer="char", seq_len=16)
-  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=2, num_heads=2,
-                      d_ff=32, position="learned", max_len=32)
+  config.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=layers,
+                      num_heads=2, d_ff=32, position=position, max_len=32)
   config.optimizer.update(lr=3e-3, warmup_steps=1)
-  config.train.update(num_steps=6, batch_size=8, eval_batch_size=8, eval_batches=1,
-                      eval_every=6, log_every=3, checkpoint_every=6)
+  config.train.update(num_steps=steps, batch_size=8, eval_batch_size=8, eval_batches=1,
+                      eval_every=steps, log_every=3, checkpoint_every=steps)
+  return config
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+  """A tiny char LM trained for a few steps (learned positions, a table of 2 x seq_len)."""
+  root = tmp_path_factory.mktemp("text_run")
   workdir = str(root / "run")
-  train.train_and_evaluate(config, workdir)
+  train.train_and_evaluate(_text_lm_config(root, "learned"), workdir)
   return workdir
+
+
+def _direct_nonoverlap_ppl(model_cfg, params, tokens, num_targets, length):
+  """Perplexity of consecutive windows of `length` scored directly with the model."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax.training import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+  apply = jax.jit(build_model(model_cfg).apply)
+  total = 0.0
+  for start in range(0, num_targets, length):
+    chunk = tokens[start:start + length + 1]
+    logits = apply({"params": params}, chunk[None, :-1])
+    loss_sum, _ = losses.cross_entropy(logits, chunk[None, 1:], np.ones((1, length), np.float32))
+    total += float(jax.device_get(loss_sum))
+  return math.exp(total / num_targets)
+
+
+def test_rope_extensions_rescale_by_the_length_ratio_and_are_the_identity_at_l(tmp_path):
+  from conftest import random_params  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+  config = _text_lm_config(tmp_path, "rope", layers=1)
+  exp = experiment.prepare(config)
+  cfg = exp.model_config  # untrained: random weights (N(0, 0.3^2)) are far from uniform
+  params = random_params(build_model(cfg), np.zeros((1, 16), np.int32))
+  out = length_eval.perplexity_vs_length(str(tmp_path), multiples=(1, 2), max_tokens=64,
+                                         run=(config, exp, params),
+                                         rope_scalings=length_eval.ROPE_EXTENSIONS)
+  assert len(out) == 1 + 2 * 2 * 4  # tokens; 2 modes x 2 lengths x (unscaled + 3 scalings)
+  for kind in length_eval.ROPE_EXTENSIONS:  # at T = L every scaling is the identity
+    assert out[f"long/ppl_nonoverlap_{kind}@16"] == pytest.approx(out["long/ppl_nonoverlap@16"])
+    assert out[f"long/ppl_nonoverlap_{kind}@32"] != pytest.approx(out["long/ppl_nonoverlap@32"])
+  tokens = np.asarray(exp.dataset.val_tokens)[:65]
+  # Position interpolation at T = 2L: factor 2, scored directly.
+  assert out["long/ppl_nonoverlap_linear@32"] == pytest.approx(_direct_nonoverlap_ppl(
+      cfg.replace(rope_scaling="linear", rope_scaling_factor=2.0), params, tokens, 64, 32),
+      rel=1e-4)
+  yarn = length_eval.rope_extension_config(cfg, "yarn", 64, 16)
+  assert (yarn.rope_scaling_factor, yarn.rope_original_max_len) == (4.0, 16)
+  dynamic = length_eval.rope_extension_config(cfg, "dynamic", 64, 16)
+  assert (dynamic.rope_scaling_factor, dynamic.rope_original_max_len) == (1.0, 16)
+  with pytest.raises(ValueError, match="rescales an unscaled RoPE model"):
+    length_eval.rope_extension_config(cfg.replace(position="alibi"), "linear", 32, 16)
 
 
 def test_matches_direct_scoring_and_marks_learned_overflow_na(text_run):

@@ -14,6 +14,14 @@ embedding past model.max_len: those lengths are None (n/a).
 `perplexity_vs_length(workdir)` returns {'long/ppl_nonoverlap@T', 'long/ppl_sliding@T',
 'long/tokens'}: the metric names the position ablation's sweep reports
 (configs/ablations/position.py). The CLI is experiments/eval_length.py.
+
+RoPE context extension without fine-tuning (`rope_scalings`): a RoPE model trained at L is also
+scored with each model.rope_scaling applied at evaluation time, as 'long/ppl_{mode}_{kind}@T':
+  linear   position interpolation (Chen et al. 2023) with factor T / L: positions 0..T-1 rotate as
+           0..L-1 did (Chen et al. then fine-tune for 1000 steps; scored here without)
+  dynamic  dynamic NTK-aware scaling (factor 1): the base grows as (T / L)^(d / (d - 2)) once T > L
+  yarn     YaRN (Peng et al. 2023) with factor T / L and original length L
+At T = L every scaling is the identity, so those columns equal the unscaled ones.
 """
 
 from __future__ import annotations
@@ -60,10 +68,34 @@ def window_batches(tokens, starts, first_scored, length: int, rows: int) -> Iter
            "weights": (offsets_L[None, :] >= f[:, None]).astype(np.float32)}
 
 
+ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")
+
+
+def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
+  """`cfg` (a RoPE model trained at `trained_length`) with model.rope_scaling `kind` for scoring
+  windows of `length` tokens (see the module docstring)."""
+  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
+  if cfg.position not in ROPE_POSITIONS or cfg.rope_scaling != "none":
+    raise ValueError(f"RoPE extension {kind!r} rescales an unscaled RoPE model; this run has "
+                     f"model.position={cfg.position!r}, rope_scaling={cfg.rope_scaling!r}")
+  factor = max(1.0, length / trained_length)
+  if kind == "linear":
+    return cfg.replace(rope_scaling="linear", rope_scaling_factor=factor)
+  if kind == "dynamic":
+    return cfg.replace(rope_scaling="dynamic", rope_original_max_len=trained_length)
+  if kind == "yarn":
+    return cfg.replace(rope_scaling="yarn", rope_scaling_factor=factor,
+                       rope_original_max_len=trained_length)
+  raise ValueError(f"rope extension {kind!r} is not one of {ROPE_EXTENSIONS}")
+
+
 def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
                          max_tokens: Optional[int] = 16384, stride_fraction: float = 0.25,
-                         rows: Optional[int] = None, run=None) -> dict:
-  """{'long/ppl_nonoverlap@T', 'long/ppl_sliding@T', 'long/tokens'} for T = multiple x seq_len.
+                         rows: Optional[int] = None, run=None,
+                         rope_scalings: Sequence[str] = ()) -> dict:
+  """{'long/ppl_nonoverlap@T', 'long/ppl_sliding@T', 'long/tokens'} for T = multiple x seq_len,
+  and 'long/ppl_{mode}_{kind}@T' for each kind in `rope_scalings` (RoPE runs only: other runs
+  return just the unscaled keys).
 
   Scores the first `max_tokens` targets of the run's validation split (None: all of it), rounded
   down to a whole number of the longest windows, `rows` windows per call (default: the run's
@@ -97,26 +129,37 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
     raise ValueError(f"the validation split ({len(tokens)} tokens) is shorter than one window "
                      f"of {max(lengths)}; use smaller multiples or a larger validation split")
   rows = rows or config.train.eval_batch_size
-  model = build_model(cfg)
-  step = jax.jit(lambda p, batch: tasks.forward(model, p, batch, "lm"))
+  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
+  extensions = [""]
+  if cfg.position in ROPE_POSITIONS:
+    extensions += [f"_{kind}" for kind in rope_scalings]
+
+  def scorer(suffix, length):
+    model_cfg = cfg if not suffix else rope_extension_config(cfg, suffix[1:], length,
+                                                             config.data.seq_len)
+    model = build_model(model_cfg)
+    return jax.jit(lambda p, batch: tasks.forward(model, p, batch, "lm"))
+
   out = {"long/tokens": num_targets}
   with nn.logical_axis_rules(()):  # the restored params are on this host: no sharding rules
-    for length in lengths:
-      for mode, stride in (("nonoverlap", length),
-                           ("sliding", max(1, int(length * stride_fraction)))):
-        key = f"long/ppl_{mode}@{length}"
-        if cfg.position == "learned" and length > cfg.max_len:
-          out[key] = None  # no position embedding exists past the table
-          continue
-        starts, first = scoring_windows(num_targets, length, stride)
-        loss = count = 0.0
-        for batch in window_batches(tokens, starts, first, length, rows):
-          stats = jax.device_get(step(params, batch))
-          loss += float(stats["loss_sum"])
-          count += float(stats["weight_sum"])
-        if count != num_targets:  # scoring_windows guarantees it; a wrong batch would break it
-          raise RuntimeError(f"{mode}@{length} scored {count} targets, not {num_targets}")
-        out[key] = math.exp(min(loss / count, _MAX_MEAN_NLL))
+    for suffix in extensions:
+      for length in lengths:
+        step = scorer(suffix, length)
+        for mode, stride in (("nonoverlap", length),
+                             ("sliding", max(1, int(length * stride_fraction)))):
+          key = f"long/ppl_{mode}{suffix}@{length}"
+          if cfg.position == "learned" and length > cfg.max_len:
+            out[key] = None  # no position embedding exists past the table
+            continue
+          starts, first = scoring_windows(num_targets, length, stride)
+          loss = count = 0.0
+          for batch in window_batches(tokens, starts, first, length, rows):
+            stats = jax.device_get(step(params, batch))
+            loss += float(stats["loss_sum"])
+            count += float(stats["weight_sum"])
+          if count != num_targets:  # scoring_windows guarantees it; a wrong batch would break it
+            raise RuntimeError(f"{mode}@{length} scored {count} targets, not {num_targets}")
+          out[key] = math.exp(min(loss / count, _MAX_MEAN_NLL))
   return out
 
 
