@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_config, unboxed
+from conftest import fast_jit, tiny_config, unboxed
 from tfjax.nn.layers import deepnorm_constants
 from tfjax.nn.models import build_model
 
@@ -19,7 +19,8 @@ def _init(**overrides):
   cfg = tiny_config(vocab_size=V, d_model=D, num_heads=H, d_ff=F, num_layers=2,
                     tie_embeddings=False, **overrides)
   tokens = np.zeros((1, 4), np.int32)
-  params = unboxed(build_model(cfg).init(jax.random.PRNGKey(0), tokens)["params"])
+  init = fast_jit(lambda key: build_model(cfg).init(key, tokens)["params"])
+  params = unboxed(init(jax.random.PRNGKey(0)))
   return cfg, params
 
 

@@ -92,17 +92,24 @@ def _direct_nonoverlap_ppl(model_cfg, params, tokens, num_targets, length):
 def test_rope_extensions_rescale_by_the_length_ratio_and_are_the_identity_at_l(tmp_path):
   from conftest import random_params  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.positions import scaled_rope_frequencies  # pylint: disable=import-outside-toplevel
   config = _text_lm_config(tmp_path, "rope", layers=1)
   exp = experiment.prepare(config)
   cfg = exp.model_config  # untrained: random weights (N(0, 0.3^2)) are far from uniform
   params = random_params(build_model(cfg), np.zeros((1, 16), np.int32))
   out = length_eval.perplexity_vs_length(str(tmp_path), multiples=(1, 2), max_tokens=64,
-                                         run=(config, exp, params),
-                                         rope_scalings=length_eval.ROPE_EXTENSIONS)
-  assert len(out) == 1 + 2 * 2 * 4  # tokens; 2 modes x 2 lengths x (unscaled + 3 scalings)
-  for kind in length_eval.ROPE_EXTENSIONS:  # at T = L every scaling is the identity
-    assert out[f"long/ppl_nonoverlap_{kind}@16"] == pytest.approx(out["long/ppl_nonoverlap@16"])
-    assert out[f"long/ppl_nonoverlap_{kind}@32"] != pytest.approx(out["long/ppl_nonoverlap@32"])
+                                         run=(config, exp, params), rope_scalings=("linear",))
+  assert len(out) == 1 + 2 * 2 * 2  # tokens; 2 modes x 2 lengths x (unscaled + linear)
+  assert out["long/ppl_nonoverlap_linear@16"] == pytest.approx(out["long/ppl_nonoverlap@16"])
+  assert out["long/ppl_sliding_linear@32"] != pytest.approx(out["long/ppl_sliding@32"])
+  # At T = L every extension is the identity: the same frequencies and no gain.
+  positions = np.arange(16)[None]
+  plain, _ = scaled_rope_frequencies(cfg, positions)
+  for kind in length_eval.ROPE_EXTENSIONS:
+    freqs, gain = scaled_rope_frequencies(
+        length_eval.rope_extension_config(cfg, kind, 16, 16), positions)
+    np.testing.assert_allclose(np.asarray(freqs), np.asarray(plain), rtol=1e-6, err_msg=kind)
+    assert gain == 1.0
   tokens = np.asarray(exp.dataset.val_tokens)[:65]
   # Position interpolation at T = 2L: factor 2, scored directly.
   assert out["long/ppl_nonoverlap_linear@32"] == pytest.approx(_direct_nonoverlap_ppl(

@@ -1,27 +1,41 @@
 """The character-level Tiny Shakespeare LM that the ffn, heads, norm and position ablations vary.
 
 Not a sweep itself: the ablations load it with tfjax.research.sweep.load_module and change one thing.
-  smoke  2 layers x 64, 4 heads, context 64, batch 16, 600 steps: sized for a CPU, enough to rank
-         clear differences only
-  full   nanoGPT's shakespeare-char model (6 layers x 384, 6 heads, context 256, batch 64, dropout
-         0.2) for 3000 steps: sized for one GPU
+  smoke   2 layers x 64, 4 heads, context 64, batch 16, 600 steps: sized for a CPU, enough to rank
+          clear differences only
+  medium  4 layers x 64, 4 heads, context 64, batch 32, 1500 steps (5x smoke's tokens, 2x its
+          depth): a 3-seed sweep of 6 arms fits in an hour on 2 CPU cores
+  full    nanoGPT's shakespeare-char model (6 layers x 384, 6 heads, context 256, batch 64,
+          dropout 0.2) for 3000 steps: sized for one GPU
 Sweep run times: docs/ablations.md.
 Pre-LN LayerNorm, GELU, learned positions, tied embeddings, AdamW with cosine decay (as
 configs/shakespeare_char.py).
 """
 from tfjax.training.defaults import base_config
 
-SCALES = ("smoke", "full")
+SCALES = ("smoke", "medium", "full")
 
 
 def check_scale(scale, module: str) -> str:
   scale = scale or "smoke"
   if scale not in SCALES:
-    raise ValueError(f"{module} takes scale 'smoke' or 'full', got {scale!r}")
+    raise ValueError(f"{module} takes scale 'smoke', 'medium' or 'full', got {scale!r}")
   return scale
 
 
+def fair_embeddings(config):
+  """Token embeddings and the position signal at comparable norms, as in the original Transformer:
+  tokens scaled by sqrt(d_model) from a table of std d^-0.5 (unit RMS), a learned position table
+  of std 2^-0.5 (the sinusoid table's RMS). With the defaults (std 0.02, no scaling) the tokens
+  start ~35x weaker than a sinusoid table (tests/test_models.py). Set for every arm of the
+  position ablations, so that arms differ in model.position only."""
+  config.model.update(embed_scale=True, position_init_std=2 ** -0.5)
+  return config
+
+
 def char_lm(scale: str):
+  if scale == "medium":
+    return _medium(char_lm("smoke"))
   smoke = scale == "smoke"
   config = base_config()
   config.task = "lm"
@@ -40,4 +54,12 @@ def char_lm(scale: str):
       eval_batch_size=32 if smoke else 64, eval_batches=8 if smoke else 50,
       eval_every=200 if smoke else 500, log_every=25 if smoke else 100,
       checkpoint_every=600 if smoke else 1000, keep_checkpoints=1)
+  return config
+
+
+def _medium(config):
+  config.model.update(num_layers=4)
+  config.train.update(num_steps=1500, batch_size=32, eval_batches=16, eval_every=500,
+                      log_every=50, checkpoint_every=500)
+  config.optimizer.update(warmup_steps=75)
   return config

@@ -1,40 +1,48 @@
-"""FFN ablation: ReLU / GELU / SwiGLU / GeGLU at a matched parameter count (Shazeer 2020).
+"""FFN ablation: Shazeer's (2020) list at a matched parameter count.
 
-The gated variants have three matrices instead of two, so their hidden width is 2/3 of the
-ungated one (d_ff = 4 d and 8 d / 3): every FFN then holds 8 d^2 weights (no FFN biases, as in
-Shazeer's experiments). d_model is 96 (smoke) / 384 (full) so that 8 d / 3 is a whole number.
-evaluate_point records the exact parameter counts (params/ffn, params/total) to show the match.
+Arms (model.ffn with its model.d_ff, nothing else differs): ReLU, GELU, Swish (silu) with two
+matrices and d_ff = 4 d; GLU (sigmoid gate), Bilinear (no activation), ReGLU, GEGLU, SwiGLU with
+three matrices and d_ff = 8 d / 3, so every FFN holds 8 d^2 weights (no FFN biases, as in
+Shazeer's experiments). d_model is 96 (smoke, medium) / 384 (full) so that 8 d / 3 is a whole
+number. evaluate_point records the exact parameter counts (params/ffn, params/total) to show the
+match.
 
-Published (Shazeer 2020, "GLU Variants Improve Transformer", table 1, T5-base on C4 after 65k
-steps, log-perplexity): ReLU 1.997, GELU 1.983, SwiGLU 1.944, GeGLU 1.942 -- the gated variants
-win by ~0.05 nats, GELU beats ReLU slightly. Our char-level runs are much smaller; see
-docs/ablations.md.
+Published (Shazeer 2020, "GLU Variants Improve Transformer", table 1, T5-base on C4 after 65,536
+steps, held-out log-perplexity): ReLU 1.997, GELU 1.983, Swish 1.994, GLU 1.982, Bilinear 1.960,
+ReGLU 1.953, GEGLU 1.942, SwiGLU 1.944 -- every gated variant beats every ungated one.
 """
 import os
 
 from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
-SEEDS = {"smoke": (0, 1), "full": (0, 1, 2)}
+SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+UNGATED = ("relu", "gelu", "silu")
+GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
+PUBLISHED = {"relu": 1.997, "gelu": 1.983, "silu": 1.994, "glu": 1.982, "bilinear": 1.960,
+             "reglu": 1.953, "geglu": 1.942, "swiglu": 1.944}
+ARM_KEYS = ("model.ffn", "model.d_ff")
 REPORT = dict(
     metrics=["eval/loss", "eval/perplexity", "params/ffn", "params/total", "diverged"],
-    plots=[{"metric": "eval/loss", "lines": ("model.ffn",)},
-           {"curve": "eval/loss", "lines": ("model.ffn",)}])
+    plots=[{"metric": "eval/loss", "lines": ("model.ffn",), "ylabel": "final eval loss (nats)",
+            "file": "ffn_eval_loss.png", "title": "eval loss per FFN at matched parameters"},
+           {"curve": "eval/loss", "lines": ("model.ffn",), "ylabel": "eval loss (nats)",
+            "file": "ffn_curves.png", "title": "eval loss during training per FFN"}])
 
 
 def get_config(scale=None):
   """The char LM without FFN biases at d_model 96 / 384; get_sweep varies model.ffn and d_ff.
 
-    python experiments/sweep.py --config=configs/ablations/ffn.py --scale=smoke \
-        --workdir=runs/ablations/ffn
+    python experiments/sweep.py --config=configs/ablations/ffn.py --scale=medium \\
+        --workdir=runs/ablations/ffn_medium --parallel=2
 
-  Expected (smoke, 2 seeds, docs/ablations.md): params/ffn 147,456 for all four; eval/loss
-  relu 2.05, gelu 2.09, swiglu 2.17 ± 0.16, geglu 2.15 ± 0.16 (at 600 steps the gated FFNs are
-  behind, with a large seed spread).
+  Points: 16 smoke, 24 medium and full. Expected runtime: smoke ~6 min, medium ~50 min on 2
+  CPU cores with --parallel=2 (estimated from the smoke sweep's time per point scaled by depth,
+  batch and steps; docs/ablations.md); full: one GPU, not measured.
   """
   scale = _lm.check_scale(scale, "ffn.py")
   config = _lm.char_lm(scale)
-  d_model = 96 if scale == "smoke" else 384
+  d_model = 384 if scale == "full" else 96
   config.model.update(d_model=d_model, d_ff=4 * d_model, ffn_bias=False)
   return config
 
@@ -42,8 +50,7 @@ def get_config(scale=None):
 def get_sweep(scale=None):
   scale = _lm.check_scale(scale, "ffn.py")
   d_model = get_config(scale).model.d_model
-  width = {"relu": 4 * d_model, "gelu": 4 * d_model,
-           "swiglu": 8 * d_model // 3, "geglu": 8 * d_model // 3}
+  width = {**{f: 4 * d_model for f in UNGATED}, **{f: 8 * d_model // 3 for f in GATED}}
   return [{"model.ffn": ffn, "model.d_ff": width[ffn], "seed": seed}
           for ffn in width for seed in SEEDS[scale]]
 

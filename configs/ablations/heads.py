@@ -1,40 +1,68 @@
-"""Number of attention heads at a fixed d_model (Vaswani et al. 2017, table 3, rows (A)).
+"""Number of attention heads (Vaswani et al. 2017, table 3, rows (A) and (B)).
 
-1, 2, 4, 8, 16 heads with head dimension d_model / heads (64 -> 64..4 smoke, 384 -> 384..24 full),
-so the attention parameter count and FLOPs stay the same: only how attention is split changes.
+Two sets of arms (model.num_heads, and model.head_dim for the second; nothing else differs):
+  fixed d_model  1, 2, 4, 8, 16, 32 heads with head dimension d_model / heads (head_dim unset:
+                 64 -> 64..2 smoke and medium, 384 -> 384..12 full), so the attention parameter
+                 count and FLOPs stay the same: only how attention is split changes (row (A))
+  fixed d_k      head_dim = d_model / 4 (16 smoke and medium, 96 full) with 1, 2, 8, 16 heads:
+                 the attention width (and its parameters) grows with the heads (4 heads is the
+                 fixed-d_model row). Row (B) holds the heads and shrinks d_k instead: together
+                 the two sets separate "more heads" from "smaller heads".
+evaluate_point records params/attention and params/total per point.
 
-Published (Vaswani et al., table 3 (A), base model on newstest2013 EN-DE, d_model 512):
-  heads  1     4     8 (base)  16    32
-  d_k    512   128   64        32    16
-  BLEU   24.9  25.5  25.8      25.8  25.4   (dev perplexity 5.29, 5.00, 4.92, 4.91, 5.01)
-"single-head attention is 0.9 BLEU worse than the best setting, quality also drops off with too
-many heads".
+Published (Vaswani et al., table 3, base model on newstest2013 EN-DE, d_model 512):
+  (A) heads  1     4     8 (base)  16    32
+      d_k    512   128   64        32    16
+      BLEU   24.9  25.5  25.8      25.8  25.4   (dev perplexity 5.29, 5.00, 4.92, 4.91, 5.01)
+  (B) 8 heads, d_k 16: BLEU 25.1 (ppl 5.16); d_k 32: 25.4 (5.01): smaller keys hurt.
 """
 import os
 
 from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
-HEADS = (1, 2, 4, 8, 16)
-SEEDS = {"smoke": (0, 1), "full": (0, 1, 2)}
+HEADS = (1, 2, 4, 8, 16, 32)
+FIXED_DK_HEADS = (1, 2, 8, 16)
+SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+ARM_KEYS = ("model.num_heads", "model.head_dim")
 REPORT = dict(
-    metrics=["eval/loss", "eval/perplexity", "train/tokens_per_sec", "diverged"],
-    plots=[{"metric": "eval/loss", "x": "model.num_heads", "lines": (), "logx": True},
-           {"curve": "eval/loss", "lines": ("model.num_heads",)}])
+    metrics=["eval/loss", "eval/perplexity", "params/attention", "params/total",
+             "train/tokens_per_sec", "diverged"],
+    plots=[{"metric": "eval/loss", "x": "model.num_heads", "lines": ("model.head_dim",),
+            "logx": True, "xlabel": "attention heads", "ylabel": "final eval loss (nats)",
+            "file": "heads_eval_loss.png",
+            "title": "eval loss vs heads (head_dim=none: d_model / heads)"},
+           {"curve": "eval/loss", "lines": ("model.num_heads", "model.head_dim"),
+            "ylabel": "eval loss (nats)", "file": "heads_curves.png",
+            "title": "eval loss during training"}])
 
 
 def get_config(scale=None):
-  """The char LM; get_sweep varies model.num_heads (d_k = d_model / heads) and the seed.
+  """The char LM; get_sweep varies model.num_heads (and model.head_dim) and the seed.
 
-    python experiments/sweep.py --config=configs/ablations/heads.py --scale=smoke \
-        --workdir=runs/ablations/heads
+    python experiments/sweep.py --config=configs/ablations/heads.py --scale=medium \\
+        --workdir=runs/ablations/heads_medium --parallel=2
 
-  Expected (smoke, 2 seeds, docs/ablations.md): eval/loss within 0.03 nats from 1 to 16 heads
-  (2.177 for 1 head, 2.204 for 16).
+  Points: 20 smoke, 30 medium and full. Expected runtime: smoke ~5 min, medium ~45 min on 2
+  CPU cores with --parallel=2 (estimated from the smoke sweep's time per point scaled by depth,
+  batch and steps; docs/ablations.md); full: one GPU, not measured.
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))
 
 
 def get_sweep(scale=None):
   scale = _lm.check_scale(scale, "heads.py")
-  return sweep.product({"model.num_heads": HEADS, "seed": SEEDS[scale]})
+  d_k = get_config(scale).model.d_model // 4
+  return (sweep.product({"model.num_heads": HEADS, "seed": SEEDS[scale]})
+          + sweep.product({"model.num_heads": FIXED_DK_HEADS, "model.head_dim": (d_k,),
+                           "seed": SEEDS[scale]}))
+
+
+def evaluate_point(config, workdir):
+  from tfjax.training import params  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  from tfjax.training.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+  model = dict(config.model)
+  model["vocab_size"] = load_tokenizer(workdir).vocab_size  # 0 in the config: "from the data"
+  counts = params.count_by_category(ModelConfig.from_config(model))
+  return {"params/attention": counts["attention"], "params/total": sum(counts.values())}

@@ -1,8 +1,19 @@
-"""Normalization ablation: {pre, post}-LN x {LayerNorm, RMSNorm} x warmup {0, W} x a learning-rate
-grid, at two depths (Xiong et al. 2020; Zhang & Sennrich 2019).
+"""Normalization ablation: residual placement (pre / post / sandwich / DeepNorm), LayerNorm vs
+RMSNorm, QK-norm, learning-rate warmup and Xavier init, at two depths (Xiong et al. 2020; Zhang &
+Sennrich 2019; Wang et al. 2022; Vaswani et al. 2017).
 
-Reported per variant: final eval loss; divergence rate (share of seeds whose final loss is not
-finite or above the untrained model's); failure rate (diverged, or a final eval loss not at
+The points are the union of four grids around one baseline (get_config: the char LM, pre-LN
+LayerNorm, N(0, 0.02) init, no QK-norm), all at the scale's learning rate(s), depths and seeds:
+  placement  model.norm_placement {pre, post, sandwich, deepnorm} x warmup {0, W} (LayerNorm)
+  rmsnorm    model.norm=rmsnorm x {pre, post} x warmup W: pairs with the placement grid's
+             LayerNorm points at the same settings
+  qk_norm    model.qk_norm=rmsnorm x {pre, post} x warmup W at the first depth
+  xavier     model.init=xavier_uniform x post x warmup {0, W} at the first depth (the original
+             Transformer's init; Xiong et al.'s figure 3 uses it)
+Scales: smoke depths 2 / 4, 150 steps, W = 40; medium depths 6 / 12, 600 steps, W = 60 (10%);
+full depths 6 / 12, 3000 steps, W = 300, three learning rates (the loss-vs-lr grid).
+
+Reported per point: final eval loss; divergence; failure (diverged, or a final eval loss not at
 least 0.1 nats below `unigram/loss`, the loss of predicting every character from the training
 split's character frequencies alone: nothing learned from context); training steps/s (median
 over log intervals; compare rmsnorm with layernorm only from a sweep run with --parallel=1 on an
@@ -14,10 +25,12 @@ Published:
   Xiong et al. 2020 ("On Layer Normalization in the Transformer Architecture"): at initialization
   the gradient norm of Post-LN's parameters grows with the layer index (largest near the output),
   Pre-LN's stays level (their figure 3, theory in section 3); Post-LN needs learning-rate warmup
-  (without it, translation quality is much worse, their figure 2) while Pre-LN trains without
-  warmup and converges faster.
+  (6-layer translation: without it BLEU 8.45 vs ~34 with it, their figure 2) while Pre-LN trains
+  without warmup and converges faster.
   Zhang & Sennrich 2019 ("Root Mean Square Layer Normalization"): RMSNorm matches LayerNorm's
   quality while running 7%-64% faster per step in their (RNN and Transformer) models.
+  Wang et al. 2022 (DeepNet): DeepNorm trains post-LN-style models stably at depths where
+  post-LN diverges.
 """
 import os
 
@@ -25,53 +38,79 @@ from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 GRID = {
-    # smoke: 150 steps (warmup 40, about a quarter of them), depth 4 rather than 6: the 64
-    # points stay a CPU-sized sweep (docs/ablations.md)
-    "smoke": dict(layers=(2, 4), lr=(3e-3, 3e-2), warmup=(0, 40), seeds=(0, 1), steps=150),
-    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=(0, 500), seeds=(0, 1, 2),
-                 steps=3000),
+    "smoke": dict(layers=(2, 4), lr=(1e-2,), warmup=40, seeds=(0, 1), steps=150, width=64),
+    "medium": dict(layers=(6, 12), lr=(1e-2,), warmup=60, seeds=(0, 1, 2), steps=600,
+                   width=64),
+    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=300, seeds=(0, 1, 2),
+                 steps=3000, width=384),
 }
+# Keys the arms change relative to get_config (tests/test_ablation_configs.py checks this).
+ARM_KEYS = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
+            "model.num_layers", "optimizer.lr", "optimizer.warmup_steps")
 FAILED_MARGIN = 0.1  # nats below unigram/loss that count as having learned something
-_LINES = ("model.norm_placement", "model.norm", "optimizer.warmup_steps")
+_LINES = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
+          "optimizer.warmup_steps")
 REPORT = dict(
     metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
              "init/grad_norm_ffn_wo"],
     plots=[
-        {"metric": "eval/loss", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers",
-         "logx": True},
-        {"metric": "failed", "x": "optimizer.lr", "lines": _LINES, "panels": "model.num_layers",
-         "logx": True, "logy": False},
+        {"metric": "eval/loss", "lines": _LINES + ("model.num_layers", "optimizer.lr"),
+         "ylabel": "final eval loss (nats)", "file": "norm_eval_loss.png",
+         "title": "final eval loss per arm"},
+        {"metric": "failed", "lines": _LINES + ("model.num_layers", "optimizer.lr"),
+         "ylabel": "share of seeds that failed", "file": "norm_failed.png",
+         "title": "failure rate (diverged or no better than character frequencies)"},
         {"metric": "init/grad_norm_ffn_wo", "x": "@", "panels": "model.num_layers",
-         "lines": ("model.norm_placement", "model.norm"), "logy": True, "xlabel": "layer",
+         "lines": ("model.norm_placement", "model.norm", "model.init"), "logy": True,
+         "xlabel": "layer (1 = nearest the input)", "ylabel": "gradient norm of FFN W_2",
+         "file": "norm_init_grad.png",
          "title": "gradient norm of the FFN output matrix at initialization, by layer"},
-        {"metric": "train/steps_per_sec", "lines": ("model.norm", "model.num_layers")},
+        {"metric": "train/steps_per_sec", "lines": ("model.norm", "model.num_layers"),
+         "ylabel": "training steps/s", "file": "norm_steps_per_sec.png",
+         "title": "training speed (comparable only from an idle machine, --parallel=1)"},
     ])
 
 
 def get_config(scale=None):
-  """The char LM for GRID[scale]['steps'] steps; get_sweep crosses placement, norm, depth,
-  learning rate, warmup and seed.
+  """The char LM (pre-LN LayerNorm, N(0, 0.02) init) for GRID[scale]['steps'] steps at the first
+  depth and learning rate; get_sweep's four grids change one group of keys each (see above).
 
-    python experiments/sweep.py --config=configs/ablations/norm.py --scale=smoke \
-        --workdir=runs/ablations/norm --parallel=2
+    python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
+        --workdir=runs/ablations/norm_medium --parallel=2
 
-  Expected (smoke, 2 seeds, docs/ablations.md): every post-LN run at lr 3e-2 fails (eval/loss
-  ~3.33, at the unigram level 3.35) and no pre-LN run fails; at initialization post-LN's FFN
-  W_2 gradient norms are ~0.015 in every layer, pre-LN's 0.35-0.53.
+  Points: 48 smoke, 72 medium, 216 full. Expected runtime: smoke ~7 min, medium ~55 min on 2 CPU
+  cores with --parallel=2 (estimated from the smoke sweep's cost per layer-step;
+  docs/ablations.md); full: one GPU, not measured.
   """
   scale = _lm.check_scale(scale, "norm.py")
-  config = _lm.char_lm(scale)
-  steps = GRID[scale]["steps"]
+  grid = GRID[scale]
+  config = _lm.char_lm("full" if scale == "full" else "smoke")
+  steps = grid["steps"]
+  config.model.update(num_layers=grid["layers"][0])
+  config.optimizer.update(lr=grid["lr"][0], warmup_steps=grid["warmup"])
   config.train.update(num_steps=steps, checkpoint_every=steps, eval_every=steps // 2)
   return config
 
 
 def get_sweep(scale=None):
   grid = GRID[_lm.check_scale(scale, "norm.py")]
-  return sweep.product({
-      "model.norm_placement": ("pre", "post"), "model.norm": ("layernorm", "rmsnorm"),
-      "model.num_layers": grid["layers"], "optimizer.lr": grid["lr"],
-      "optimizer.warmup_steps": grid["warmup"], "seed": grid["seeds"]})
+  w, first = grid["warmup"], grid["layers"][:1]
+
+  def arms(**axes):  # every point names every arm key, so each table row reads on its own
+    full = {"model.norm_placement": ("pre",), "model.norm": ("layernorm",),
+            "model.qk_norm": ("none",), "model.init": ("normal",),
+            "model.num_layers": grid["layers"], "optimizer.lr": grid["lr"],
+            "optimizer.warmup_steps": (w,)}
+    full.update(axes)
+    return sweep.product({**full, "seed": grid["seeds"]})
+
+  return (arms(**{"model.norm_placement": ("pre", "post", "sandwich", "deepnorm"),
+                  "optimizer.warmup_steps": (0, w)})
+          + arms(**{"model.norm": ("rmsnorm",), "model.norm_placement": ("pre", "post")})
+          + arms(**{"model.qk_norm": ("rmsnorm",), "model.norm_placement": ("pre", "post"),
+                    "model.num_layers": first})
+          + arms(**{"model.init": ("xavier_uniform",), "model.norm_placement": ("post",),
+                    "model.num_layers": first, "optimizer.warmup_steps": (0, w)}))
 
 
 def unigram_loss(config, workdir) -> float:

@@ -1,45 +1,69 @@
 """Position encodings, extrapolation of a language model (Press et al. 2021, figure 1 analog).
 
-none (NoPE) / sinusoidal / learned / rope / alibi, each a char-level Tiny Shakespeare LM trained at
-context L (64 smoke, 256 full; configs/ablations/_char_lm.py otherwise), then evaluated at L, 2L,
-4L and 8L on the first 256 x L validation tokens with nonoverlapping and sliding-window evaluation
+Arms (model.position, nothing else differs): none (NoPE) / learned / sinusoidal / rope / alibi /
+t5_bias, each a char-level Tiny Shakespeare LM trained at context L (64 smoke and medium, 256 full;
+configs/ablations/_char_lm.py otherwise) with sqrt(d_model)-scaled token embeddings and a
+position signal of the same order (_char_lm.fair_embeddings), then evaluated at L, 2L, 4L, 8L
+and 16L on the first 256 x L validation tokens, non-overlapping and sliding-window
 (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
+RoPE extension arms: the rope models are also scored with position interpolation (linear),
+dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
+fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
+lines of the same figures.
 Length generalization on synthetic tasks is configs/ablations/position_lengthgen.py.
 
-Published (Press, Smith & Lewis 2021, "Train Short, Test Long: Attention with Linear Biases
-Enables Input Length Extrapolation", figure 1, WikiText-103, trained at L = 512 / 1024): the
-sinusoidal model's perplexity explodes as soon as the context exceeds L; rotary extrapolates a
-little and then degrades; T5's relative bias extrapolates further; ALiBi's perplexity stays flat
-up to many times L.
+Published (Press, Smith & Lewis 2021, "Train Short, Test Long", figure 1 and table 1,
+WikiText-103, L = 512 / 1024): sinusoidal perplexity explodes past L (19.9 at L = 512 ->
+hundreds at 15.5k tokens), rotary extrapolates ~100-200 tokens then degrades, T5's bias extends
+further (600-800 tokens) and ALiBi stays flat to many times L. Vaswani et al. 2017 (table 3,
+row E): learned and sinusoidal positions are nearly identical in distribution (4.92 vs 4.91 dev
+perplexity), the in-distribution parity to check before any extrapolation claim.
 """
 import os
 
 from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
-POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
-MULTIPLES = (1, 2, 4, 8)
-SEEDS = {"smoke": (0, 1), "full": (0, 1, 2)}
-_PLOT = {"x": "@", "lines": ("model.position",), "logy": True}
+POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
+MULTIPLES = (1, 2, 4, 8, 16)
+ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
+SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+# Keys each arm changes relative to get_config (tests/test_ablation_configs.py checks this).
+ARM_KEYS = ("model.position",)
+_EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
+                     for kind, label in (("linear", "PI (linear)"), ("dynamic", "dynamic NTK"),
+                                         ("yarn", "YaRN"))}
+
+
+def _ppl_plot(mode):
+  return {"metric": [f"long/ppl_{mode}"] + [f"long/ppl_{mode}_{k}" for k in ROPE_EXTENSIONS],
+          "x": "@", "lines": ("model.position",), "logx": True, "logy": True,
+          "metric_labels": _EXTENSION_LABELS, "xlabel": "evaluation context T (characters)",
+          "ylabel": "validation perplexity (log scale)", "file": f"position_ppl_{mode}.png",
+          "title": f"perplexity vs context ({mode} windows); trained at the first T"}
+
+
 REPORT = dict(
-    metrics=["eval/loss", "long/ppl_nonoverlap", "long/ppl_sliding"],
-    plots=[{"metric": "long/ppl_nonoverlap", **_PLOT,
-            "title": "perplexity vs context (nonoverlapping); trained at the first"},
-           {"metric": "long/ppl_sliding", **_PLOT,
-            "title": "perplexity vs context (sliding window); trained at the first"}])
+    metrics=["eval/loss", "long/ppl_nonoverlap", "long/ppl_sliding"]
+    + [f"long/ppl_{m}_{k}" for m in ("nonoverlap", "sliding") for k in ROPE_EXTENSIONS],
+    plots=[{"metric": "eval/loss", "lines": ("model.position",), "ylabel": "eval loss (nats)",
+            "file": "position_eval_loss.png",
+            "title": "in-distribution eval loss at the training context"},
+           _ppl_plot("nonoverlap"), _ppl_plot("sliding")])
 
 
 def get_config(scale=None):
-  """The char LM trained at context L; get_sweep varies model.position and the seed.
+  """The char LM trained at context L with fair embeddings; get_sweep varies model.position and
+  the seed.
 
-    python experiments/sweep.py --config=configs/ablations/position.py --scale=smoke \
-        --workdir=runs/ablations/position
+    python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
+        --workdir=runs/ablations/position_medium --parallel=2
 
-  Expected (smoke, 2 seeds, docs/ablations.md): long/ppl_nonoverlap from L to 8L stays flat for
-  alibi (8.04 -> 7.96), rises slowly for none (10.6 -> 12.0), rises past 2L for rope
-  (7.3 -> 14.3) and explodes past L for sinusoidal (17 at L, 66 at 2L); learned is n/a past L.
+  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime: smoke ~6 min,
+  medium ~45 min on 2 CPU cores with --parallel=2 (estimated from the smoke sweep's cost per
+  token; docs/ablations.md); full: one GPU, not measured.
   """
-  return _lm.char_lm(_lm.check_scale(scale, "position.py"))
+  return _lm.fair_embeddings(_lm.char_lm(_lm.check_scale(scale, "position.py")))
 
 
 def get_sweep(scale=None):
@@ -49,4 +73,5 @@ def get_sweep(scale=None):
 
 def evaluate_point(config, workdir):
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
-  return length_eval.perplexity_vs_length(workdir, MULTIPLES, max_tokens=256 * config.data.seq_len)
+  return length_eval.perplexity_vs_length(workdir, MULTIPLES, max_tokens=256 * config.data.seq_len,
+                                          rope_scalings=ROPE_EXTENSIONS)

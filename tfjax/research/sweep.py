@@ -8,7 +8,8 @@ A config module (configs/ablations/*.py) defines, next to `get_config(scale)`:
                                           tfjax.research.length_eval.perplexity_vs_length), saved to
                                           point_metrics.json
   REPORT = dict(metrics=[...], plots=[...])  optional: what results.md and the plots show (see
-                                          tfjax/research/sweep_report.py)
+                                          tfjax/research/sweep_report.py); or a function
+                                          REPORT(scale) -> dict when it depends on the scale
   SLURM = dict(partition=..., gpus_per_node=..., time=...)  optional: each point's job resources
                                           with --launcher=slurm (tfjax/research/sweep_slurm.py);
                                           --slurm.* flags override them
@@ -225,8 +226,10 @@ def load_sweep(config_path: str, scale: Optional[str] = None) -> Sweep:
   if not overrides:
     raise ValueError(f"{config_path}: get_sweep returned no points")
   points = [Point(n, o) for n, o in zip(point_names(overrides), overrides)]
+  report = getattr(module, "REPORT", {})
+  report = _call_with_scale(report, scale) if callable(report) else report
   sweep = Sweep(config_path, scale, base, points, getattr(module, "evaluate_point", None),
-                dict(getattr(module, "REPORT", {})), dict(getattr(module, "SLURM", {})))
+                dict(report), dict(getattr(module, "SLURM", {})))
   check_points(sweep)
   return sweep
 
