@@ -121,7 +121,10 @@ CACHE_CONFIGS = (
        # soft-capped scores and logits, sandwich norms (and Gemma 3's QK-norm).
        dict(num_layers=2, window=3, window_pattern=2, attention_softcap=1.0, logits_softcap=3.0,
             norm_placement="sandwich", norm="rmsnorm", norm_unit_offset=True, ffn="geglu_tanh",
-            attention_scale=0.3, position="rope", qk_norm="rmsnorm")])
+            attention_scale=0.3, position="rope", qk_norm="rmsnorm"),
+       # BART: one token table, per-side offset position tables and norms, final logits bias.
+       dict(family="encoder_decoder", position="learned", share_positions=False,
+            position_offset=2, embed_norm=True, final_logits_bias=True)])
 
 
 @pytest.mark.parametrize("overrides", CACHE_CONFIGS,

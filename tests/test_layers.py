@@ -66,3 +66,73 @@ def test_window_pattern_makes_every_nth_layer_global():
 def test_layer_keys_are_validated(overrides, match):
   with pytest.raises(ValueError, match=match):
     tiny_config(**overrides)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_parallel_block_matches_numpy(shared):
+  """GPT-J / Falcon-7B (one norm) and GPT-NeoX (two): x + attn(norm(x)) + ffn(norm'(x))."""
+  cfg = tiny_config(parallel_block=True, parallel_shared_norm=shared, ffn="gelu_tanh")
+  x = rand((2, 4, 16), seed=5)
+  y, p = run_layer(cfg, x)
+  n = lambda h, name: np_norm(h, p[name], "layernorm", cfg.norm_eps, False)
+  assert ("ffn_norm" in p) == (not shared)
+  ffn_in = n(x, "self_attention_norm" if shared else "ffn_norm")
+  expected = x + np_attention(p["self_attention"], n(x, "self_attention_norm")) + np_ffn(
+      ffn_in, p["ffn"])
+  np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_deepnorm_constants_are_the_published_formulas():
+  from tfjax.nn.layers import deepnorm_constants
+  cfg = tiny_config(norm_placement="deepnorm", num_layers=18)
+  assert deepnorm_constants(cfg, False) == pytest.approx((36 ** 0.25, 144 ** -0.25))
+  cfg = tiny_config(family="encoder_decoder", norm_placement="deepnorm", num_layers=6,
+                    num_decoder_layers=12)
+  assert deepnorm_constants(cfg, False) == pytest.approx(
+      (0.81 * (6 ** 4 * 12) ** (1 / 16), 0.87 * (6 ** 4 * 12) ** (-1 / 16)))
+  assert deepnorm_constants(cfg, True) == pytest.approx((36 ** 0.25, 144 ** -0.25))
+  assert deepnorm_constants(tiny_config(), True) == (1.0, 1.0)
+  # 1000 decoder-only layers: alpha = 2000^(1/4) = 6.687, beta = 8000^(-1/4) = 0.1057.
+  assert deepnorm_constants(tiny_config(norm_placement="deepnorm", num_layers=1000),
+                            False) == pytest.approx((6.687, 0.1057), abs=1e-3)
+
+
+def test_deepnorm_layer_is_post_norm_of_alpha_x_plus_f_and_beta_scales_the_init():
+  cfg = tiny_config(norm_placement="deepnorm", num_layers=2, ffn="gelu_tanh")
+  alpha, beta = 4 ** 0.25, 16 ** -0.25
+  x = rand((2, 4, 16), seed=6)
+  stack = LayerStack(cfg, 2, causal=True)
+  params = random_params(stack, x, seed=7, scale=0.3)
+  y = np.asarray(stack.apply({"params": params}, x))
+  p = to_numpy(params)
+  h = np.asarray(x, np.float64)
+  for i in range(2):
+    q = p[f"layers_{i}"]
+    n = lambda v, name: np_norm(v, q[name], "layernorm", cfg.norm_eps, False)
+    h = n(alpha * h + np_attention(q["self_attention"], h), "self_attention_norm")
+    h = n(alpha * h + np_ffn(h, q["ffn"]), "ffn_norm")
+  np.testing.assert_allclose(y, h, rtol=2e-5, atol=2e-5)
+  assert "final_norm" not in p
+  # Init: the same draws as a post-norm stack, times beta on W_V, W_O and the FFN only.
+  key = jax.random.PRNGKey(3)
+  deep = to_numpy(stack.init(key, x)["params"])["layers_0"]
+  post = to_numpy(LayerStack(cfg.replace(norm_placement="post"), 2, causal=True).init(key, x)[
+      "params"])["layers_0"]
+  for path in (("self_attention", "value"), ("self_attention", "out"), ("ffn", "wi"),
+               ("ffn", "wo")):
+    np.testing.assert_allclose(deep[path[0]][path[1]]["kernel"],
+                               beta * post[path[0]][path[1]]["kernel"], rtol=1e-6)
+  for name in ("query", "key"):
+    np.testing.assert_array_equal(deep["self_attention"][name]["kernel"],
+                                  post["self_attention"][name]["kernel"])
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(parallel_block=True, norm_placement="post"), "norm_placement='pre'"),
+    (dict(parallel_block=True, family="encoder_decoder"), "no cross-attention"),
+    (dict(parallel_shared_norm=False), "parallel_block=True"),
+    (dict(norm_placement="deepnorm", scaled_residual_init=True), "scaled_residual_init=False"),
+])
+def test_residual_keys_are_validated(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    tiny_config(**overrides)

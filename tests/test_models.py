@@ -513,3 +513,49 @@ def test_logits_softcap_is_cap_tanh_of_the_logits(family):
   capped = outputs(build_model(cfg.replace(logits_softcap=1.5)), variables, *args)
   assert np.abs(plain).max() > 1.5  # the cap binds
   np.testing.assert_allclose(capped, 1.5 * np.tanh(plain / 1.5), rtol=1e-5, atol=1e-6)
+
+
+def test_scale_tied_logits_rescales_the_tied_head_input():
+  """T5 v1.0: logits = (h * d_model^-0.5) E^T; the head is linear, so logits scale alike."""
+  cfg = tiny_config(family="encoder_decoder", position="t5_bias")
+  toks = tokens((1, 5), seed=2)
+  model, variables = init(cfg, toks, toks)
+  plain = outputs(model, variables, toks, toks)
+  scaled = outputs(build_model(cfg.replace(scale_tied_logits=True)), variables, toks, toks)
+  np.testing.assert_allclose(scaled, plain * 16 ** -0.5, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,overrides", [
+    ("bart", dict(share_positions=False, embed_norm=True, position_offset=2,
+                  final_logits_bias=True, embed_scale=True)),
+    ("marian_separate", dict(share_embeddings=False, position="sinusoidal",
+                             sinusoid_layout="halves", final_logits_bias=True)),
+])
+def test_encoder_decoder_embedding_sharing_switches(name, overrides):
+  """Each side reads its own tables: encoding (decoding) equals a default shared-embedding model
+  given the encoder's (decoder's) tables; final_logits_bias adds to the logits."""
+  cfg = tiny_config(family="encoder_decoder", **overrides)
+  ref = build_model(cfg.replace(share_embeddings=True, share_positions=None, position_offset=0,
+                                final_logits_bias=False))
+  src, tgt = tokens((2, 5), seed=3), tokens((2, 4), seed=4)
+  model, variables = init(cfg, src, tgt)
+  p = variables["params"]
+  assert ("shared" in p) == (name == "bart") and "embed" not in p
+
+  def side(which):
+    own = dict(p[f"{which}_embed"])
+    if name == "bart":
+      own["tokens"] = p["shared"]
+      own["positions"] = {"embedding": own["positions"]["embedding"][2:]}
+    return {"params": {"embed": own, "encoder": p["encoder"], "decoder": p["decoder"]}}
+
+  encoded = model.apply(variables, src, method="encode")
+  np.testing.assert_allclose(np.asarray(encoded),
+                             np.asarray(ref.apply(side("encoder"), src, method="encode")),
+                             rtol=1e-5, atol=1e-5)
+  logits = model.apply(variables, encoded, tgt, method="decode")
+  expected = ref.apply(side("decoder"), encoded, tgt, method="decode")
+  bias = np.asarray(unboxed(p["final_logits_bias"]))
+  assert np.abs(bias).max() > 0
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(expected) + bias, rtol=1e-5,
+                             atol=1e-5)

@@ -126,3 +126,28 @@ def test_partial_rotary_rotates_only_the_first_channels(interleaved):
 def test_rope_keys_are_validated(overrides, match):
   with pytest.raises(ValueError, match=match):
     tiny_config(**overrides)
+
+
+def test_sinusoid_halves_layout_is_marians_table():
+  """HF Marian/Pegasus: out[:, :d/2] = sin(p / 10000^(2i/d)), out[:, d/2:] = cos(same)."""
+  d, length = 10, 7
+  angle = np.array([[p / 10000 ** (2 * (j // 2) / d) for j in range(d)] for p in range(length)])
+  expected = np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1)
+  got = positions.sinusoidal_table(jnp.arange(length)[None], d, "halves")[0]
+  np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5)
+  interleaved = np.asarray(positions.sinusoidal_table(jnp.arange(length)[None], d)[0])
+  np.testing.assert_allclose(interleaved[:, 0::2], expected[:, :5], rtol=1e-5, atol=1e-5)
+
+
+def test_learned_positions_with_offset_read_row_p_plus_offset():
+  """BART: a table of max_len + 2 rows, position p reads row p + 2."""
+  cfg = tiny_config(position_offset=2, max_len=6)
+  module = positions.LearnedPositions(cfg)
+  table = np.random.default_rng(0).normal(size=(8, 16)).astype(np.float32)
+  pos = jnp.array([[0, 1, 5]])
+  got = module.apply({"params": {"embedding": table}}, pos, 3)
+  np.testing.assert_array_equal(np.asarray(got)[0], table[[2, 3, 7]])
+  for overrides in (dict(position="rope", position_offset=2), dict(position_offset=-1),
+                    dict(sinusoid_layout="halves")):
+    with pytest.raises(ValueError, match="position_offset|sinusoid_layout"):
+      tiny_config(**overrides)

@@ -66,6 +66,41 @@ if os.environ.get("SWEEP_TEST_PREEMPT") and os.environ.get("SUBMITIT_EXECUTOR"):
   metrics.MetricsWriter.write = _write_then_preempt
 '''
 
+# ---------------------------------------------------------------------------------------------
+# Resources
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, minutes", [
+    (90, 90), ("90", 90), ("1:30:00", 90), ("0:00:30", 1), ("1:30", 2), ("2-00:00:00", 2880),
+    ("2-12", 3600), ("1-2:30", 1590)])
+def test_slurm_times_in_minutes(text, minutes):
+  assert sweep_slurm.time_minutes(text) == minutes
+
+
+@pytest.mark.parametrize("bad", ["abc", "1h", "0", "-5", "1:2:3:4"])
+def test_bad_slurm_times_are_rejected(bad):
+  with pytest.raises(ValueError, match="slurm time"):
+    sweep_slurm.time_minutes(bad)
+
+
+def test_flags_override_the_sweep_configs_slurm_resources():
+  resources = sweep_slurm.Resources.from_sources(
+      {"partition": "gpu", "time": "2:00:00", "gpus_per_node": 8, "sbatch": {"account": "a"}},
+      {"partition": "debug", "nodes": "2", "time": None, "sbatch": ["--qos=high", "exclusive"],
+       "setup": []})
+  assert (resources.partition, resources.nodes, resources.minutes) == ("debug", 2, 120)
+  assert resources.processes_per_node == 8  # one process per GPU unless tasks_per_node says
+  assert resources.sbatch == {"qos": "high", "exclusive": True}  # the flags' list replaces it
+  with pytest.raises(ValueError, match="unknown key 'partiton'; did you mean 'partition'"):
+    sweep_slurm.Resources.from_sources({"partiton": "gpu"}, {})
+  with pytest.raises(ValueError, match="nodes='two' is not a valid int"):
+    sweep_slurm.Resources.from_sources({}, {"nodes": "two"})
+  with pytest.raises(ValueError, match="slurm.nodes=0 is out of range"):
+    sweep_slurm.Resources.from_sources({"nodes": 0}, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# The smoke sweep through the launchers
+# ---------------------------------------------------------------------------------------------
 VOLATILE = ("train/tokens_per_sec", "train/mfu")  # wall-clock rates, different in every run
 
 
@@ -145,6 +180,7 @@ def check_sweep(root, result, status, local_root):
   assert failed_line.split()[0] == "failed"
   assert f"ValueError: num_symbols must be >= 2, got 1; log: {failure['log']}" in failed_line
   assert sum(line.startswith("done ") and "step 4/4" in line for line in lines) == 4
+  assert [line.split()[1] for line in lines[:-1]] == list(results(local_root))  # sweep order
 
 
 def test_submitit_jobs_give_the_local_results_resume_a_preempted_point_and_report_a_failure(

@@ -26,21 +26,24 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes, ops
 from tfjax.nn.config import ROPE_POSITIONS, ModelConfig
-from tfjax.nn.masks import default_positions
+from tfjax.nn.masks import default_positions, query_key_positions
 from tfjax.nn.norms import Norm
+from tfjax.nn.relative_bias import t5_bias
 from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
 
 
 # nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
 # 3-D logical sharding constraint to it when a mesh is active, which fails (flax issue #3676).
 # Same parameters (kernel [embed, heads, head_dim], bias [heads, head_dim]), same values.
-def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_model: int):
+def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_model: int,
+                init_gain: float = 1.0):
   """x [B, L, D] -> [B, L, heads, E]; `heads_axis` is the logical axis of the heads dimension."""
   return nn.Einsum(
       (d_model, heads, cfg.dim_per_head), "btd,dhk->bthk", use_bias=cfg.attention_bias,
       dtype=cfg.compute_dtype, name=name,
       kernel_init=nn.with_logical_partitioning(
-          nn.initializers.normal(cfg.init_std), (axes.EMBED, heads_axis, axes.HEAD_DIM)),
+          nn.initializers.normal(cfg.init_std * init_gain),
+          (axes.EMBED, heads_axis, axes.HEAD_DIM)),
       bias_init=nn.with_logical_partitioning(
           nn.initializers.zeros, (heads_axis, axes.HEAD_DIM)))
 
@@ -53,6 +56,7 @@ class MultiHeadAttention(nn.Module):
   causal: bool = False
   cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
   sliding: bool = True  # False: a global layer of model.window_pattern
+  init_gain: float = 1.0  # multiplies the init std of W_V and W_O (DeepNet's beta)
 
   @property
   def window(self):
@@ -61,8 +65,9 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
-               positions=None):
-    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding)."""
+               positions=None, relative_table=None):
+    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding).
+    relative_table [buckets, heads]: the stack's T5 bias table (position='t5_bias')."""
     cfg = self.config
     batch, q_len = x_BxTxD.shape[:2]
     q_BxTxHxE = _projection(cfg, cfg.num_heads, axes.HEADS, "query", x_BxTxD.shape[-1])(x_BxTxD)
@@ -70,7 +75,8 @@ class MultiHeadAttention(nn.Module):
     if not (self.cross and cfg.decode and kv_BxSxD is None):
       source = x_BxTxD if not self.cross else kv_BxSxD
       k_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "key", source.shape[-1])(source)
-      v_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "value", source.shape[-1])(source)
+      v_BxSxKxE = _projection(cfg, cfg.kv_heads, axes.KV_HEADS, "value", source.shape[-1],
+                              self.init_gain)(source)
 
     if cfg.qk_norm != "none":  # per head over head_dim, before RoPE
       q_BxTxHxE = Norm(cfg, kind=cfg.qk_norm, axis=axes.HEAD_DIM, name="query_norm")(q_BxTxHxE)
@@ -99,6 +105,12 @@ class MultiHeadAttention(nn.Module):
     elif uses_cache:
       self._init_cache(k_BxSxKxE)
 
+    if relative and cfg.position == "t5_bias":
+      q_pos, kv_pos = query_key_positions(q_len, k_BxSxKxE.shape[1], kwargs.get("q_positions"),
+                                          kwargs.get("kv_positions"))
+      kwargs["bias"] = t5_bias(relative_table, q_pos, kv_pos, bidirectional=not self.causal,
+                               max_distance=cfg.relative_max_distance)
+
     if self.is_mutable_collection("intermediates"):
       weights = ops.attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)
       self.sow("intermediates", "attention_weights", weights)
@@ -113,7 +125,8 @@ class MultiHeadAttention(nn.Module):
         (cfg.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
         use_bias=cfg.out_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(cfg.residual_init_std), (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
+            nn.initializers.normal(cfg.residual_init_std * self.init_gain),
+            (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)
 
   # ---- KV cache -------------------------------------------------------------------------------

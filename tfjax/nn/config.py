@@ -13,13 +13,13 @@ from typing import Any, Optional
 import jax.numpy as jnp
 
 FAMILIES = ("encoder", "decoder", "encoder_decoder")
-POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "none")
+POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "t5_bias", "none")
 ROPE_POSITIONS = ("rope", "rope_interleaved")
 # RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
 NORMS = ("layernorm", "rmsnorm")
 QK_NORMS = ("none",) + NORMS
-PLACEMENTS = ("pre", "post", "sandwich")
+PLACEMENTS = ("pre", "post", "sandwich", "deepnorm")
 # Two-matrix FFNs: W2 act(W1 x). Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x).
 FFNS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "geglu_tanh", "reglu")
 GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu")
@@ -27,6 +27,7 @@ REMATS = ("none", "full", "dots")
 # tfjax.nn.ops.dot_product_attention's `implementation` values (xla is ops' reference, auto picks one
 # per backend and length, the others are tfjax/nn/kernels/).
 ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -66,9 +67,23 @@ class ModelConfig:
                                      # head_dim, before RoPE (OLMo 2-style per head, Qwen3, Gemma 3)
   norm_placement: str = "pre"        # pre: x + f(norm(x)), final norm | post: norm(x + f(x))
                                      # | sandwich: x + norm(f(norm(x))), final norm (Gemma 2)
+                                     # | deepnorm: norm(alpha x + f(x)), init gain beta on W_V, W_O,
+                                     # FFN (Wang et al. 2022; tfjax/nn/layers.py)
+  parallel_block: bool = False       # x + attn(norm(x)) + ffn(norm(x)) (GPT-J, NeoX, Falcon, PaLM);
+                                     # pre placement, no cross-attention
+  parallel_shared_norm: bool = True  # parallel_block: one norm feeds both (GPT-J, Falcon-7B);
+                                     # False: attention and FFN norms (NeoX, Falcon-40B)
   embed_norm: bool = False           # BERT normalizes the embedding sum
-  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi | none
+  position: str = "learned"          # sinusoidal | learned | rope | rope_interleaved | alibi |
+                                     # t5_bias (bucketed relative bias, tfjax/nn/relative_bias.py)
+                                     # | none
+  relative_buckets: int = 32         # t5_bias: buckets of the relative offsets
+  relative_max_distance: int = 128   # t5_bias: offsets from here on share the last bucket
   max_len: int = 512                 # size of the learned position table
+  position_offset: int = 0           # learned positions read row pos + offset of a table of
+                                     # max_len + offset rows (BART, mBART: 2)
+  sinusoid_layout: str = "interleaved"  # interleaved: [sin, cos] per pair (Vaswani et al.) |
+                                     # halves: [sin ... | cos ...] (Marian, Pegasus)
   rope_base: float = 10000.0
   # RoPE frequency scaling (tfjax/nn/positions.py): none | linear (position interpolation, Chen et
   # al. 2023) | dynamic (NTK-aware base growing with the sequence) | yarn (Peng et al. 2023) |
@@ -94,7 +109,15 @@ class ModelConfig:
                                      # masks (Gemma 2: 50); needs attention_impl xla or auto
   logits_softcap: Optional[float] = None  # output logits = cap * tanh(logits / cap) (Gemma 2: 30)
   embed_scale: bool = False          # multiply embeddings by sqrt(d_model) (Vaswani et al.)
-  tie_embeddings: bool = True        # output projection = input embedding^T
+  tie_embeddings: bool = True        # output projection = input embedding^T (decoder's table)
+  share_embeddings: bool = True      # encoder_decoder: one token table for encoder and decoder;
+                                     # False: separate token tables, position tables, embed norms
+  share_positions: Optional[bool] = None  # encoder_decoder: one position table and embedding norm
+                                     # for both; None = share_embeddings; False with
+                                     # share_embeddings=True: shared tokens only (BART, mBART)
+  final_logits_bias: bool = False    # a [vocab] bias added to the LM logits (BART, Marian,
+                                     # Pegasus; HF keeps it as a buffer, here a zero-init param)
+  scale_tied_logits: bool = False    # tied head reads h * d_model^-0.5 (T5 v1.0)
   type_vocab_size: int = 0           # encoder token-type (segment A/B) embeddings; 0 = none
   mlm_head: bool = True              # encoder: dense+act+norm, then (tied) decoder with bias
   pooler: bool = False               # encoder: tanh(dense(h_[CLS]))
@@ -130,6 +153,16 @@ class ModelConfig:
       return self.init_std
     layers = self.num_layers + (self.decoder_layers if self.family == "encoder_decoder" else 0)
     return self.init_std / (2.0 * layers) ** 0.5
+
+  @property
+  def shares_positions(self) -> bool:
+    """Whether encoder and decoder share position tables and embedding norms."""
+    return self.share_embeddings if self.share_positions is None else self.share_positions
+
+  @property
+  def position_table_rows(self) -> int:
+    """Rows of a learned position table (model.max_len + model.position_offset)."""
+    return self.max_len + self.position_offset
 
   @property
   def has_final_norm(self) -> bool:
@@ -218,6 +251,12 @@ class ModelConfig:
             f"model.window_pattern={self.window_pattern} gives layers different attention (and "
             "cache sizes), which nn.scan's identical layers cannot express; set "
             "model.scan_layers=False")
+    self._validate_t5_bias()
+    self._validate_embeddings()
+    self._validate_residual()
+    if self.scale_tied_logits and not self.tie_embeddings:
+      raise ValueError("model.scale_tied_logits=True rescales the tied output layer's input but "
+                       "model.tie_embeddings=False; set tie_embeddings=True or leave it False")
     for key in ("attention_scale", "attention_softcap", "logits_softcap"):
       value = getattr(self, key)
       if value is not None and not value > 0:
@@ -239,6 +278,66 @@ class ModelConfig:
     if self.num_decoder_layers is not None and self.family != "encoder_decoder":
       raise ValueError("model.num_decoder_layers is only used by family='encoder_decoder'")
     return self
+
+  def _validate_residual(self):
+    if self.parallel_block:
+      if self.norm_placement != "pre":
+        raise ValueError(f"model.parallel_block=True is a pre-norm block (x + attn(norm(x)) + "
+                         f"ffn(norm(x))), not norm_placement={self.norm_placement!r}; set "
+                         "model.norm_placement='pre'")
+      if self.family == "encoder_decoder":
+        raise ValueError("model.parallel_block=True has no cross-attention branch; use it with "
+                         "family='decoder' or 'encoder'")
+    elif not self.parallel_shared_norm:
+      raise ValueError("model.parallel_shared_norm=False chooses the norms of a parallel block; "
+                       "set model.parallel_block=True or leave it True")
+    if self.norm_placement == "deepnorm" and self.scaled_residual_init:
+      raise ValueError("model.norm_placement='deepnorm' sets its own residual init gain (beta); "
+                       "set model.scaled_residual_init=False")
+
+  def _validate_embeddings(self):
+    one_of("model.sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
+    if self.sinusoid_layout != "interleaved" and self.position != "sinusoidal":
+      raise ValueError(f"model.sinusoid_layout={self.sinusoid_layout!r} arranges the sinusoidal "
+                       f"table but model.position={self.position!r}; leave it 'interleaved'")
+    if self.position_offset < 0 or (self.position_offset and self.position != "learned"):
+      raise ValueError(
+          f"model.position_offset={self.position_offset} shifts the rows of the learned position "
+          f"table (model.position={self.position!r}); use position='learned' and an offset >= 0, "
+          "or position_offset=0")
+    if self.family != "encoder_decoder" and not (
+        self.share_embeddings and self.share_positions is None):
+      raise ValueError(
+          f"model.share_embeddings / share_positions choose between encoder and decoder tables; "
+          f"model.family={self.family!r} has one stack: leave them at True / None")
+    if not self.share_embeddings and self.share_positions:
+      raise ValueError("model.share_positions=True with share_embeddings=False (separate token "
+                       "tables, one position table) is no published model; set share_positions="
+                       "None (separate too) or share_embeddings=True")
+    if self.final_logits_bias and self.family == "encoder":
+      raise ValueError("model.final_logits_bias is a bias on LM logits; the encoder MLM head "
+                       "already has its own (mlm_bias): set final_logits_bias=False")
+
+  def _validate_t5_bias(self):
+    if self.position != "t5_bias":
+      for key in ("relative_buckets", "relative_max_distance"):
+        default = next(f.default for f in dataclasses.fields(self) if f.name == key)
+        if getattr(self, key) != default:
+          raise ValueError(f"model.{key}={getattr(self, key)} is read by position='t5_bias' "
+                           f"only, but model.position={self.position!r}; leave it at {default}")
+      return
+    if self.relative_buckets < 4:
+      raise ValueError(f"model.relative_buckets={self.relative_buckets} must be >= 4 (half for "
+                       "each direction, half of those exact offsets)")
+    if self.relative_max_distance <= self.relative_buckets // 2:
+      raise ValueError(
+          f"model.relative_max_distance={self.relative_max_distance} must exceed "
+          f"relative_buckets // 2 = {self.relative_buckets // 2} (the exact offsets)")
+    if self.attention_impl not in ("xla", "auto"):
+      raise ValueError(
+          f"model.position='t5_bias' adds a dense [T, S] bias that only the xla attention "
+          f"takes, not model.attention_impl={self.attention_impl!r}; set attention_impl='xla' "
+          "or 'auto'")
 
   def _validate_rope(self):
     one_of("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)
@@ -300,7 +399,7 @@ _OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": 
                     "attention_out_bias": bool, "rope_original_max_len": int,
                     "rope_attention_factor": float, "window_pattern": int,
                     "attention_scale": float, "attention_softcap": float,
-                    "logits_softcap": float}
+                    "logits_softcap": float, "share_positions": bool}
 
 
 def default_model_config(**overrides):

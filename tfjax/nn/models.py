@@ -9,6 +9,8 @@ Shape letters as in tfjax/nn/axes.py.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -28,21 +30,29 @@ def shift_right(targets_BxL, bos_id: int):
       [jnp.full_like(targets_BxL[:, :1], bos_id), targets_BxL[:, :-1]], axis=1)
 
 
+def token_embedding(cfg: ModelConfig, name: Optional[str] = None) -> nn.Embed:
+  """The [vocab, d_model] token table. With sqrt(d_model) scaling the table starts at std
+  d^-0.5, so scaled inputs have unit scale."""
+  std = cfg.d_model ** -0.5 if cfg.embed_scale else cfg.init_std
+  return nn.Embed(
+      cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype, name=name,
+      embedding_init=nn.with_logical_partitioning(nn.initializers.normal(std),
+                                                  (axes.VOCAB, axes.EMBED)))
+
+
 class Embedder(nn.Module):
   """Token embedding (+ absolute positions, token types), scaling, optional norm, dropout.
 
-  `attend` is the tied output projection: logits = h E^T.
+  `attend` is the tied output projection: logits = h E^T. `shared_tokens` is a token table owned
+  by the parent (BART: one table, separate encoder and decoder positions); None = its own.
   """
   config: ModelConfig
+  shared_tokens: Optional[nn.Module] = None
 
   def setup(self):
     cfg = self.config
-    # With sqrt(d_model) scaling the table starts at std d^-0.5, so scaled inputs have unit scale.
-    std = cfg.d_model ** -0.5 if cfg.embed_scale else cfg.init_std
-    self.tokens = nn.Embed(
-        cfg.vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
-        embedding_init=nn.with_logical_partitioning(nn.initializers.normal(std),
-                                                    (axes.VOCAB, axes.EMBED)))
+    if self.shared_tokens is None:
+      self.tokens = token_embedding(cfg)
     if has_learned_table(cfg):
       self.positions = LearnedPositions(cfg)
     if cfg.type_vocab_size:
@@ -54,15 +64,19 @@ class Embedder(nn.Module):
       self.norm = Norm(cfg)
     self.dropout = nn.Dropout(cfg.dropout, deterministic=cfg.deterministic)
 
+  def _tokens(self) -> nn.Module:
+    return self.tokens if self.shared_tokens is None else self.shared_tokens
+
   def __call__(self, inputs_BxL, positions_BxL, token_type_ids=None):
     cfg = self.config
-    x_BxLxD = self.tokens(inputs_BxL)
+    x_BxLxD = self._tokens()(inputs_BxL)
     if cfg.embed_scale:
       x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
     if has_learned_table(cfg):
       x_BxLxD = x_BxLxD + self.positions(positions_BxL, inputs_BxL.shape[1])
     elif cfg.position == "sinusoidal":
-      x_BxLxD = x_BxLxD + sinusoidal_table(positions_BxL, cfg.d_model).astype(x_BxLxD.dtype)
+      table_BxLxD = sinusoidal_table(positions_BxL, cfg.d_model, cfg.sinusoid_layout)
+      x_BxLxD = x_BxLxD + table_BxLxD.astype(x_BxLxD.dtype)
     if cfg.type_vocab_size:
       types = jnp.zeros_like(inputs_BxL) if token_type_ids is None else token_type_ids
       x_BxLxD = x_BxLxD + self.token_types(types)
@@ -72,7 +86,7 @@ class Embedder(nn.Module):
     return nn.with_logical_constraint(x_BxLxD, axes.RESIDUAL_STREAM)
 
   def attend(self, x_BxLxD):
-    return self.tokens.attend(x_BxLxD)
+    return self._tokens().attend(x_BxLxD)
 
 
 def _positions(inputs_BxL, positions_BxL):
@@ -91,6 +105,8 @@ def _lm_logits(cfg: ModelConfig, embedder: Embedder, h_BxLxD, lm_head=None, bias
   [V], then soft-capped by model.logits_softcap (Gemma 2). `lm_head` is the untied projection
   (created here when None)."""
   if cfg.tie_embeddings:
+    if cfg.scale_tied_logits:  # T5 v1.0
+      h_BxLxD = h_BxLxD * jnp.asarray(cfg.d_model ** -0.5, h_BxLxD.dtype)
     logits = embedder.attend(h_BxLxD)
   else:
     if lm_head is None:
@@ -116,7 +132,11 @@ class DecoderLM(nn.Module):
     x_BxLxD = embedder(inputs_BxL, positions)
     x_BxLxD = LayerStack(cfg, cfg.num_layers, causal=True, name="decoder")(
         x_BxLxD, segment_ids, positions)
-    return _lm_logits(cfg, embedder, x_BxLxD)
+    bias = None
+    if cfg.final_logits_bias:
+      bias = self.param("final_logits_bias", nn.with_logical_partitioning(
+          nn.initializers.zeros, (axes.VOCAB,)), (cfg.vocab_size,))
+    return _lm_logits(cfg, embedder, x_BxLxD, bias=bias)
 
 
 class Encoder(nn.Module):
@@ -154,12 +174,30 @@ class Encoder(nn.Module):
 
 
 class EncoderDecoder(nn.Module):
-  """Vaswani et al. / T5: encoder, decoder with cross-attention, shared (tied) embeddings."""
+  """Vaswani et al. / T5: encoder, decoder with cross-attention, shared (tied) embeddings.
+
+  Embedding parameters by model.share_embeddings / share_positions:
+    both shared (default):   `embed` serves encoder and decoder
+    tokens only (BART):      `shared` token table; `encoder_embed`, `decoder_embed` hold each
+                             side's positions and embedding norm
+    none (Marian, separate): `encoder_embed`, `decoder_embed` each with its own token table
+  The tied output layer reads the decoder's token table.
+  """
   config: ModelConfig
 
   def setup(self):
     cfg = self.config
-    self.embed = Embedder(cfg)
+    if cfg.share_embeddings and cfg.shares_positions:
+      self.embed = Embedder(cfg)
+      self.encoder_embedder = self.decoder_embedder = self.embed
+    else:
+      shared = token_embedding(cfg, name="shared") if cfg.share_embeddings else None
+      self.encoder_embedder = Embedder(cfg, shared_tokens=shared, name="encoder_embed")
+      self.decoder_embedder = Embedder(cfg, shared_tokens=shared, name="decoder_embed")
+    if cfg.final_logits_bias:
+      self.final_logits_bias = self.param(
+          "final_logits_bias", nn.with_logical_partitioning(nn.initializers.zeros, (axes.VOCAB,)),
+          (cfg.vocab_size,))
     self.encoder = LayerStack(cfg, cfg.num_layers)
     self.decoder = LayerStack(cfg, cfg.decoder_layers, causal=True, cross_attention=True)
     if not cfg.tie_embeddings:
@@ -167,18 +205,20 @@ class EncoderDecoder(nn.Module):
 
   def encode(self, encoder_inputs_BxS, encoder_segment_ids=None):
     positions = _positions(encoder_inputs_BxS, None)
-    x_BxSxD = self.embed(encoder_inputs_BxS, positions)
+    x_BxSxD = self.encoder_embedder(encoder_inputs_BxS, positions)
     return self.encoder(x_BxSxD, encoder_segment_ids, positions)
 
   def decode(self, encoded_BxSxD, decoder_inputs_BxL, *, encoder_segment_ids=None,
              decoder_segment_ids=None, decoder_positions=None):
     """encoded may be None when decoding with a cache whose cross K/V are already filled."""
     positions = _positions(decoder_inputs_BxL, decoder_positions)
-    x_BxLxD = self.embed(decoder_inputs_BxL, positions)
+    x_BxLxD = self.decoder_embedder(decoder_inputs_BxL, positions)
     h_BxLxD = self.decoder(x_BxLxD, decoder_segment_ids, positions, encoded_BxSxD,
                            encoder_segment_ids)
-    return _lm_logits(self.config, self.embed, h_BxLxD,
-                      None if self.config.tie_embeddings else self.lm_head)
+    cfg = self.config
+    return _lm_logits(cfg, self.decoder_embedder, h_BxLxD,
+                      None if cfg.tie_embeddings else self.lm_head,
+                      self.final_logits_bias if cfg.final_logits_bias else None)
 
   def __call__(self, encoder_inputs_BxS, decoder_inputs_BxL, *, encoder_segment_ids=None,
                decoder_segment_ids=None, decoder_positions=None):

@@ -23,17 +23,22 @@ def has_learned_table(cfg: ModelConfig) -> bool:
   return cfg.position == "learned"
 
 
-def sinusoidal_table(positions_BxL, d_model: int) -> jax.Array:
-  """Vaswani et al. 3.5: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same); [B, L, D]."""
+def sinusoidal_table(positions_BxL, d_model: int, layout: str = "interleaved") -> jax.Array:
+  """Vaswani et al. 3.5 with w_i = 10000^(-2i/d), [B, L, D]:
+  interleaved: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i) (the paper's formula);
+  halves:      PE[p, i] = sin(p w_i), PE[p, d/2 + i] = cos(p w_i) (Marian, Pegasus)."""
   inv_freq_A = 1.0 / (10000.0 ** (jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model))
   angles_BxLxA = positions_BxL[..., None].astype(jnp.float32) * inv_freq_A
+  if layout == "halves":
+    return jnp.concatenate([jnp.sin(angles_BxLxA), jnp.cos(angles_BxLxA)], axis=-1)
   # Interleave so that even channels hold sin and odd channels cos, as in the formula.
   table_BxLxAx2 = jnp.stack([jnp.sin(angles_BxLxA), jnp.cos(angles_BxLxA)], axis=-1)
   return table_BxLxAx2.reshape(*positions_BxL.shape, d_model)
 
 
 class LearnedPositions(nn.Module):
-  """Absolute position table [max_len, d_model] (GPT-2, BERT).
+  """Absolute position table [max_len + position_offset, d_model] (GPT-2, BERT; BART reads row
+  p + 2 for position p).
 
   A sequence longer than the table is rejected when traced. Explicit `positions` values are data,
   not shapes, so they cannot be checked under jit: an out-of-table position reads NaN (jnp.take's
@@ -53,7 +58,9 @@ class LearnedPositions(nn.Module):
     table = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, axes.EMBED)),
-        (cfg.max_len, cfg.d_model))
+        (cfg.position_table_rows, cfg.d_model))
+    if cfg.position_offset:  # BART: position p reads row p + 2
+      positions_BxL = positions_BxL + cfg.position_offset
     return jnp.take(table, positions_BxL, axis=0).astype(cfg.compute_dtype)
 
 

@@ -321,6 +321,9 @@ def run_point(sweep: Sweep, point: Point, root: str,
   if os.path.exists(failed):
     os.remove(failed)
   start = time.time()
+  job_file = os.path.join(workdir, JOB_FILE)
+  if os.path.exists(job_file) and read_json(job_file).get("job_id") != job_id():
+    os.remove(job_file)  # an earlier submission's: this attempt runs elsewhere
   running = os.path.join(workdir, RUNNING_FILE)
   write_json(running, {"host": socket.gethostname(), "pid": os.getpid(), "job": job_id(),
                        "started": time.strftime("%Y-%m-%d %H:%M:%S")})
@@ -360,7 +363,8 @@ def write_sweep_file(sweep: Sweep, root: str) -> None:
   os.makedirs(root, exist_ok=True)
   write_json(os.path.join(root, SWEEP_FILE), {
       "config": os.path.abspath(sweep.config_path), "scale": sweep.scale,
-      "points": {p.name: p.overrides for p in sweep.points}})
+      "points": {p.name: p.overrides for p in sweep.points},
+      "order": [p.name for p in sweep.points]})  # the keys above get sorted
 
 
 def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),

@@ -14,12 +14,15 @@ Preemption and time limits. SLURM sends SIGUSR2 `signal_delay_s` before the time
 asks for it with --signal), SIGUSR1 where a site or --slurm.sbatch=signal=USR1@T asks for that, and
 SIGTERM when it preempts or cancels a job. Inside the training loop each of these sets the loop's
 stop flag (tfjax.training.train.STOP_SIGNALS): it checkpoints at the next step boundary and returns.
-PointJob then hands the job to submitit's checkpoint-and-requeue handler (the one submitit installs
-for SIGUSR2), which pickles `PointJob.checkpoint()` (the same point: its state is the checkpoint on
-disk) and requeues the job (`scontrol requeue`; the local executor restarts it). The requeued job
-resumes from the checkpoint. A signal outside the loop (startup, evaluation) goes to that handler
-at once: the job restarts from the newest checkpoint. After `max_requeues` time-outs submitit stops
-requeueing; the point stays resumable by running the sweep again.
+After SIGUSR1 / SIGUSR2 PointJob hands the job to submitit's checkpoint-and-requeue handler (the one
+submitit installs for SIGUSR2), which pickles `PointJob.checkpoint()` (the same point: its state
+is the checkpoint on disk) and requeues the job (`scontrol requeue`; the local executor restarts
+it); the requeued job resumes from the checkpoint. A SIGUSR1 / SIGUSR2 outside the loop (startup,
+evaluation) goes to that handler at once: the job restarts from the newest checkpoint. After
+SIGTERM (or SIGINT) the job only checkpoints and ends: `scancel` must stop it, and SLURM requeues
+a job it preempts by itself where the cluster is configured so (PreemptMode=REQUEUE). After
+`max_requeues` time-outs submitit stops requeueing. A point stopped without a requeue resumes
+from its checkpoint when the sweep runs again.
 
 Multi-host points (nodes > 1 or tasks_per_node > 1): SLURM starts one task per process, each runs
 PointJob, and jax.distributed is initialized from SLURM's environment
@@ -40,6 +43,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -195,18 +199,26 @@ class PointJob:
     sweep = sweep_lib.load_sweep(self.config_path, self.scale)
     if self.compilation_cache:
       compile_cache.enable(self.compilation_cache)
-    previous = {sig: signal.signal(sig, _requeue_handler) for sig in (signal.SIGUSR1,
-                                                                      signal.SIGTERM)}
+    previous = {signal.SIGUSR1: signal.signal(signal.SIGUSR1, _requeue_handler)}
     try:
       status = sweep_lib.run_point(sweep, sweep.point(self.name), self.root)
     finally:
       for sig, handler in previous.items():
         signal.signal(sig, handler)
     if status == "interrupted":
+      from tfjax.training import train  # pylint: disable=import-outside-toplevel
+      stopped_by = train.stop_signal()
+      if stopped_by in (signal.SIGTERM, signal.SIGINT):  # scancel, preemption, Ctrl-C: not ours
+        _log.warning("point %s checkpointed after %s; the job ends (a preempted job is requeued "
+                     "by SLURM, a cancelled one resumes when the sweep runs again)", self.name,
+                     signal.Signals(stopped_by).name)
+        _mark_job(os.path.join(self.root, self.name),
+                  stopped=f"{signal.Signals(stopped_by).name} (cancelled or preempted)")
+        return status
       _log.warning("point %s checkpointed after a signal; handing the job to submitit to requeue",
                    self.name)
       try:
-        _requeue_handler(_submitit_signal(), None)  # exits the process when it requeues
+        _requeue_handler(stopped_by or _submitit_signal(), None)  # exits when it requeues
       except Exception as e:  # no requeue (cancelled, timed out too often): resumable by hand
         _mark_job(os.path.join(self.root, self.name), stopped=f"{type(e).__name__}: {e}")
         raise
@@ -221,8 +233,8 @@ class PointJob:
 
 
 def _submitit_signal() -> int:
-  from submitit.core.job_environment import JobEnvironment  # pylint: disable=import-outside-toplevel
-  return JobEnvironment._usr_sig()  # pylint: disable=protected-access  (SIGUSR2 unless configured)
+  from submitit import JobEnvironment  # pylint: disable=import-outside-toplevel
+  return getattr(signal, "SIG" + JobEnvironment.USR_SIG)  # USR2 unless SUBMITIT_PREEMPT_SIGNAL
 
 
 def _requeue_handler(signum, frame):
@@ -296,13 +308,13 @@ def launch(sweep: sweep_lib.Sweep, root: str, points: Sequence[sweep_lib.Point],
   submitit_local keeps `parallel` local jobs running."""
   resources = resources or Resources.from_sources(sweep.slurm, {})
   root = os.path.abspath(root)
+  executor = make_executor(launcher, os.path.join(root, SUBMITIT_DIR), resources)
   sweep_lib.write_sweep_file(sweep, root)
-  folder = os.path.join(root, SUBMITIT_DIR)
-  executor = make_executor(launcher, folder, resources)
   statuses = {p.name: "skipped" for p in points if sweep_lib.is_done(os.path.join(root, p.name))}
   queue = sweep_lib.seeds_last([p for p in points if p.name not in statuses])
   limit = len(queue) if launcher == "slurm" or not wait else max(1, parallel)
   running: dict[str, Any] = {}
+  gone = _GoneFromQueue()
   while queue or running:
     if queue and len(running) < limit:
       batch, queue = queue[:limit - len(running)], queue[limit - len(running):]
@@ -316,12 +328,46 @@ def launch(sweep: sweep_lib.Sweep, root: str, points: Sequence[sweep_lib.Point],
     if not wait:
       statuses.update({name: "submitted" for name in running})
       return statuses
-    time.sleep(poll_s)
+    try:
+      time.sleep(poll_s)
+    except KeyboardInterrupt:
+      if launcher == "slurm":
+        _log.warning("stopped waiting; %d job(s) go on in SLURM (scancel %s stops them): "
+                     "--status --workdir=%s follows them", len(running),
+                     " ".join(sorted({j.job_id.split("_")[0] for j in running.values()})), root)
+      raise
     for name, job in list(running.items()):
-      if job.done():
+      if job.done() or (launcher == "slurm" and gone.seen(job.job_id)):
         statuses[name] = _finished(root, name, job)
         del running[name]
   return statuses
+
+
+class _GoneFromQueue:
+  """Jobs that left SLURM's queue without a result (killed: out of memory, node failure, scancel
+  --signal=KILL). submitit learns a job's end from its result file or from `sacct`; where sacct has
+  no accounting database, squeue is what still knows. A job counts as gone after `polls`
+  consecutive polls that find it absent or in a final state."""
+
+  FINAL = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+           "OUT_OF_MEMORY", "TIMEOUT"}
+
+  def __init__(self, polls: int = 3):
+    self.polls, self.count = polls, {}
+
+  def seen(self, job_id: str) -> bool:
+    try:
+      out = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job_id], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+      return False
+    states = set(out.stdout.split())
+    absent = (out.returncode == 0 and not states) or "Invalid job id" in out.stderr
+    if absent or (states and states <= self.FINAL):
+      self.count[job_id] = self.count.get(job_id, 0) + 1
+    else:
+      self.count[job_id] = 0
+    return self.count[job_id] >= self.polls
 
 
 def _record_job(root: str, name: str, job, launcher: str) -> None:
@@ -339,15 +385,29 @@ def _finished(root: str, name: str, job) -> str:
     _log.info("done %s (job %s)", name, job.job_id)
     return "done"
   failed = os.path.join(workdir, sweep_lib.FAILED_FILE)
-  error = job.exception()
-  if error is None:  # the job returned without finishing the point (no requeue possible)
-    return "interrupted"
+  if job.paths.result_pickle.exists() or not isinstance(job, _slurm_job_class()):
+    error = job.exception()
+    if error is None:  # the job returned without finishing the point (no requeue possible)
+      return "interrupted"
+    message, details = job_error(error), str(error)
+  else:  # left SLURM's queue without a result file (job.exception() would wait forever)
+    message = (f"job {job.job_id} ended without a result (killed: out of memory, node failure or "
+               "scancel?); see its log")
+    details = message
+    running = os.path.join(workdir, sweep_lib.RUNNING_FILE)
+    if os.path.exists(running):  # its process is gone: the attempt is over
+      os.remove(running)
   if not os.path.exists(failed):
-    sweep_lib.write_json(failed, {"error": job_error(error), "job": job.job_id,
-                                  "log": str(job.paths.stderr), "details": str(error)})
+    sweep_lib.write_json(failed, {"error": message, "job": job.job_id,
+                                  "log": str(job.paths.stderr), "details": details})
   _log.error("point %s failed (job %s): %s; log: %s", name, job.job_id,
              sweep_lib.read_json(failed).get("error"), job.paths.stderr)
   return "failed"
+
+
+def _slurm_job_class():
+  from submitit.slurm.slurm import SlurmJob  # pylint: disable=import-outside-toplevel
+  return SlurmJob
 
 
 def job_error(error: Exception) -> str:

@@ -1,8 +1,8 @@
 """Each sweep point's state, read from the files the points write (no scheduler is asked).
 
-  done         ROOT/<name>/SWEEP_DONE.json
-  running      SWEEP_RUNNING.json (an attempt in progress); 'interrupted' instead when it names a
-               process on this host that no longer exists (killed before it could clean up)
+  done         ROOT/<name>/SWEEP_DONE.json (diverged points too: a NaN/inf loss is a result)
+  running      SWEEP_RUNNING.json (an attempt in progress), unless it names a process on this host
+               that no longer exists (killed before it could clean up): then as if it were absent
   failed       SWEEP_FAILED.json: the first line of the error and the log to read
   queued       SWEEP_JOB.json (a launcher submitted the point) and no attempt running since
   interrupted  progress on disk (metrics.jsonl), not running: the next run resumes it
@@ -78,16 +78,18 @@ def point_state(workdir: str) -> dict:
     info["job"] = job.get("job_id")
   if sweep_lib.is_done(workdir):
     info["state"] = "done"
+    done = _read(os.path.join(workdir, sweep_lib.DONE_FILE)) or {}
+    if done.get("diverged_at_step") is not None:  # a result: training stopped at a NaN/inf loss
+      info["error"] = f"diverged at step {done['diverged_at_step']}"
     return info
   running = _read(os.path.join(workdir, sweep_lib.RUNNING_FILE))
-  if running:
+  dead = bool(running) and _process_gone(running)
+  if running and not dead:
     info["job"] = running.get("job") or info["job"]
     info["where"] = f"{running.get('host')} pid {running.get('pid')}"
     stale = job and running.get("job") != job.get("job_id") and \
         _newer(workdir, sweep_lib.JOB_FILE, sweep_lib.RUNNING_FILE)
-    if _process_gone(running):
-      info["state"] = "interrupted"
-    elif stale:  # the attempt's job died; the point was submitted again since
+    if stale:  # that attempt's job died elsewhere; the point was submitted again since
       info["state"], info["job"] = "queued", job.get("job_id")
     else:
       info["state"] = "running"
@@ -97,11 +99,11 @@ def point_state(workdir: str) -> dict:
     info["state"], info["error"] = "failed", _first_line(failed.get("error"))
     info["log"] = failed.get("log") or info["log"]
     return info
-  if job and not job.get("stopped"):
-    info["state"] = "queued"
-  elif job and job.get("stopped"):
+  if job and job.get("stopped"):
     info["state"], info["error"] = "interrupted", _first_line(job["stopped"])
-  elif os.path.exists(metrics):
+  elif job and not (dead and _newer(workdir, sweep_lib.RUNNING_FILE, sweep_lib.JOB_FILE)):
+    info["state"] = "queued"
+  elif dead or os.path.exists(metrics):
     info["state"] = "interrupted"
   return info
 
@@ -112,7 +114,8 @@ def collect(root: str) -> list[dict]:
   if not os.path.exists(sweep_file):
     raise ValueError(f"{root} holds no sweep ({sweep_lib.SWEEP_FILE} is missing): give the "
                      "--workdir a sweep ran in")
-  names = list(sweep_lib.read_json(sweep_file)["points"])
+  spec = sweep_lib.read_json(sweep_file)
+  names = spec.get("order") or list(spec["points"])
   return [{"name": name, **point_state(os.path.join(root, name))} for name in names]
 
 
@@ -134,6 +137,8 @@ def format_status(rows: Sequence[dict], now: Optional[float] = None) -> str:
     details = []
     if r["state"] == "failed":
       details.append(r["error"] or "(no error recorded)")
+    elif r["state"] == "done" and r["error"]:
+      details.append(r["error"])
     elif r["state"] == "interrupted" and r["error"]:
       details.append(f"job stopped: {r['error']}")
     if r["state"] in ("running", "queued", "interrupted") and r["job"]:

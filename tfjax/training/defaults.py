@@ -63,6 +63,8 @@ def base_config() -> config_dict.ConfigDict:
   config.optimizer = default_optimizer_config()
   config.train = default_train_config()
   config.mesh = default_mesh_config()
+  config.init_from = ""         # a run directory: start from its params and architecture
+                                # (fine-tuning; tfjax/training/init_from.py)
   config.sharding_rules = ()    # () = tfjax.training.sharding.DEFAULT_RULES; else ((logical, mesh), ...)
   return config
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax.training import cpu_fusion, data, runtime, sharding, steps, tasks
+from tfjax.training import cpu_fusion, data, init_from, runtime, sharding, steps, tasks
 from tfjax.nn.config import ModelConfig, one_of
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
@@ -50,10 +50,12 @@ def model_config(config, dataset=None, *, workdir: str | None = None) -> ModelCo
 
 def prepare(config, workdir: str | None = None) -> Experiment:
   """Validates the whole config and builds the data; raises ValueError naming any bad key."""
+  config = init_from.resolve(config)  # config.init_from: the source run's architecture
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
-  dataset = data.make_dataset(config.data, config.task, workdir=existing)
+  dataset = data.make_dataset(config.data, config.task,
+                              workdir=init_from.tokenizer_dir(config, existing))
   model_cfg = model_config(config, dataset)
   tasks.check_task(config.task, model_cfg.family)
   if model_cfg.vocab_size < dataset.vocab_size:

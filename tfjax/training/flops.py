@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 
 from tfjax.nn.config import ModelConfig
-from tfjax.training.params import analytic_count
+from tfjax.training.params import analytic_count, lookup_only_count
 
 # Dense peak FLOP/s per device (bf16 tensor cores, no sparsity), matched against device_kind.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "TPU v4": 275e12,
@@ -19,13 +19,11 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "TPU
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   """Training FLOPs per token: 6N for the matmul parameters plus the attention scores/values
   (12 * heads * head_dim * seq_len per attention: QK^T and AV, forward x3 for backward; PaLM
-  app. B; nanoGPT's estimate_mfu). N leaves out lookup-only tables (positions, token types, and the
-  token table if untied). Encoder-decoder: per target token with source length = target length
-  = seq_len; a decoder layer attends twice (self and cross)."""
-  n = analytic_count(cfg)
-  n -= cfg.max_len * cfg.d_model if cfg.position == "learned" else 0
-  n -= cfg.type_vocab_size * cfg.d_model
-  n -= 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+  app. B; nanoGPT's estimate_mfu). N leaves out lookup-only tables (params.lookup_only_count:
+  positions, token types, token tables that are not the output layer). Encoder-decoder: per
+  target token with source length = target length = seq_len; a decoder layer attends twice (self
+  and cross)."""
+  n = analytic_count(cfg) - lookup_only_count(cfg)
   attentions = cfg.num_layers + (2 * cfg.decoder_layers if cfg.family == "encoder_decoder" else 0)
   return 6.0 * n + 12.0 * attentions * cfg.num_heads * cfg.dim_per_head * seq_len
 

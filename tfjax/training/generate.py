@@ -7,7 +7,10 @@ continues a prompt.
   python experiments/generate.py --workdir=DIR --prompt="^abc|" --strategy=beam --beam_size=4
 
 The run's own config.json, tokenizer and newest readable checkpoint are used. Text datasets encode
---prompt with the run's tokenizer. Synthetic tasks read it in their display alphabet ('^' BOS,
+--prompt with the run's tokenizer (read from the workdir, so a run imported from Hugging Face,
+which has no corpus, generates too: `python -m tfjax.hf import`, docs/hf.md; its EOS stops
+generation and its decoder start token begins a seq2seq output). Synthetic tasks read it in their
+display alphabet ('^' BOS,
 '|' SEP, '$' EOS, symbols as letters), so a copy-task LM is prompted with "^abc|"; a seq2seq model
 takes the bare source ("abc") and decodes from [BOS]. --prompt_ids="1 4 5" gives raw ids instead.
 Any --max_new_tokens works: past the model's max_len the context slides (tfjax/training/
@@ -23,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from tfjax.training import cli, decode, runs, synthetic
+from tfjax.training import cli, decode, runs, synthetic, tokenizers
 
 
 def parse_args(argv):
@@ -77,10 +80,27 @@ def decode_ids(dataset, ids) -> str:
   return tokenizer.decode(ids) if tokenizer is not None else dataset.decode(ids)
 
 
+class _SavedTokenizer:
+  """The run's saved tokenizer standing in for its dataset (encode/decode only)."""
+
+  def __init__(self, tokenizer):
+    self.tokenizer = tokenizer
+
+
+def _text_codec(run):
+  """The workdir's tokenizer if it holds one (no corpus needed), else the run's dataset."""
+  if run.config.data.name in synthetic.TASKS:
+    return run.dataset
+  if os.path.exists(os.path.join(run.workdir, tokenizers.TOKENIZER_FILE)):
+    return _SavedTokenizer(tokenizers.load_tokenizer(run.workdir))
+  return run.dataset
+
+
 def generate_from_run(args) -> list[dict]:
   run = runs.restore_run(args.workdir)
-  cfg, task, dataset, step, params = (run.model_config, run.config.task, run.dataset, run.step,
-                                      run.params)
+  cfg, task, step, params = run.model_config, run.config.task, run.step, run.params
+  dataset = _text_codec(run)
+  special = getattr(getattr(dataset, "tokenizer", None), "special", {})
   if task not in ("lm", "seq2seq"):
     raise ValueError(f"run {args.workdir} trains task {task!r}; only 'lm' and 'seq2seq' generate")
   ids = ([int(t) for t in args.prompt_ids.replace(",", " ").split()] if args.prompt_ids is not None
@@ -88,9 +108,12 @@ def generate_from_run(args) -> list[dict]:
   eos_id: Optional[int] = args.eos_id
   if eos_id is None and isinstance(dataset, synthetic.SyntheticDataset):
     eos_id = synthetic.EOS
+  if eos_id is None:
+    eos_id = special.get("eos_id")
   eos_id = None if eos_id is not None and eos_id < 0 else eos_id
   if task == "seq2seq":
-    prompt, encoder_inputs = [[synthetic.BOS]], [ids]
+    start = special.get("decoder_start_id")
+    prompt, encoder_inputs = [[synthetic.BOS if start is None else start]], [ids]
   else:
     if not ids:
       raise ValueError("an LM needs a non-empty prompt (--prompt or --prompt_ids)")

@@ -54,13 +54,15 @@ def param_shapes(cfg: ModelConfig):
 
 def _category(path) -> str:
   names = [str(p) for p in path]
+  if "relative_bias" in names:  # T5's relative position table: a position encoding
+    return "embeddings"
   if any(n.endswith("norm") for n in names):
     return "norms"
   if any(n in ("self_attention", "cross_attention") for n in names):
     return "attention"
   if "ffn" in names:
     return "ffn"
-  if names[0] == "embed":
+  if names[0] in ("embed", "encoder_embed", "decoder_embed", "shared"):
     return "embeddings"
   return "output head"
 
@@ -84,12 +86,21 @@ def analytic_count(cfg: ModelConfig) -> int:
   ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
   sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
-  encoder_layer = attention + ffn + 2 * sublayer_norms * norm
+  if cfg.parallel_block:  # one residual step; one norm or one per branch
+    encoder_layer = attention + ffn + (1 if cfg.parallel_shared_norm else 2) * norm
+  else:
+    encoder_layer = attention + ffn + 2 * sublayer_norms * norm
   decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
   final_norm = norm if cfg.has_final_norm else 0
-  embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.position == "learned" else 0)
-  embed += cfg.type_vocab_size * d + (norm if cfg.embed_norm else 0)
+  token_tables = 1 if cfg.share_embeddings else 2  # encoder_decoder may keep one per side
+  position_sides = 1 if cfg.shares_positions else 2
+  embed = token_tables * cfg.vocab_size * d + cfg.type_vocab_size * d
+  embed += position_sides * ((cfg.position_table_rows * d if cfg.position == "learned" else 0)
+                             + (norm if cfg.embed_norm else 0))
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+  untied_head += cfg.vocab_size if cfg.final_logits_bias else 0
+  stacks = 2 if cfg.family == "encoder_decoder" else 1
+  embed += stacks * cfg.relative_buckets * h if cfg.position == "t5_bias" else 0
   if cfg.family == "decoder":
     return embed + cfg.num_layers * encoder_layer + final_norm + untied_head
   if cfg.family == "encoder_decoder":
@@ -103,6 +114,21 @@ def analytic_count(cfg: ModelConfig) -> int:
   if cfg.num_classes:
     total += d * cfg.num_classes + cfg.num_classes
   return total
+
+
+def lookup_only_count(cfg: ModelConfig) -> int:
+  """Parameters only looked up, never multiplied: position tables (learned, T5 buckets), token
+  types, and the token tables that are not the output layer (all if untied; the encoder's own
+  table if tied with separate encoder and decoder tables)."""
+  d = cfg.d_model
+  n = cfg.type_vocab_size * d
+  if cfg.position == "learned":
+    n += (1 if cfg.shares_positions else 2) * cfg.position_table_rows * d
+  if cfg.position == "t5_bias":
+    n += (2 if cfg.family == "encoder_decoder" else 1) * cfg.relative_buckets * cfg.num_heads
+  token_tables = 1 if cfg.share_embeddings else 2
+  n += (token_tables - (1 if cfg.tie_embeddings else 0)) * cfg.vocab_size * d
+  return n
 
 
 def report(cfg: ModelConfig) -> str:

@@ -1,4 +1,4 @@
-"""Tokenizers for text datasets: `byte`, `char` and `bpe`, all pure NumPy at the interface.
+"""Tokenizers for text datasets: `byte`, `char`, `bpe` and `hf`, all pure NumPy at the interface.
 
 Every tokenizer has `name`, `vocab_size`, `encode(str) -> np.ndarray[int32]`, `decode(ids) -> str`,
 `save(dir)` and the classmethod `load(dir)`. `make_tokenizer(name, corpus_text, workdir)` builds one
@@ -9,6 +9,10 @@ No id is reserved for padding: every id 0..vocab_size-1 is a real token. Where a
 padding it uses id 0 and marks those positions with segment_ids 0 / weights 0. A dataset that needs
 extra ids (the [MASK] of masked LM) appends them after `vocab_size` and says so in its own
 `vocab_size`.
+
+`hf` is a Hugging Face `tokenizer.json` (with the model's special token ids) brought in by
+`python -m tfjax.hf import`; it is never trained here, only loaded from a run directory (an imported
+run, or the `config.init_from` run of a fine-tune).
 """
 
 from __future__ import annotations
@@ -156,17 +160,63 @@ class BPETokenizer(Tokenizer):
     return {"requested_vocab_size": self.requested_vocab_size, "hf_tokenizer": self._tok.to_str()}
 
 
+class HFTokenizer(Tokenizer):
+  """A pretrained Hugging Face tokenizer (tokenizer.json) with its model's special token ids.
+
+  `encode` adds the special tokens the tokenizer's post-processor defines (LLaMA's BOS, BERT's
+  [CLS] ... [SEP]), as `transformers` does by default; `decode` drops special tokens. `special`
+  holds bos_id, eos_id, pad_id and decoder_start_id (None where the model has none).
+  """
+
+  name = "hf"
+
+  def __init__(self, hf_tokenizer, special: Optional[dict] = None):
+    self._tok = hf_tokenizer
+    self.vocab_size = hf_tokenizer.get_vocab_size(with_added_tokens=True)
+    self.special = {k: special.get(k) if special else None for k in SPECIAL_IDS}
+
+  @classmethod
+  def from_file(cls, path: str, special: Optional[dict] = None) -> "HFTokenizer":
+    return cls(_import_hf_tokenizers().Tokenizer.from_file(path), special)
+
+  @property
+  def eos_id(self) -> Optional[int]:
+    return self.special["eos_id"]
+
+  def encode(self, text: str) -> np.ndarray:
+    return np.asarray(self._tok.encode(text).ids, dtype=np.int32)
+
+  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    return [np.asarray(e.ids, dtype=np.int32) for e in self._tok.encode_batch(texts)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._tok.decode([int(i) for i in np.asarray(ids).reshape(-1)],
+                            skip_special_tokens=True)
+
+  def to_str(self) -> str:
+    """The Hugging Face tokenizer.json text."""
+    return self._tok.to_str()
+
+  def _state(self) -> dict:
+    return {"special": self.special, "hf_tokenizer": self._tok.to_str()}
+
+
+SPECIAL_IDS = ("bos_id", "eos_id", "pad_id", "decoder_start_id")
+
+
 def _import_hf_tokenizers():
   try:
     import tokenizers as hf  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise ImportError(
-        "the 'bpe' tokenizer needs the optional `tokenizers` package: pip install 'tfjax[bpe]'"
+        "the 'bpe' and 'hf' tokenizers need the optional `tokenizers` package: "
+        "pip install 'tfjax[bpe]'"
     ) from e
   return hf
 
 
-TOKENIZERS = {"byte": ByteTokenizer, "char": CharTokenizer, "bpe": BPETokenizer}
+TOKENIZERS = {"byte": ByteTokenizer, "char": CharTokenizer, "bpe": BPETokenizer,
+              "hf": HFTokenizer}
 
 
 def _check_name(name: str) -> None:
@@ -185,6 +235,8 @@ def load_tokenizer(directory: str) -> Tokenizer:
   if name == "char":
     return CharTokenizer(state["chars"])
   hf = _import_hf_tokenizers()
+  if name == "hf":
+    return HFTokenizer(hf.Tokenizer.from_str(state["hf_tokenizer"]), state.get("special"))
   return BPETokenizer(hf.Tokenizer.from_str(state["hf_tokenizer"]), state["requested_vocab_size"])
 
 
@@ -205,6 +257,11 @@ def make_tokenizer(name: str, corpus_text: str, workdir: Optional[str],
       raise ValueError(f"workdir {workdir} holds a bpe tokenizer trained for vocab size "
                        f"{tok.requested_vocab_size}, but {bpe_vocab_size} was asked for")
     return tok
+  if name == "hf":
+    raise ValueError(
+        "tokenizer 'hf' is a pretrained Hugging Face tokenizer and is not built from a corpus: "
+        f"{workdir} has none. Import a model with `python -m tfjax.hf import`, or fine-tune one "
+        "with --config.init_from=RUN (the tokenizer comes from RUN)")
   if name == "byte":
     tok = ByteTokenizer()
   elif name == "char":

@@ -17,13 +17,21 @@ import signal
 
 import jax
 
-from tfjax.training import (checkpoint, data, divergence, flops, metrics, runs, runtime, sampling,
-                            steps, tasks, workdir_lock)
+from tfjax.training import (checkpoint, data, divergence, flops, init_from, metrics, runs,
+                            runtime, sampling, steps, tasks, workdir_lock)
 from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
                               state_layout)
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
+_last_stop = {"signal": None}  # the signal that ended this process's latest training loop early
+
+
+def stop_signal() -> int | None:
+  """The signal (one of STOP_SIGNALS) that stopped the latest train_and_evaluate of this process
+  after a checkpoint, or None if it ran to the end (or stop_after_step stopped it). Launchers use
+  it to tell a time-limit warning (requeue the job) from a cancellation (let it end)."""
+  return _last_stop["signal"]
 
 
 def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = None) -> dict:
@@ -65,7 +73,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
       eval_step, layout, eval_batches)
   with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
       compiling_train, *compiling_eval):
-    state = _restored_or_initial_state(ckpt, layout, iterator, workdir)
+    state = _restored_or_initial_state(ckpt, layout, iterator, workdir, experiment)
     step = int(jax.device_get(state.step))
     writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, step)
     throughput = _Throughput(experiment)
@@ -74,6 +82,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
     evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
     config_json = json.loads(config.to_json_best_effort())
     host_lead, last = runtime.HostLeadLimiter(), {}
+    _last_stop["signal"] = None
     skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
     with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
       for future in compiling_eval:  # each is done before its function is first called (a call
@@ -108,6 +117,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
           ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
         if stop.signum is not None:
           _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+          _last_stop["signal"] = stop.received
           break
     ckpt.wait()
     saved = ckpt.steps()
@@ -145,11 +155,21 @@ def _eval_compile_jobs(eval_step, layout: StateLayout, eval_batches) -> list:
 
 
 def _restored_or_initial_state(ckpt: checkpoint.Checkpointer, layout: StateLayout,
-                               iterator: data.DataIterator, workdir: str) -> steps.TrainState:
-  """The newest checkpoint's state (and data position), else the seeded initial state."""
+                               iterator: data.DataIterator, workdir: str,
+                               experiment: Experiment) -> steps.TrainState:
+  """The newest checkpoint's state (and data position), else the seeded initial state (with the
+  params of config.init_from's run when set)."""
   restored = ckpt.restore_latest(layout.abstract)
   if restored is None:
-    return layout.init()
+    state = layout.init()
+    source = init_from.source(experiment.config)
+    if source is None:
+      return state
+    params = init_from.load_params(source, layout.abstract.params)
+    opt_state = jax.jit(experiment.optimizer.init,
+                        out_shardings=layout.shardings.opt_state)(params)
+    _log.info("initialized params from %s", source)
+    return state.replace(params=params, opt_state=opt_state)
   step, state, data_state = restored
   iterator.restore(data_state)
   _log.info("resumed from step %d in %s", step, workdir)
@@ -228,7 +248,8 @@ class _StopRequested:
   """
 
   def __init__(self):
-    self.signum = None
+    self.signum = None    # why the loop stops: a signal, or SIGTERM standing in for stop_after_step
+    self.received = None  # the signal that actually arrived
     self._previous = {}
 
   def __enter__(self):
@@ -241,7 +262,7 @@ class _StopRequested:
 
   def _handle(self, signum, frame):
     del frame
-    self.signum = signum
+    self.signum = self.received = signum
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():

@@ -1,0 +1,9 @@
+"""Hugging Face import and export (`python -m tfjax.hf import|export`; docs/hf.md).
+
+  registry.py   architectures by config.json model_type
+  mapping.py    tensor rules (HF <-> tfjax layouts) and the strict config.json field reader
+  gpt2.py, llama.py, bert.py, bart.py, t5.py   the per-family config and tensor mappings
+  reader.py     config.json / safetensors (single or sharded) / tokenizer files, no torch
+  importer.py   HF directory -> tfjax run directory (streams tensor by tensor onto the mesh)
+  exporter.py   tfjax run directory -> HF directory transformers loads
+"""

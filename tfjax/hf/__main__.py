@@ -1,0 +1,56 @@
+"""`python -m tfjax.hf import|export`: Hugging Face checkpoints in and out of tfjax runs.
+
+  python -m tfjax.hf import --hf_dir=DIR --workdir=RUN [--dtype=float32|bfloat16] [--mesh=1,-1,1]
+  python -m tfjax.hf export --workdir=RUN --hf_dir=OUT [--model_type=llama] [--dtype=float32]
+
+See docs/hf.md for the architectures and fields supported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(prog="python -m tfjax.hf", description=__doc__.split("\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  imp = sub.add_parser("import", help="Hugging Face model directory -> tfjax run directory")
+  imp.add_argument("--hf_dir", required=True, help="config.json + *.safetensors (+ tokenizer)")
+  imp.add_argument("--workdir", required=True, help="the new run directory")
+  imp.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="compute dtype and stored params dtype")
+  imp.add_argument("--mesh", default="1,-1,1",
+                   help="DATA,FSDP,TENSOR mesh the tensors are placed on while reading")
+  exp = sub.add_parser("export", help="tfjax run directory -> Hugging Face model directory")
+  exp.add_argument("--workdir", required=True, help="a tfjax run directory")
+  exp.add_argument("--hf_dir", required=True, help="output directory")
+  exp.add_argument("--model_type", default=None,
+                   help="architecture to write (default: the one the run was imported from)")
+  exp.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  from tfjax.hf import exporter, importer  # pylint: disable=import-outside-toplevel
+  try:
+    if args.command == "import":
+      mesh = tuple(int(t) for t in args.mesh.split(","))
+      cfg = importer.import_model(args.hf_dir, args.workdir, dtype=args.dtype, mesh=mesh)
+      print(f"imported {args.hf_dir} -> {args.workdir} ({cfg.family}, {cfg.num_layers} layers, "
+            f"d_model {cfg.d_model}, vocab {cfg.vocab_size})")
+    else:
+      config = exporter.export_model(args.workdir, args.hf_dir, model_type=args.model_type,
+                                     dtype=args.dtype)
+      print(f"exported {args.workdir} -> {args.hf_dir} ({config['architectures'][0]})")
+  except ValueError as e:  # unsupported architecture / field, bad directory: one clear line
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  setup_logging()
+  sys.exit(main())

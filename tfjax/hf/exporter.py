@@ -1,0 +1,100 @@
+"""tfjax run directory -> Hugging Face model directory (config.json, model.safetensors,
+tokenizer files) that `transformers` `AutoModel*.from_pretrained` loads.
+
+The architecture is the one the run was imported from (kept in <run>/hf/config.json) or
+`model_type`. Before anything is written, the config is translated to config.json and back: a
+tfjax switch the architecture cannot express (e.g. ALiBi in a LLaMA export) is an error naming the
+key, never a checkpoint that loads but computes something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Optional
+
+import numpy as np
+from flax import traverse_util
+
+from tfjax.hf import importer, reader, registry
+from tfjax.hf.mapping import Fields, UnsupportedError
+from tfjax.nn.config import ModelConfig
+from tfjax.training import runs, tokenizers
+
+# ModelConfig keys that change how a model runs or is initialized, not what it computes.
+EXECUTION_KEYS = ("dropout", "attention_dropout", "init_std", "scaled_residual_init",
+                  "scan_layers", "remat", "attention_impl", "dtype", "deterministic", "decode")
+# Config fields export copies from the imported source (token ids and bookkeeping).
+KEPT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
+               "forced_bos_token_id", "forced_eos_token_id", "sep_token_id")
+
+
+def architecture_config(cfg: ModelConfig) -> dict:
+  values = dataclasses.asdict(cfg)
+  return {k: v for k, v in values.items() if k not in EXECUTION_KEYS}
+
+
+def hf_config(arch: registry.Architecture, cfg: ModelConfig, names: set) -> dict:
+  """config.json fields of `cfg` as `arch`, checked by translating them back."""
+  out = arch.config_to_hf(arch.model_type, cfg)
+  fields = Fields(out, arch.model_type)
+  back = ModelConfig(**arch.config_from_hf(arch.model_type, fields, names)).validated()
+  fields.finish()
+  want, got = architecture_config(cfg), architecture_config(back)
+  differ = {k: want[k] for k in want if want[k] != got[k]}
+  if differ:
+    raise UnsupportedError(
+        f"model_type {arch.model_type!r} cannot express this run's model config {differ}")
+  return out
+
+
+def export_model(workdir: str, hf_dir: str, *, model_type: Optional[str] = None,
+                 dtype: Optional[str] = None) -> dict:
+  """Writes `hf_dir` from the newest checkpoint of run `workdir`; returns the config.json dict.
+  `dtype` (float32 | bfloat16; default: the run's params dtype, float32) is the stored dtype."""
+  source = importer.hf_metadata(workdir) or {}
+  model_type = model_type or source.get("model_type")
+  if model_type is None:
+    raise ValueError(f"{workdir} was not imported from Hugging Face: name the architecture with "
+                     f"--model_type (one of {sorted(registry.ARCHITECTURES)})")
+  arch = registry.architecture(model_type)
+  run = runs.restore_run(workdir)
+  cfg = run.model_config
+  rules = arch.rules(cfg, None)
+  names = {n for r in rules for n in r.hf}
+  config = hf_config(arch, cfg, names)
+  config.update({k: source[k] for k in KEPT_FIELDS if k in source})
+  store = np.dtype(dtype or "float32") if dtype != "bfloat16" else None
+  if dtype == "bfloat16":
+    import ml_dtypes  # pylint: disable=import-outside-toplevel
+    store = np.dtype(ml_dtypes.bfloat16)
+  config.update(architectures=[arch.hf_class], dtype=str(dtype or "float32"))
+  params = traverse_util.flatten_dict(run.params)
+  tensors = {}
+  for rule in rules:
+    for name, value in zip(rule.hf, rule.to_hf([np.asarray(params[p]) for p in rule.tfjax])):
+      tensors[name] = np.ascontiguousarray(value.astype(store))
+  os.makedirs(hf_dir, exist_ok=True)
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file(tensors, os.path.join(hf_dir, "model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(hf_dir, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+  _write_tokenizer(workdir, hf_dir)
+  return config
+
+
+def _write_tokenizer(workdir: str, hf_dir: str) -> None:
+  """The source's tokenizer and generation files if imported, else an `hf` tokenizer's JSON."""
+  meta = os.path.join(workdir, importer.HF_METADATA_DIR)
+  copied = False
+  for name in reader.METADATA_FILES[1:]:
+    if os.path.exists(os.path.join(meta, name)):
+      shutil.copy(os.path.join(meta, name), os.path.join(hf_dir, name))
+      copied = True
+  if not copied and os.path.exists(os.path.join(workdir, tokenizers.TOKENIZER_FILE)):
+    tok = tokenizers.load_tokenizer(workdir)
+    if isinstance(tok, tokenizers.HFTokenizer):
+      with open(os.path.join(hf_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tok.to_str())

@@ -1,0 +1,198 @@
+"""LLaMA 1/2/3, Mistral, Qwen2, Gemma and Gemma 2: the pre-RMSNorm, RoPE, gated-FFN decoders.
+
+All share Hugging Face's `LlamaForCausalLM` tensor layout (q/k/v/o_proj, gate/up/down_proj,
+input/post_attention_layernorm); they differ in config: Mistral's sliding window, Qwen2's q/k/v
+biases without an o_proj bias, Gemma's sqrt(d_model) embedding scale, (1 + w) norm gain and tanh
+GEGLU, Gemma 2's sandwich norms, soft-capping, alternating sliding/global layers and query scale.
+HF's RoPE is the rotate-half pairing (tfjax `position="rope"`).
+"""
+
+from __future__ import annotations
+
+from tfjax.hf import mapping
+from tfjax.hf.mapping import Fields, UnsupportedError
+from tfjax.nn.config import ModelConfig
+
+# hidden_act -> model.ffn (each gated, as these families' MLPs are).
+GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
+              "gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
+ACT_NAMES = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
+
+
+def rope_from_hf(f: Fields, max_len: int) -> dict:
+  """model.rope_* from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`."""
+  params = f.get("rope_parameters") or {}
+  legacy = f.get("rope_scaling") or {}
+  theta = params.get("rope_theta", f.get("rope_theta", 10000.0))
+  scaling = dict(legacy, **{k: v for k, v in params.items() if k != "rope_theta"})
+  kind = scaling.pop("rope_type", scaling.pop("type", "default"))
+  out = {"rope_base": float(theta)}
+  allowed = {"default": (), "linear": ("factor",),
+             "dynamic": ("factor", "original_max_position_embeddings"),
+             "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                        "original_max_position_embeddings"),
+             "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                      "attention_factor", "truncate")}
+  if kind not in allowed:
+    raise UnsupportedError(f"{f.arch} rope scaling type {kind!r} is not supported (supported: "
+                           f"{list(allowed)})")
+  extra = sorted(set(scaling) - set(allowed[kind]))
+  if extra:
+    raise UnsupportedError(f"{f.arch} rope scaling {kind!r} has field(s) {extra} that tfjax does "
+                           "not implement")
+  if kind == "default":
+    return out
+  if kind == "yarn" and not scaling.get("truncate", True):
+    raise UnsupportedError(f"{f.arch} yarn rope scaling with truncate=False is not supported")
+  out.update(rope_scaling=kind, rope_scaling_factor=float(scaling["factor"]))
+  if kind != "linear":
+    out["rope_original_max_len"] = int(scaling.get("original_max_position_embeddings", max_len))
+  if kind == "llama3":
+    out.update(rope_low_freq_factor=float(scaling["low_freq_factor"]),
+               rope_high_freq_factor=float(scaling["high_freq_factor"]))
+  if kind == "yarn":
+    out.update(rope_beta_fast=float(scaling.get("beta_fast", 32.0)),
+               rope_beta_slow=float(scaling.get("beta_slow", 1.0)))
+    if scaling.get("attention_factor") is not None:
+      out["rope_attention_factor"] = float(scaling["attention_factor"])
+  return out
+
+
+def rope_to_hf(cfg: ModelConfig) -> dict:
+  params = {"rope_theta": cfg.rope_base, "rope_type": "default"}
+  if cfg.rope_scaling != "none":
+    params.update(rope_type=cfg.rope_scaling, factor=cfg.rope_scaling_factor)
+  if cfg.rope_scaling in ("dynamic", "llama3", "yarn"):
+    params["original_max_position_embeddings"] = cfg.rope_original_max_len
+  if cfg.rope_scaling == "llama3":
+    params.update(low_freq_factor=cfg.rope_low_freq_factor,
+                  high_freq_factor=cfg.rope_high_freq_factor)
+  if cfg.rope_scaling == "yarn":
+    params.update(beta_fast=cfg.rope_beta_fast, beta_slow=cfg.rope_beta_slow)
+    if cfg.rope_attention_factor is not None:
+      params["attention_factor"] = cfg.rope_attention_factor
+  return {"rope_parameters": params}
+
+
+def config_from_hf(kind: str, f: Fields, names: set) -> dict:
+  """ModelConfig keys of a LLaMA-family config.json (`kind` = its model_type)."""
+  del names
+  d, heads = f.require("hidden_size"), f.require("num_attention_heads")
+  head_dim = f.get("head_dim") or d // heads
+  max_len = int(f.get("max_position_embeddings", 2048))
+  act = f.get("hidden_activation") if kind.startswith("gemma") else None
+  act = act or f.get("hidden_act", "silu")
+  if act not in GATED_ACTS:
+    raise UnsupportedError(f"{kind} config.json hidden_act={act!r} is not supported "
+                           f"(supported: {sorted(GATED_ACTS)})")
+  qkv_bias = bool(f.get("attention_bias", False))
+  cfg = dict(
+      family="decoder", vocab_size=f.require("vocab_size"), d_model=d,
+      num_layers=f.require("num_hidden_layers"), num_heads=heads,
+      num_kv_heads=f.get("num_key_value_heads") or heads,
+      head_dim=None if head_dim * heads == d else head_dim,
+      d_ff=f.require("intermediate_size"), ffn=GATED_ACTS[act],
+      ffn_bias=bool(f.expect("mlp_bias", (False, True), False)) if kind == "llama" else False,
+      attention_bias=qkv_bias, norm="rmsnorm", norm_eps=float(f.get("rms_norm_eps", 1e-6)),
+      norm_placement="pre", position="rope", max_len=max_len,
+      tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
+      **rope_from_hf(f, max_len))
+  layer_types = f.get("layer_types")
+  if kind == "qwen2":
+    cfg["attention_bias"], cfg["attention_out_bias"] = True, False
+    if f.get("use_sliding_window", False):
+      raise UnsupportedError("qwen2 config.json use_sliding_window=True (sliding window on the "
+                             "layers above max_window_layers) is not supported")
+    f.ignore("sliding_window", "max_window_layers")
+  elif kind == "mistral":
+    window = f.get("sliding_window")
+    if window is not None:
+      cfg["window"] = int(window)
+  if kind.startswith("gemma"):
+    cfg.update(embed_scale=True, norm_unit_offset=True)
+    if f.get("use_bidirectional_attention"):
+      raise UnsupportedError(f"{kind} config.json use_bidirectional_attention=True is not "
+                             "supported")
+  if kind == "gemma2":
+    cfg.update(_gemma2(f, layer_types, head_dim))
+  elif layer_types is not None and set(layer_types) != {"full_attention"} and kind != "mistral":
+    raise UnsupportedError(f"{kind} config.json layer_types={layer_types} (sliding-window "
+                           "layers) is not supported")
+  return cfg
+
+
+def _gemma2(f: Fields, layer_types, head_dim) -> dict:
+  window = int(f.require("sliding_window"))
+  n = f.require("num_hidden_layers")
+  pattern = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+  if layer_types is not None and list(layer_types) != pattern:
+    raise UnsupportedError(f"gemma2 config.json layer_types={layer_types}: tfjax supports "
+                           "Gemma 2's alternation (sliding, full, sliding, ...) only")
+  scalar = f.get("query_pre_attn_scalar", head_dim)
+  return dict(norm_placement="sandwich", window=window, window_pattern=2,
+              attention_softcap=f.get("attn_logit_softcapping"),
+              logits_softcap=f.get("final_logit_softcapping"),
+              attention_scale=float(scalar) ** -0.5)
+
+
+def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
+  out = dict(
+      model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+      num_key_value_heads=cfg.kv_heads, head_dim=cfg.dim_per_head,
+      intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
+      rms_norm_eps=cfg.norm_eps, max_position_embeddings=cfg.max_len,
+      tie_word_embeddings=cfg.tie_embeddings, **rope_to_hf(cfg))
+  if kind == "llama":
+    out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)
+  if kind == "gemma":
+    out["attention_bias"] = cfg.attention_bias
+  if kind == "mistral":
+    out["sliding_window"] = cfg.window
+  if kind == "qwen2":
+    out.update(use_sliding_window=False, sliding_window=None)
+  if kind == "gemma2":
+    del out["hidden_act"]
+    out.update(hidden_activation=ACT_NAMES[cfg.ffn], attention_bias=cfg.attention_bias,
+               sliding_window=cfg.window,
+               query_pre_attn_scalar=round(cfg.attention_scale ** -2),
+               attn_logit_softcapping=cfg.attention_softcap,
+               final_logit_softcapping=cfg.logits_softcap)
+  return out
+
+
+def rules(cfg: ModelConfig) -> list:
+  heads, kv = cfg.num_heads, cfg.kv_heads
+  out = [mapping.copy("model.embed_tokens.weight", ("embed", "tokens", "embedding")),
+         mapping.copy("model.norm.weight", ("decoder", "final_norm", "scale"))]
+  if not cfg.tie_embeddings:
+    out.append(mapping.linear("lm_head.weight", ("lm_head", "kernel")))
+  for i in range(cfg.num_layers):
+    hf, tj = f"model.layers.{i}.", ("decoder", f"layers_{i}")
+    att = tj + ("self_attention",)
+    for name, path, n in (("q", "query", heads), ("k", "key", kv), ("v", "value", kv)):
+      out.append(mapping.heads_in(f"{hf}self_attn.{name}_proj.weight", att + (path, "kernel"), n))
+      if cfg.attention_bias:
+        out.append(mapping.heads_bias(f"{hf}self_attn.{name}_proj.bias", att + (path, "bias"), n))
+    out.append(mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"), heads))
+    if cfg.out_bias:
+      out.append(mapping.copy(f"{hf}self_attn.o_proj.bias", att + ("out", "bias")))
+    for name, path in (("gate_proj", "wi_gate"), ("up_proj", "wi"), ("down_proj", "wo")):
+      out.append(mapping.linear(f"{hf}mlp.{name}.weight", tj + ("ffn", path, "kernel")))
+      if cfg.ffn_bias:
+        out.append(mapping.copy(f"{hf}mlp.{name}.bias", tj + ("ffn", path, "bias")))
+    out.append(mapping.copy(f"{hf}input_layernorm.weight", tj + ("self_attention_norm", "scale")))
+    if cfg.norm_placement == "sandwich":
+      norms = (("post_attention_layernorm", "self_attention_post_norm"),
+               ("pre_feedforward_layernorm", "ffn_norm"),
+               ("post_feedforward_layernorm", "ffn_post_norm"))
+    else:
+      norms = (("post_attention_layernorm", "ffn_norm"),)
+    for name, path in norms:
+      out.append(mapping.copy(f"{hf}{name}.weight", tj + (path, "scale")))
+  return out
+
+
+def droppable(cfg: ModelConfig, name: str) -> bool:
+  """Tensors a checkpoint may hold that the model derives: a tied output matrix, RoPE buffers."""
+  return (cfg.tie_embeddings and name == "lm_head.weight") or name.endswith("rotary_emb.inv_freq")

@@ -1,0 +1,101 @@
+"""Which Hugging Face architectures tfjax imports and exports, keyed by config.json `model_type`.
+
+Each `Architecture` names its family mapping's functions: `config_from_hf(kind, fields, names)`
+(ModelConfig keys; `names` = the checkpoint's tensor names, for optional heads),
+`config_to_hf(kind, cfg)`, `rules(cfg, names)` (tfjax/hf/mapping.py Rules) and
+`droppable(cfg, name)` (checkpoint tensors the model derives rather than stores). An unknown
+model_type, or a model_type whose tfjax switches do not exist yet, is an UnsupportedError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from tfjax.hf import bart, bert, gpt2, llama, t5
+from tfjax.hf.mapping import UnsupportedError
+from tfjax.nn.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  model_type: str
+  hf_class: str                  # the `architectures` entry export writes (AutoModel* picks it)
+  task: str                      # the tfjax task of an imported run: lm | mlm | seq2seq
+  config_from_hf: Callable
+  config_to_hf: Callable
+  rules: Callable                # (cfg, names or None) -> [Rule]
+  droppable: Callable
+  needs: tuple = ()              # ModelConfig fields this architecture needs
+
+
+def _plain_rules(module):
+  return lambda cfg, names=None: module.rules(cfg)
+
+
+def _bert_rules(cfg, names=None):
+  if names is None:
+    return bert.rules(cfg, bert.export_prefix(cfg))
+  return bert.rules(cfg, bert._prefix(names))  # pylint: disable=protected-access
+
+
+def _decoder(model_type, hf_class, module, needs=()):
+  return Architecture(model_type, hf_class, "lm", module.config_from_hf, module.config_to_hf,
+                      _plain_rules(module), module.droppable, tuple(needs))
+
+
+ARCHITECTURES = {a.model_type: a for a in (
+    _decoder("gpt2", "GPT2LMHeadModel", gpt2, needs=("ffn:gelu_tanh",)),
+    _decoder("llama", "LlamaForCausalLM", llama, needs=("rope_scaling",)),
+    _decoder("mistral", "MistralForCausalLM", llama),
+    _decoder("qwen2", "Qwen2ForCausalLM", llama, needs=("attention_out_bias",)),
+    _decoder("gemma", "GemmaForCausalLM", llama, needs=("norm_unit_offset", "ffn:geglu_tanh")),
+    _decoder("gemma2", "Gemma2ForCausalLM", llama,
+             needs=("norm_unit_offset", "attention_softcap", "logits_softcap", "window_pattern",
+                    "attention_scale", "norm_placement:sandwich")),
+    Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
+                 _bert_rules, bert.droppable),
+    Architecture("bart", "BartForConditionalGeneration", "seq2seq", bart.config_from_hf,
+                 bart.config_to_hf, _plain_rules(bart), bart.droppable,
+                 ("share_positions", "position_offset", "final_logits_bias")),
+    Architecture("marian", "MarianMTModel", "seq2seq", bart.config_from_hf, bart.config_to_hf,
+                 _plain_rules(bart), bart.droppable,
+                 ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
+    Architecture("t5", "T5ForConditionalGeneration", "seq2seq", t5.config_from_hf,
+                 t5.config_to_hf, _plain_rules(t5), t5.droppable,
+                 ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
+                  "ffn:geglu_tanh")),
+)}
+
+
+def missing_switches(arch: Architecture) -> list:
+  """The ModelConfig fields / values `arch` needs that this tfjax does not have yet."""
+  from tfjax.nn import config as config_module  # pylint: disable=import-outside-toplevel
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  choices = {"ffn": getattr(config_module, "FFNS", ()),
+             "norm_placement": getattr(config_module, "PLACEMENTS", ()),
+             "position": getattr(config_module, "POSITIONS", ()),
+             "sinusoid_layout": getattr(config_module, "SINUSOID_LAYOUTS", ())}
+  missing = []
+  for need in arch.needs:
+    key, _, value = need.partition(":")
+    if key not in fields and key not in choices:
+      missing.append(need)
+    elif value and value not in choices.get(key, ()):
+      missing.append(need)
+  return missing
+
+
+def architecture(model_type: Optional[str]) -> Architecture:
+  """The Architecture of a config.json `model_type`, or an UnsupportedError naming it."""
+  arch = ARCHITECTURES.get(model_type)
+  if arch is None:
+    raise UnsupportedError(
+        f"Hugging Face model_type {model_type!r} is not supported; tfjax imports "
+        f"{sorted(ARCHITECTURES)}")
+  missing = missing_switches(arch)
+  if missing:
+    raise UnsupportedError(
+        f"Hugging Face model_type {model_type!r} needs model config switch(es) {missing} that "
+        "this version of tfjax does not have yet (not supported yet)")
+  return arch

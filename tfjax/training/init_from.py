@@ -1,0 +1,67 @@
+"""`config.init_from = RUN`: start a run from another run's params (fine-tuning).
+
+The new run takes RUN's architecture: every model key comes from RUN's config.json (vocab size
+resolved), except the execution keys below, which stay as this config sets them (a fine-tune
+usually wants its own dropout). Its tokenizer, when its own workdir has none yet, is RUN's (so a
+char, BPE or Hugging Face vocabulary carries over). Step 0's params are RUN's newest checkpoint's,
+restored straight into this run's shardings; optimizer state, step and data position start fresh.
+A run resumed from its own checkpoint ignores init_from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Optional
+
+# Model keys a fine-tune may set differently from the run it starts from (they change how the
+# model runs, not its parameters).
+OWN_KEYS = ("dropout", "attention_dropout", "remat", "attention_impl", "dtype")
+
+
+def source(config) -> Optional[str]:
+  path = config.get("init_from", "") if hasattr(config, "get") else ""
+  return path or None
+
+
+def resolve(config):
+  """`config` with its model section replaced by the init_from run's (a copy; unchanged when
+  init_from is empty). ValueError if that run directory is unreadable."""
+  path = source(config)
+  if path is None:
+    return config
+  from tfjax.training import experiment, runs  # pylint: disable=import-outside-toplevel
+  if not os.path.isdir(path):
+    raise ValueError(f"config.init_from={path!r} is not a run directory")
+  source_config = runs.load_config(path)
+  model = experiment.model_config(source_config, workdir=path)
+  resolved = config.copy_and_resolve_references()
+  for key, value in dataclasses.asdict(model).items():
+    if key not in OWN_KEYS and key not in ("deterministic", "decode"):
+      resolved.model[key] = value
+  return resolved
+
+
+def tokenizer_dir(config, workdir: Optional[str]) -> Optional[str]:
+  """Where the data's tokenizer is loaded from: the run's own workdir once it holds one, else
+  the init_from run's if that holds one, else the workdir (built there)."""
+  from tfjax.training.tokenizers import TOKENIZER_FILE  # pylint: disable=import-outside-toplevel
+  path = source(config)
+  own = workdir is not None and os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
+  if not own and path is not None and os.path.exists(os.path.join(path, TOKENIZER_FILE)):
+    return path
+  return workdir
+
+
+def load_params(path: str, abstract_params: Any) -> Any:
+  """The params of the newest readable checkpoint of run `path`, placed as `abstract_params`
+  (ShapeDtypeStructs with shardings) say; ValueError if none fits."""
+  from tfjax.training import checkpoint  # pylint: disable=import-outside-toplevel
+  ckpt = checkpoint.Checkpointer(path)
+  try:
+    restored = ckpt.restore_params(abstract_params)
+  finally:
+    ckpt.close()
+  if restored is None:
+    raise ValueError(f"config.init_from={path!r} has no checkpoint whose params fit this model")
+  return restored[1]
