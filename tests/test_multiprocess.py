@@ -179,3 +179,29 @@ def test_two_processes_resume_on_another_mesh(tmp_path):
   resumed = train_records(run)[5:]
   assert [r["step"] for r in resumed] == [4, 5]
   np.testing.assert_allclose([r["train/loss"] for r in resumed], expected[3:], rtol=2e-5)
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+  # SLURM signals each host on its own; the run must still stop as one: both processes checkpoint
+  # the same step and exit 0 (without agreeing, process 0 would wait for process 1 in the next
+  # step's collectives until the timeout).
+  import signal as signals  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path)
+  procs = launch(workdir, (1, 4, 2), overrides=("--config.train.num_steps=100000",
+                                                "--config.train.checkpoint_every=100000"))
+  run = os.path.join(workdir, "run")
+  deadline = time.time() + TIMEOUT_S
+  try:
+    while not (os.path.exists(os.path.join(run, "metrics.jsonl")) and train_records(run)):
+      assert time.time() < deadline and all(p.poll() is None for p in procs), logs(workdir)
+      time.sleep(0.5)
+    procs[1].send_signal(signals.SIGUSR1)
+  finally:
+    wait_all(procs, workdir, deadline)
+  saved = sorted(os.listdir(os.path.join(run, "checkpoints")), key=int)
+  last_logged = train_records(run)[-1]["step"]
+  assert len(saved) == 1 and int(saved[0]) == last_logged < 100000, (saved, last_logged)
+  for pid in range(2):
+    with open(os.path.join(workdir, f"process_{pid}.log")) as f:
+      assert f"checkpoint saved at step {saved[0]}, exiting" in f.read(), logs(workdir)

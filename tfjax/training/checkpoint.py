@@ -139,6 +139,16 @@ class Checkpointer:
     self._manager.close()
 
 
+def newest_params(workdir: str, abstract_params: Any) -> Optional[tuple[int, Any]]:
+  """`Checkpointer.restore_params` of run `workdir` for a one-off read (the checkpointer is closed
+  after): (step, params) of its newest readable checkpoint, or None."""
+  ckpt = Checkpointer(workdir)
+  try:
+    return ckpt.restore_params(abstract_params)
+  finally:
+    ckpt.close()
+
+
 def _one_replica(state: Any) -> Any:
   """In a single-process run, each array replicated over several devices as its copy on one.
 

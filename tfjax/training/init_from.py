@@ -57,11 +57,7 @@ def load_params(path: str, abstract_params: Any) -> Any:
   """The params of the newest readable checkpoint of run `path`, placed as `abstract_params`
   (ShapeDtypeStructs with shardings) say; ValueError if none fits."""
   from tfjax.training import checkpoint  # pylint: disable=import-outside-toplevel
-  ckpt = checkpoint.Checkpointer(path)
-  try:
-    restored = ckpt.restore_params(abstract_params)
-  finally:
-    ckpt.close()
+  restored = checkpoint.newest_params(path, abstract_params)
   if restored is None:
     raise ValueError(f"config.init_from={path!r} has no checkpoint whose params fit this model")
   return restored[1]

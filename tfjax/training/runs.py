@@ -100,11 +100,7 @@ def restore_run(workdir: str) -> RestoredRun:
   replicated = sharding.replicated(sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1}))
   abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
                           param_accounting.param_shapes(model_cfg))
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.train.keep_checkpoints)
-  try:
-    restored = ckpt.restore_params(abstract)
-  finally:
-    ckpt.close()
+  restored = checkpoint.newest_params(workdir, abstract)
   if restored is None:
     raise ValueError(f"{workdir} has no readable checkpoint of this model yet")
   step, params = restored

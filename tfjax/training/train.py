@@ -16,6 +16,8 @@ import logging
 import signal
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 
 from tfjax.training import (checkpoint, data, divergence, flops, init_from, metrics, runs,
                             runtime, sampling, steps, tasks, workdir_lock)
@@ -111,13 +113,12 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
         if _due(step, train_cfg.eval_every, train_cfg):
           last.update(evaluate(state, step))
           throughput.reset()
-        if stop_after_step is not None and step >= stop_after_step:
-          stop.signum = stop.signum or signal.SIGTERM
+        stop.decide(at_stop_after_step=stop_after_step is not None and step >= stop_after_step)
         if _due(step, train_cfg.checkpoint_every, train_cfg) or stop.signum is not None:
           ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
         if stop.signum is not None:
           _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
-          _last_stop["signal"] = stop.received
+          _last_stop["signal"] = stop.signal
           break
     ckpt.wait()
     saved = ckpt.steps()
@@ -240,7 +241,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class _StopRequested:
-  """STOP_SIGNALS set a flag; the loop saves a checkpoint at the next step boundary and exits.
+  """STOP_SIGNALS are noted; the loop saves a checkpoint at the next step boundary and exits.
 
   SIGTERM and SIGINT are how a run is stopped by hand or by a scheduler; SIGUSR1 / SIGUSR2 are the
   warnings a SLURM job asks for before its time limit (`sbatch --signal=USR1@90`; submitit uses
@@ -248,9 +249,27 @@ class _StopRequested:
   """
 
   def __init__(self):
-    self.signum = None    # why the loop stops: a signal, or SIGTERM standing in for stop_after_step
-    self.received = None  # the signal that actually arrived
+    self.received = None  # the latest signal that arrived in this process (set by the handler)
+    self.signal = None    # the signal the run stops for, agreed at a step boundary by decide()
+    self.signum = None    # why the loop stops: that signal, or SIGTERM standing in for stop_after_step
     self._previous = {}
+
+  def decide(self, at_stop_after_step: bool) -> None:
+    """Sets `signum` for this step boundary. In a multi-process run every process decides the
+    same: to stop if any of them received a signal (the lowest signal number among them).
+
+    Why: a scheduler signals each host on its own clock, so without agreeing one process would
+    save and leave while the others wait for it in the next step's collectives until the job is
+    killed. One int per process is gathered per call; single-process runs gather nothing. The
+    handler only sets `received`, so a signal arriving after the gather waits for the next
+    boundary in every process alike.
+    """
+    received = self.received
+    if jax.process_count() > 1:
+      gathered = np.asarray(multihost_utils.process_allgather(np.int32(received or 0))).ravel()
+      received = min((int(s) for s in gathered if s), default=None)
+    self.signal = received
+    self.signum = received or (signal.SIGTERM if at_stop_after_step else None)
 
   def __enter__(self):
     for sig in STOP_SIGNALS:
@@ -262,7 +281,7 @@ class _StopRequested:
 
   def _handle(self, signum, frame):
     del frame
-    self.signum = self.received = signum
+    self.received = signum
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
