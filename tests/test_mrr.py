@@ -1,4 +1,4 @@
-"""tfjax/research/mrr.py: Kazemnejad et al.'s mean reciprocal rank against hand-computed examples."""
+"""tfjax/research/mrr.py: Kazemnejad et al.'s mean reciprocal rank vs hand-computed examples."""
 
 import pytest
 

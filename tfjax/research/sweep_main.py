@@ -30,7 +30,8 @@ _CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs
                               "(PATH:SCALE also accepted). Required except with --status.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirectory per point).",
                                required=True)
-_SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep: smoke | full.")
+_SCALE = flags.DEFINE_string("scale", None, "Passed to get_config / get_sweep (and REPORT when it "
+                             "is a function): smoke | medium | full.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (> 1: child processes).")
 _ONLY = flags.DEFINE_string("only", "", "Run only these points: names as --list prints them, "
                             "comma-separated (names contain commas; each is matched whole).")
