@@ -76,7 +76,8 @@ def get_config(arg=None) -> config_dict.ConfigDict:
     python experiments/train.py --workdir=runs/default      # no --workdir: runs/default-<time>/
 
   Expected at step 600: eval/exact_match@8 1.00 and @16 0.97-1.00 (float rounding changes the
-  trajectory between versions; 0.996 at the last measurement), @24 and @32 0.
+  trajectory between versions: the non-finite-update guard's select moved it from 0.996 to 0.984),
+  @24 and @32 0.
   Run times: docs/benchmarks.md.
   """
   del arg
