@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+
 from tfjax.nn.config import ModelConfig
+from tfjax.training import cpu_fusion
 
 # Small enough that eager init/apply take milliseconds; init_std large enough that every
 # weight visibly moves the outputs (the default 0.02 makes many differences tiny).
@@ -73,3 +75,10 @@ def full_precision_matmuls():
   A no-op on CPU. Modules comparing against NumPy use it via `pytestmark`."""
   with jax.default_matmul_precision("float32"):
     yield
+
+
+@pytest.fixture
+def fusion_policy():
+  """Sets tfjax.training.cpu_fusion's policy for one test, then restores the default."""
+  yield cpu_fusion.install
+  cpu_fusion.install("auto")

@@ -1,12 +1,17 @@
 """tfjax/nn/attention.py: the attention switches (out bias, score scale, soft-capping, QK-norm,
 partial/scaled RoPE) against a NumPy multi-head attention written here from the formulas."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config, to_numpy
+from conftest import random_params, tiny_config, to_numpy, unboxed
+from np_reference import KEY, np_mha, np_norm, rand
+
 from tfjax.nn.attention import MultiHeadAttention
+
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 
 def np_rotate(x_BxTxHxE, pos_BxT, inv_freq, *, rot_dim, mscale=1.0, interleaved=False):
@@ -25,15 +30,6 @@ def np_rotate(x_BxTxHxE, pos_BxT, inv_freq, *, rot_dim, mscale=1.0, interleaved=
   return np.concatenate([out, rest], -1)
 
 
-def np_head_norm(x, p, kind, eps, unit_offset=False):
-  x = np.asarray(x, np.float64)
-  if kind == "layernorm":
-    x = x - x.mean(-1, keepdims=True)
-  y = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-  y = y * ((1.0 + p["scale"]) if unit_offset else p["scale"])
-  return y + p["bias"] if "bias" in p else y
-
-
 def np_attention(p, x, *, causal=True, window=None, scale=None, softcap=None, bias=None,
                  rope=None, qk_norm=None, eps=1e-5):
   """rope: dict(inv_freq, rot_dim, mscale, interleaved); bias: [H, T, S]. Returns [B, T, D]."""
@@ -42,8 +38,8 @@ def np_attention(p, x, *, causal=True, window=None, scale=None, softcap=None, bi
   q, k, v = proj("query"), proj("key"), proj("value")
   B, T, H, E = q.shape
   if qk_norm is not None:
-    q = np_head_norm(q, p["query_norm"], qk_norm, eps)
-    k = np_head_norm(k, p["key_norm"], qk_norm, eps)
+    q = np_norm(q, p["query_norm"], qk_norm, eps)
+    k = np_norm(k, p["key_norm"], qk_norm, eps)
   if rope is not None:
     pos = np.broadcast_to(np.arange(T), (B, T)).astype(np.float64)
     q, k = np_rotate(q, pos, **rope), np_rotate(k, pos, **rope)
@@ -64,10 +60,6 @@ def np_attention(p, x, *, causal=True, window=None, scale=None, softcap=None, bi
   w = w / w.sum(-1, keepdims=True)
   o = np.einsum("bhts,bshe->bthe", w, v)
   return np.einsum("bthe,hed->btd", o, p["out"]["kernel"]) + p["out"].get("bias", 0)
-
-
-def rand(shape, seed=0, scale=1.0):
-  return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
 
 
 def run_attention(cfg, x, *, causal=True, seed=1, **kwargs):
@@ -164,3 +156,143 @@ def test_qk_norm_normalizes_each_head_before_rope(kind):
   rope = dict(inv_freq=_np_inv_freq(4, 1e4), rot_dim=4)
   expected = np_attention(p, x, qk_norm=kind, eps=1e-6, rope=rope)
   np.testing.assert_allclose(y, expected, rtol=2e-5, atol=2e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-head attention
+# ------------------------------------------------------------------------------------------------
+PAD = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], np.int32)
+
+
+MHA_CASES = {
+    "self_bidirectional": (dict(), dict()),
+    "self_causal_padding": (dict(), dict(causal=True, seg=PAD)),
+    "self_causal_gqa": (dict(num_heads=4, num_kv_heads=2, d_model=16), dict(causal=True)),
+    "self_mqa_padding": (dict(num_heads=4, num_kv_heads=1), dict(seg=PAD)),
+    "self_window": (dict(window=2), dict(causal=True)),
+    "self_rope": (dict(position="rope"), dict(causal=True)),
+    "self_rope_interleaved_positions": (dict(position="rope_interleaved"), dict(
+        causal=True, positions=np.array([[3, 4, 5, 6, 7], [10, 11, 12, 13, 14]]))),
+    "self_alibi": (dict(position="alibi", num_heads=4), dict(causal=True)),
+    "self_alibi_bidirectional": (dict(position="alibi", num_heads=4), dict()),
+    "self_no_bias": (dict(attention_bias=False, head_dim=6), dict(causal=True)),
+    "cross": (dict(), dict(cross=True)),
+    "cross_padding_rope_ignored": (dict(position="rope", num_heads=4, num_kv_heads=2),
+                                   dict(cross=True, kv_seg=np.array([[1, 1, 1, 0, 0, 0, 0],
+                                                                     [1, 1, 1, 1, 1, 1, 1]]))),
+    "cross_alibi_ignored_q_padding": (dict(position="alibi"), dict(
+        cross=True, seg=np.array([[1, 1, 0], [1, 1, 1]]),
+        kv_seg=np.array([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]]))),
+}
+
+
+def _alibi_reference_slopes(h):  # power of two heads: 2^(-8 i / h)
+  return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
+
+
+@pytest.mark.parametrize("name", list(MHA_CASES))
+def test_multi_head_attention_matches_numpy(name):
+  overrides, case = MHA_CASES[name]
+  cfg = tiny_config(**overrides)
+  cross = case.get("cross", False)
+  T = 3 if cross else 5
+  x = rand((2, T, 16), seed=10)
+  kv = rand((2, 7, 16), seed=11) if cross else None
+  seg = case.get("seg")
+  kv_seg = case.get("kv_seg", None if cross else seg)
+  positions = case.get("positions")
+  module = MultiHeadAttention(cfg, causal=case.get("causal", False), cross=cross)
+  call_kwargs = dict(q_segment_ids=None if seg is None else jnp.asarray(seg),
+                     kv_segment_ids=None if kv_seg is None else jnp.asarray(kv_seg),
+                     positions=None if positions is None else jnp.asarray(positions))
+  params = random_params(module, x, kv, seed=12, scale=0.4, **call_kwargs)
+  assert all(("bias" in p) == cfg.attention_bias for p in params.values())
+  y, state = module.apply({"params": params}, x, kv, mutable=["intermediates"], **call_kwargs)
+  (weights,) = state["intermediates"]["attention_weights"]
+  y_plain = module.apply({"params": params}, x, kv, **call_kwargs)
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(y_plain))  # sowing changes nothing
+
+  relative = not cross
+  expected_y, expected_w = np_mha(
+      to_numpy(params), x, kv, causal=case.get("causal", False),
+      window=cfg.window if case.get("causal") else None,
+      q_seg=seg, kv_seg=kv_seg, positions=positions,
+      rope=cfg.position if relative and cfg.position.startswith("rope") else None,
+      slopes=_alibi_reference_slopes(cfg.num_heads)
+      if relative and cfg.position == "alibi" else None)
+  weights = np.asarray(weights)
+  assert weights.shape == (2, cfg.num_heads, T, 7 if cross else T)
+  np.testing.assert_allclose(weights, expected_w, rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(np.asarray(y), expected_y, rtol=2e-5, atol=2e-5)
+  sums = weights.sum(-1)
+  row_visible = expected_w.sum(-1) > 0
+  np.testing.assert_allclose(sums[row_visible], 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(sums[~row_visible], 0.0)
+
+
+def test_rope_attention_is_shift_invariant_in_the_module():
+  cfg = tiny_config(position="rope", num_heads=2)
+  x = rand((1, 5, 16), seed=13)
+  module = MultiHeadAttention(cfg, causal=True)
+  params = random_params(module, x, seed=14, scale=0.5)
+  outs = []
+  for shift in (0, 11, 250):
+    pos = jnp.arange(5)[None] + shift
+    outs.append(np.asarray(module.apply({"params": params}, x, positions=pos)))
+  np.testing.assert_allclose(outs[1], outs[0], rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(outs[2], outs[0], rtol=1e-4, atol=1e-4)
+  # Non-uniform positions (gaps) do change the result.
+  gapped = np.asarray(module.apply({"params": params}, x, positions=jnp.array([[0, 1, 5, 6, 9]])))
+  assert not np.allclose(gapped, outs[0], atol=1e-3)
+
+
+def test_gqa_with_kv_heads_equal_heads_is_mha():
+  mha_cfg = tiny_config(num_heads=4)
+  gqa_cfg = tiny_config(num_heads=4, num_kv_heads=4)
+  x = rand((2, 5, 16), seed=15)
+  mha = MultiHeadAttention(mha_cfg, causal=True)
+  gqa = MultiHeadAttention(gqa_cfg, causal=True)
+  params = random_params(mha, x, seed=16, scale=0.5)
+  gqa_shapes = jax.eval_shape(lambda: gqa.init(KEY, x))["params"]
+  assert jax.tree_util.tree_map(np.shape, unboxed(gqa_shapes)) == \
+      jax.tree_util.tree_map(np.shape, params)
+  np.testing.assert_array_equal(np.asarray(gqa.apply({"params": params}, x)),
+                                np.asarray(mha.apply({"params": params}, x)))
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_gqa_equals_mha_with_repeated_kv_weights(kv_heads):
+  """GQA: query head h reads kv head h // (H / K); MHA whose K/V weights repeat per group is
+  the same function."""
+  H = 4
+  gqa_cfg = tiny_config(num_heads=H, num_kv_heads=kv_heads)
+  mha_cfg = tiny_config(num_heads=H)
+  x = rand((2, 5, 16), seed=17)
+  seg = jnp.asarray(PAD)
+  gqa = MultiHeadAttention(gqa_cfg, causal=True)
+  params = random_params(gqa, x, seed=18, scale=0.5)
+  p = to_numpy(params)
+  mha_params = dict(p)
+  for name in ("key", "value"):
+    mha_params[name] = {"kernel": np.repeat(p[name]["kernel"], H // kv_heads, axis=1),
+                        "bias": np.repeat(p[name]["bias"], H // kv_heads, axis=0)}
+  mha_params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), mha_params)
+  y_gqa = gqa.apply({"params": params}, x, q_segment_ids=seg, kv_segment_ids=seg)
+  y_mha = MultiHeadAttention(mha_cfg, causal=True).apply(
+      {"params": mha_params}, x, q_segment_ids=seg, kv_segment_ids=seg)
+  np.testing.assert_allclose(np.asarray(y_gqa), np.asarray(y_mha), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_key_value_projections_carry_the_kv_heads_axis(num_kv_heads):
+  """W_K / W_V are sharded by kv_heads whether or not kv_heads == heads (MHA: both 4)."""
+  cfg = tiny_config(num_heads=4, num_kv_heads=num_kv_heads)
+  x = jnp.zeros((1, 3, 16))
+  boxed = jax.eval_shape(MultiHeadAttention(cfg).init, jax.random.PRNGKey(0), x)["params"]
+  names = {k: (v["kernel"].names, v["bias"].names) for k, v in boxed.items()}
+  assert names == {
+      "query": (("embed", "heads", "head_dim"), ("heads", "head_dim")),
+      "key": (("embed", "kv_heads", "head_dim"), ("kv_heads", "head_dim")),
+      "value": (("embed", "kv_heads", "head_dim"), ("kv_heads", "head_dim")),
+      "out": (("heads", "head_dim", "embed"), ("embed",)),
+  }

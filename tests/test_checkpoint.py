@@ -5,6 +5,11 @@ import numpy as np
 import pytest
 
 from tfjax.training import checkpoint
+import os
+import threading
+from tfjax.training import train
+from run_helpers import read_metrics, tiny_config, train_losses
+
 
 
 def state(value):
@@ -28,3 +33,54 @@ def test_save_refuses_a_non_finite_state_and_keeps_the_last_good_one(tmp_path):
     np.testing.assert_array_equal(restored["params"]["w"], [1.0, 1.0, 1.0])
   finally:
     ckpt.close()
+
+
+def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
+  config = tiny_config(num_steps=8)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(config, workdir, stop_after_step=8)
+  expected = train_losses(workdir)
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  assert sorted(os.listdir(ckpt_dir)) == ["4", "8"]
+  # Corrupt step 8: truncate every file of its state item.
+  for root, _, files in os.walk(os.path.join(ckpt_dir, "8", "state")):
+    for name in files:
+      open(os.path.join(root, name), "w").close()
+  with caplog.at_level("WARNING"):
+    train.train_and_evaluate(config, workdir)  # same config: resumes from step 4
+  assert "corrupt or partial" in caplog.text
+  quarantined = os.listdir(os.path.join(workdir, "checkpoints_unreadable"))
+  assert len(quarantined) == 1 and quarantined[0].startswith("8-")
+  assert sorted(os.listdir(ckpt_dir), key=int) == ["4", "8"]
+  # Steps 5..8 were retrained from step 4 and gave the same losses as the first time.
+  retrained = [m for m in read_metrics(workdir) if "train/loss" in m][-4:]
+  assert [m["step"] for m in retrained] == [5, 6, 7, 8]
+  for m in retrained:
+    assert m["train/loss"] == expected[m["step"]]
+
+
+def test_resuming_with_a_different_model_is_refused(tmp_path):
+  config = tiny_config(num_steps=2)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(config, workdir)
+  before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+  config.model.d_model = 48
+  with pytest.raises(ValueError, match="different model"):
+    train.train_and_evaluate(config, workdir)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
+
+
+def test_checkpoint_of_another_optimizer_is_a_clear_error_and_left_untouched(tmp_path):
+  # The model matches (config.json allows the resume), but the optimizer chain does not: the
+  # checkpoint is readable, so it must not be mistaken for a corrupt one and moved aside.
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(tiny_config(num_steps=4), workdir)
+  changed = tiny_config(num_steps=8)
+  changed.optimizer.clip_norm = 0.0  # drops the clipping transform: the state tree changes
+  with pytest.raises(ValueError, match="different model or optimizer state"):
+    train.train_and_evaluate(changed, workdir)
+  assert os.listdir(os.path.join(workdir, "checkpoints")) == ["4"]
+  assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
+  # The restore failed while the steps were compiling in the background: the failing run waited
+  # for those compiles instead of leaving them running (and logging) into the caller's next work.
+  assert not [t.name for t in threading.enumerate() if t.name.startswith("tfjax-compile")]

@@ -13,6 +13,8 @@ from tfjax.training.data import DataIterator, TextDataset, make_dataset, mask_to
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 SAMPLE = "Hello wörld — ünïcode ✓\n\nsecond line\n"
+from run_helpers import REPO, run_cli
+
 
 
 def _paragraph_text(n=60, seed=0):
@@ -338,3 +340,15 @@ def test_tinyshakespeare_shared_file(monkeypatch, tmp_path):
   assert ds.vocab_size == 65
   assert len(ds.train_tokens) == int(1_115_394 * 0.9)
   assert ds.decode(ds.train_tokens[:14]) == "First Citizen:"
+
+
+@pytest.mark.parametrize("content,message", [("", "empty"), ("abc\n" * 5, "too short")])
+def test_empty_or_short_text_file_is_a_clear_error(tmp_path, content, message):
+  path = tmp_path / "tiny.txt"
+  path.write_text(content)
+  workdir = tmp_path / "run"
+  result = run_cli([f"--workdir={workdir}", "--config.data.name=text",
+                     f"--config.data.path={path}", "--config.data.seq_len=64"], cwd=tmp_path)
+  assert result.returncode == 2
+  assert message in result.stderr.lower() and str(path) in result.stderr, result.stderr[-2000:]
+  assert not workdir.exists()

@@ -7,19 +7,19 @@ import numpy as np
 import pytest
 
 from conftest import random_params, tiny_config, to_numpy
+from np_reference import np_layer, np_norm, rand
 from test_attention import np_attention
-from test_norms import np_norm
+
 from tfjax.nn.layers import LayerStack, TransformerLayer
+from tfjax.training import cpu_fusion
+
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 
 def np_ffn(x, p):  # ffn="gelu_tanh"
   h = x @ p["wi"]["kernel"] + p["wi"]["bias"]
   h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
   return h @ p["wo"]["kernel"] + p["wo"]["bias"]
-
-
-def rand(shape, seed=0, scale=1.0):
-  return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
 
 
 def run_layer(cfg, x, seed=1):
@@ -136,3 +136,60 @@ def test_deepnorm_layer_is_post_norm_of_alpha_x_plus_f_and_beta_scales_the_init(
 def test_residual_keys_are_validated(overrides, match):
   with pytest.raises(ValueError, match=match):
     tiny_config(**overrides)
+
+
+@pytest.mark.parametrize("placement,norm,ffn,cross", [
+    ("pre", "layernorm", "gelu", False),
+    ("post", "layernorm", "relu", False),
+    ("pre", "rmsnorm", "swiglu", True),
+    ("post", "layernorm", "geglu", True),
+])
+def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cross):
+  cfg = tiny_config(norm_placement=placement, norm=norm, ffn=ffn, norm_eps=1e-3)
+  x = rand((2, 5, 16), seed=19, offset=0.5)
+  enc = rand((2, 4, 16), seed=20) if cross else None
+  enc_seg = np.array([[1, 1, 1, 0], [1, 1, 1, 1]]) if cross else None
+  layer = TransformerLayer(cfg, causal=True, cross_attention=cross)
+  kwargs = dict(encoded_BxSxD=enc, encoder_segment_ids=None if enc_seg is None else
+                jnp.asarray(enc_seg))
+  params = random_params(layer, x, seed=21, scale=0.3, **kwargs)
+  p = to_numpy(params)
+  expected_names = {"self_attention", "self_attention_norm", "ffn", "ffn_norm"}
+  if cross:
+    expected_names |= {"cross_attention", "cross_attention_norm"}
+  assert set(p) == expected_names
+  y = np.asarray(layer.apply({"params": params}, x, **kwargs))
+  common = dict(norm=norm, eps=1e-3, ffn=ffn, causal=True, enc=enc, enc_seg=enc_seg)
+  expected = np_layer(p, x, placement=placement, **common)
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+  other = np_layer(p, x, placement="post" if placement == "pre" else "pre", **common)
+  assert not np.allclose(y, other, atol=1e-2)
+
+
+@pytest.mark.parametrize("placement,ffn", [("pre", "gelu"), ("post", "swiglu")])
+def test_transformer_layer_gradients_match_finite_differences(placement, ffn, fusion_policy):
+  """Directional derivatives of the layer, with the residual gradients going through the CPU
+  fusion boundary's custom JVP (tfjax.training.cpu_fusion), agree with central differences along random
+  directions."""
+  fusion_policy("on")
+  cfg = tiny_config(norm_placement=placement, ffn=ffn, num_heads=4, num_kv_heads=2)
+  x = jnp.asarray(rand((2, 5, 16), seed=25))
+  cot = jnp.asarray(rand((2, 5, 16), seed=26))
+  layer = TransformerLayer(cfg, causal=True)
+  params = random_params(layer, x, seed=27, scale=0.3)
+  f = lambda p, x: jnp.sum(layer.apply({"params": p}, x) * cot)
+  grads = jax.grad(cpu_fusion.applied(f), argnums=(0, 1))(params, x)
+  rng = np.random.default_rng(28)
+  for _ in range(3):
+    direction = jax.tree_util.tree_map(
+        lambda a: jnp.asarray(rng.normal(size=a.shape), jnp.float32), (params, x))
+
+    def central(eps):
+      plus = jax.tree_util.tree_map(lambda a, d: a + eps * d, (params, x), direction)
+      minus = jax.tree_util.tree_map(lambda a, d: a - eps * d, (params, x), direction)
+      return (float(f(*plus)) - float(f(*minus))) / (2 * eps)
+
+    numeric = (4 * central(5e-3) - central(1e-2)) / 3  # Richardson: O(eps^4) truncation error
+    analytic = sum(float(jnp.sum(g * d)) for g, d in zip(jax.tree_util.tree_leaves(grads),
+                                                         jax.tree_util.tree_leaves(direction)))
+    assert analytic == pytest.approx(numeric, rel=5e-3, abs=5e-2)

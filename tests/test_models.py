@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import fast_jit, random_params, tiny_config, to_numpy, tokens, unboxed
+from np_reference import np_norm
 from tfjax.nn.config import FAMILIES, FFNS, NORMS, PLACEMENTS, POSITIONS, ModelConfig, \
     default_model_config, one_of
-from tfjax.nn.models import build_model, shift_right
+from tfjax.nn.models import Embedder, build_model, shift_right
 from tfjax.nn.positions import has_learned_table
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
@@ -586,3 +587,37 @@ def test_embed_scale_with_position_init_std_balances_tokens_and_positions(positi
   np.testing.assert_allclose(ratio, 2 ** -0.5, rtol=0.15)
   if position == "sinusoidal":
     assert rms_ratio(init_std=0.02)[0] > 25
+
+
+# ------------------------------------------------------------------------------------------------
+# Embedder
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides", [
+    dict(position="learned"),
+    dict(position="sinusoidal", embed_scale=True),
+    dict(position="rope"),
+    dict(family="encoder", position="learned", type_vocab_size=2, embed_norm=True),
+])
+def test_embedder_matches_numpy(overrides):
+  cfg = tiny_config(**overrides)
+  toks = np.array([[1, 5, 30, 2], [0, 7, 7, 9]])
+  positions = np.array([[0, 1, 2, 3], [3, 4, 5, 6]])
+  types = np.array([[0, 0, 1, 1], [1, 0, 1, 0]])
+  module = Embedder(cfg)
+  args = (jnp.asarray(toks), jnp.asarray(positions))
+  kwargs = dict(token_type_ids=jnp.asarray(types)) if cfg.type_vocab_size else {}
+  params = random_params(module, *args, seed=9, scale=0.5, **kwargs)
+  p = to_numpy(params)
+  y = np.asarray(module.apply({"params": params}, *args, **kwargs))
+  x = p["tokens"]["embedding"][toks] * (np.sqrt(16) if cfg.embed_scale else 1.0)
+  if cfg.position == "learned":
+    x = x + p["positions"]["embedding"][positions]
+  if cfg.position == "sinusoidal":
+    i = np.arange(8)
+    angles = positions[..., None] / 10000.0 ** (2 * i / 16)
+    x = x + np.stack([np.sin(angles), np.cos(angles)], -1).reshape(2, 4, 16)
+  if cfg.type_vocab_size:
+    x = x + p["token_types"]["embedding"][types]
+  if cfg.embed_norm:
+    x = np_norm(x, p["norm"], "layernorm", cfg.norm_eps)
+  np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-5)

@@ -1,20 +1,16 @@
 """tfjax/nn/norms.py: the norm switches against NumPy."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from conftest import random_params, tiny_config, to_numpy
+from np_reference import np_norm, rand
+
 from tfjax.nn.norms import Norm
 
-
-def np_norm(x, p, kind, eps, unit_offset):
-  x = np.asarray(x, np.float64)
-  if kind == "layernorm":
-    x = x - x.mean(-1, keepdims=True)
-  y = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-  y = y * ((1.0 + p["scale"]) if unit_offset else p["scale"])
-  return y + p["bias"] if "bias" in p else y
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
@@ -30,3 +26,33 @@ def test_unit_offset_norm_is_one_plus_w(kind):
   p = to_numpy(params)
   np.testing.assert_allclose(y, np_norm(x, p, kind, 1e-6, True), rtol=1e-5, atol=1e-5)
   assert not np.allclose(y, np_norm(x, p, kind, 1e-6, False), rtol=1e-3, atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Norms
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+@pytest.mark.parametrize("norm_bias", [True, False])
+def test_norm_matches_numpy(kind, eps, norm_bias):
+  cfg = tiny_config(norm=kind, norm_eps=eps, norm_bias=norm_bias)
+  x = rand((2, 3, 16), offset=2.0, scale=1.5)  # nonzero mean separates LayerNorm from RMSNorm
+  module = Norm(cfg)
+  params = random_params(module, x, seed=1, scale=0.5)
+  has_bias = kind == "layernorm" and norm_bias
+  assert set(params) == ({"scale", "bias"} if has_bias else {"scale"})
+  y = module.apply({"params": params}, x)
+  np.testing.assert_allclose(np.asarray(y), np_norm(x, to_numpy(params), kind, eps),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_norm_statistics_in_float32_for_bfloat16():
+  cfg = tiny_config(norm="rmsnorm", dtype="bfloat16")
+  x = rand((2, 3, 16), scale=1e-3)  # squares underflow-prone in low precision
+  module = Norm(cfg)
+  params = random_params(module, x)
+  y = module.apply({"params": params}, jnp.asarray(x, jnp.bfloat16))
+  assert y.dtype == jnp.bfloat16
+  expected = np_norm(np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64), to_numpy(params),
+                     "rmsnorm", cfg.norm_eps)
+  np.testing.assert_allclose(np.asarray(y, np.float32), expected, rtol=2e-2, atol=2e-2)

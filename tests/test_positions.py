@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
+from np_reference import np_rope, rand
+
 from tfjax.nn import positions
+from tfjax.nn.positions import alibi_slopes, apply_rope, sinusoidal_table
+
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 
 def np_inv_freq(dim, base):
@@ -151,3 +156,70 @@ def test_learned_positions_with_offset_read_row_p_plus_offset():
                     dict(sinusoid_layout="halves")):
     with pytest.raises(ValueError, match="position_offset|sinusoid_layout"):
       tiny_config(**overrides)
+
+
+# ------------------------------------------------------------------------------------------------
+# Positions
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("d_model", [16, 6])
+def test_sinusoidal_table_is_the_formula(d_model):
+  positions = np.array([[0, 1, 2, 3, 50], [7, 100, 999, 5, 4096]])
+  table = np.asarray(sinusoidal_table(jnp.asarray(positions), d_model))
+  assert table.shape == (2, 5, d_model)
+  expected = np.zeros((2, 5, d_model))
+  for b in range(2):
+    for l in range(5):
+      p = positions[b, l]
+      for i in range(d_model // 2):
+        expected[b, l, 2 * i] = math.sin(p / 10000 ** (2 * i / d_model))
+        expected[b, l, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / d_model))
+  # float32 angles of up to ~4096 rad: absolute error ~ 4096 * 2^-24
+  np.testing.assert_allclose(table, expected, atol=1e-3)
+  small = positions <= 100
+  np.testing.assert_allclose(table[small], expected[small], atol=5e-6)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rope_matches_rotation_matrices(interleaved, base):
+  x = rand((2, 4, 3, 8), seed=4)
+  positions = np.array([[0, 1, 2, 3], [5, 9, 17, 60]])
+  y = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(positions), base=base,
+                            interleaved=interleaved))
+  np.testing.assert_allclose(y, np_rope(x, positions, base, interleaved), rtol=1e-5, atol=1e-5)
+  # The other pairing is a different function (so the check above tells them apart).
+  assert not np.allclose(y, np_rope(x, positions, base, not interleaved), atol=1e-3)
+  # Rotations preserve norms; position 0 is the identity.
+  np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
+  np.testing.assert_allclose(y[0, 0], x[0, 0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_scores_depend_only_on_relative_offset(interleaved):
+  """q(p)·k(p') after rotation is a function of p - p': shifting every position by c keeps it."""
+  q = rand((1, 6, 2, 8), seed=5)
+  k = rand((1, 6, 2, 8), seed=6)
+  q_pos = np.array([[0, 1, 2, 3, 4, 5]])
+  k_pos = np.array([[3, 0, 5, 1, 4, 2]])
+
+  def scores(shift):
+    rq = apply_rope(jnp.asarray(q), jnp.asarray(q_pos + shift), interleaved=interleaved)
+    rk = apply_rope(jnp.asarray(k), jnp.asarray(k_pos + shift), interleaved=interleaved)
+    return np.einsum("bthd,bshd->bhts", np.asarray(rq, np.float64), np.asarray(rk, np.float64))
+
+  base = scores(0)
+  for shift in (1, 7, 113):
+    np.testing.assert_allclose(scores(shift), base, rtol=1e-4, atol=1e-4)
+  # ... and they do depend on the offset: unrotated scores are different.
+  plain = np.einsum("bthd,bshd->bhts", q.astype(np.float64), k.astype(np.float64))
+  assert not np.allclose(base, plain, atol=1e-2)
+
+
+def test_alibi_slopes_published_values():
+  np.testing.assert_array_equal(alibi_slopes(8), [2.0 ** -h for h in range(1, 9)])
+  np.testing.assert_array_equal(alibi_slopes(6), [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8])
+  np.testing.assert_array_equal(alibi_slopes(4), [1 / 4, 1 / 16, 1 / 64, 1 / 256])
+  np.testing.assert_array_equal(alibi_slopes(1), [2.0 ** -8])
+  # 12 heads (Press et al. reference code): 8-head slopes, then every other slope of 16 heads.
+  expected12 = [2.0 ** -h for h in range(1, 9)] + [2.0 ** -(h / 2) for h in (1, 3, 5, 7)]
+  np.testing.assert_allclose(alibi_slopes(12), expected12, rtol=1e-6)
