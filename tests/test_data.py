@@ -2,7 +2,6 @@
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 SAMPLE = "Hello wörld — ünïcode ✓\n\nsecond line\n"
 from run_helpers import REPO, run_cli
-
 
 
 def _paragraph_text(n=60, seed=0):
@@ -35,62 +33,6 @@ def _text_file(tmp_path, text, name="corpus.txt"):
   path = tmp_path / name
   path.write_text(text, encoding="utf-8")
   return str(path)
-
-
-# --- tokenizers --------------------------------------------------------------------------------
-
-
-def test_byte_tokenizer_roundtrip():
-  tok = tokenizers.ByteTokenizer()
-  ids = tok.encode(SAMPLE)
-  assert ids.dtype == np.int32 and tok.vocab_size == 256
-  assert len(ids) == len(SAMPLE.encode("utf-8"))
-  assert tok.decode(ids) == SAMPLE
-
-
-def test_char_tokenizer_roundtrip_save_load(tmp_path):
-  tok = tokenizers.make_tokenizer("char", SAMPLE, str(tmp_path))
-  assert tok.vocab_size == len(set(SAMPLE)) and tok.chars == "".join(sorted(set(SAMPLE)))
-  ids = tok.encode(SAMPLE)
-  assert ids.dtype == np.int32 and tok.decode(ids) == SAMPLE
-  # A resumed run loads the saved vocabulary, whatever corpus it is handed now.
-  again = tokenizers.make_tokenizer("char", "completely different", str(tmp_path))
-  assert again.chars == tok.chars
-  assert tokenizers.CharTokenizer.load(str(tmp_path)).chars == tok.chars
-  with pytest.raises(ValueError, match="not in the vocabulary"):
-    tok.encode("xyz€")
-  with pytest.raises(ValueError, match="holds a 'char' tokenizer"):
-    tokenizers.make_tokenizer("byte", SAMPLE, str(tmp_path))
-
-
-def test_bpe_tokenizer_roundtrip_save_load(tmp_path):
-  pytest.importorskip("tokenizers")
-  corpus = _paragraph_text(200) + SAMPLE
-  tok = tokenizers.make_tokenizer("bpe", corpus, str(tmp_path), bpe_vocab_size=300)
-  assert 256 < tok.vocab_size <= 300
-  ids = tok.encode(corpus)
-  assert ids.dtype == np.int32 and len(ids) < len(corpus.encode("utf-8"))
-  assert tok.decode(ids) == corpus
-  unseen = "unseen text: ∑ 😀"
-  assert tok.decode(tok.encode(unseen)) == unseen  # byte-level: no unknown tokens
-  loaded = tokenizers.load_tokenizer(str(tmp_path))
-  np.testing.assert_array_equal(loaded.encode(corpus), ids)
-  with pytest.raises(ValueError, match="vocab size 300"):
-    tokenizers.make_tokenizer("bpe", corpus, str(tmp_path), bpe_vocab_size=512)
-
-
-def test_bpe_missing_package_error(monkeypatch):
-  monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
-  with pytest.raises(ImportError, match=r"tfjax\[bpe\]"):
-    tokenizers.make_tokenizer("bpe", SAMPLE, None)
-
-
-def test_unknown_tokenizer():
-  with pytest.raises(ValueError, match="byte.*char"):
-    tokenizers.make_tokenizer("wordpiece", SAMPLE, None)
-
-
-# --- text LM -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +146,6 @@ def test_pack_documents():
                                                    list(range(8)), [0, 1, 0, 0, 0, 0, 0, 0]])
 
 
-# --- masked LM ---------------------------------------------------------------------------------
-
-
 def test_mask_tokens_statistics():
   rng = np.random.default_rng(0)
   inputs = rng.integers(0, 1000, (400, 250)).astype(np.int32)
@@ -244,9 +183,6 @@ def test_mlm_dataset(corpus):
   assert not b["weights"][b["segment_ids"] == 0].any()  # padding never selected
   ev = ds.eval_batches(4, 2)
   np.testing.assert_array_equal(ev[0][1]["inputs"], ds.eval_batches(4, 2)[0][1]["inputs"])
-
-
-# --- make_dataset, files and errors ------------------------------------------------------------
 
 
 def test_make_text_dataset_and_resume(tmp_path, corpus):
