@@ -74,7 +74,8 @@ ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")
 def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
   """`cfg` (a RoPE model trained at `trained_length`) with model.rope_scaling `kind` for scoring
   windows of `length` tokens (see the module docstring)."""
-  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ROPE_POSITIONS, one_of  # pylint: disable=import-outside-toplevel
+  one_of("rope extension", kind, ROPE_EXTENSIONS)
   if cfg.position not in ROPE_POSITIONS or cfg.rope_scaling != "none":
     raise ValueError(f"RoPE extension {kind!r} rescales an unscaled RoPE model; this run has "
                      f"model.position={cfg.position!r}, rope_scaling={cfg.rope_scaling!r}")
@@ -83,10 +84,8 @@ def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
     return cfg.replace(rope_scaling="linear", rope_scaling_factor=factor)
   if kind == "dynamic":
     return cfg.replace(rope_scaling="dynamic", rope_original_max_len=trained_length)
-  if kind == "yarn":
-    return cfg.replace(rope_scaling="yarn", rope_scaling_factor=factor,
-                       rope_original_max_len=trained_length)
-  raise ValueError(f"rope extension {kind!r} is not one of {ROPE_EXTENSIONS}")
+  return cfg.replace(rope_scaling="yarn", rope_scaling_factor=factor,  # kind == "yarn"
+                     rope_original_max_len=trained_length)
 
 
 def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),

@@ -22,6 +22,8 @@ from typing import Optional, Sequence
 
 import jax
 
+from tfjax.nn.config import one_of
+
 _log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
@@ -55,8 +57,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
   detected; 'on' always calls it (plain jax.distributed.initialize() auto-detection when nothing
   is given); 'off' never does.
   """
-  if mode not in MODES:
-    raise ValueError(f"distributed mode {mode!r} is invalid; choose one of {MODES}")
+  one_of("distributed mode", mode, MODES)
   if jax.distributed.is_initialized():
     return True
   if mode == "off":
