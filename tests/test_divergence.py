@@ -1,35 +1,23 @@
 """A run whose loss turns NaN/inf (tfjax/training/divergence.py): stop at once or skip, and never
 checkpoint a non-finite state."""
 
-import json
 import os
 
 import jax
 import numpy as np
 import pytest
 
+from run_helpers import read_metrics, tiny_config
 from tfjax.training import checkpoint, divergence, steps, train
-from tfjax.training.defaults import base_config
 
 
 def exploding_config(**train_overrides):
-  """A 1-layer decoder on the copy task with a learning rate of 1e30: finite for the first steps
-  of the warmup, NaN/inf within a few more."""
-  config = base_config()
-  config.data.update(name="copy", form="decoder", train_lengths=(1, 6), test_lengths=(4,),
-                     num_symbols=8)
-  config.model.update(family="decoder", vocab_size=0, d_model=32, num_layers=1, num_heads=2,
-                      d_ff=64, position="rope", max_len=64)
+  """run_helpers' 1-layer copy-task decoder with a learning rate of 1e30: finite for the first
+  steps of the warmup, NaN/inf within a few more."""
+  config = tiny_config(num_steps=12, **{"eval_every": 100, "checkpoint_every": 1, **train_overrides})
+  config.data.test_lengths = (4,)
   config.optimizer.update(lr=1e30, warmup_steps=20, min_lr=0.0)
-  config.train.update(num_steps=12, batch_size=8, eval_batch_size=8, eval_batches=1,
-                      eval_every=100, log_every=1, checkpoint_every=1, eval_at_start=False)
-  config.train.update(**train_overrides)
   return config
-
-
-def records(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
 
 
 def all_finite(tree):
@@ -48,7 +36,7 @@ def test_nan_loss_stops_the_run_at_that_step_and_keeps_the_last_finite_checkpoin
   with pytest.raises(divergence.Diverged, match=r"training diverged at step \d+") as info:
     train.train_and_evaluate(config, workdir)
   bad = info.value.step
-  logged = records(workdir)
+  logged = read_metrics(workdir)
   assert logged[-1] == {"step": bad, "train/diverged": 1}
   # Every step logged before it was finite, and nothing was logged after it.
   finite_steps = [r["step"] for r in logged if "train/loss" in r]
@@ -67,11 +55,11 @@ def test_skip_nonfinite_skips_and_counts_the_updates(tmp_path):
   config = exploding_config(skip_nonfinite=True, steps_per_call=3, log_every=3,
                             checkpoint_every=6)
   train.train_and_evaluate(config, workdir)
-  logged = [r for r in records(workdir) if "train/skipped_steps" in r]
+  logged = [r for r in read_metrics(workdir) if "train/skipped_steps" in r]
   assert [r["step"] for r in logged] == [3, 6, 9, 12]
   counts = [r["train/skipped_steps"] for r in logged]
   assert counts == sorted(counts) and counts[-1] > 0  # cumulative, and it did skip
-  assert not any(r.get("train/diverged") for r in records(workdir))
+  assert not any(r.get("train/diverged") for r in read_metrics(workdir))
   assert checkpoint.Checkpointer(workdir).steps()[-1] == 12
   assert all_finite(restored_params(workdir, config))
 
