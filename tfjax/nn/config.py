@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import jax.numpy as jnp
 
+from tfjax.nn.choices import one_of
+
 FAMILIES = ("encoder", "decoder", "encoder_decoder")
 POSITIONS = ("sinusoidal", "learned", "rope", "rope_interleaved", "alibi", "t5_bias", "none")
 ROPE_POSITIONS = ("rope", "rope_interleaved")
@@ -33,17 +35,6 @@ REMATS = ("none", "full", "dots")
 ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-
-
-def one_of(what: str, value, valid):
-  """`value` if it is one of `valid`, else a ValueError naming `what`, the value and the choices.
-
-  The one check behind every "choose one of" error (config keys, attention implementations,
-  decoding strategies, ...): `one_of("model.ffn", cfg.ffn, FFNS)`.
-  """
-  if value not in valid:
-    raise ValueError(f"{what}={value!r} is invalid; choose one of {tuple(valid)}")
-  return value
 
 
 @dataclasses.dataclass(frozen=True)

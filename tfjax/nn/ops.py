@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from tfjax.nn.config import ATTENTION_IMPLS, one_of
+from tfjax.nn.choices import one_of
+from tfjax.nn.config import ATTENTION_IMPLS
 from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
 
 __all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",

@@ -74,7 +74,8 @@ ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")
 def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
   """`cfg` (a RoPE model trained at `trained_length`) with model.rope_scaling `kind` for scoring
   windows of `length` tokens (see the module docstring)."""
-  from tfjax.nn.config import ROPE_POSITIONS, one_of  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.choices import one_of  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
   one_of("rope extension", kind, ROPE_EXTENSIONS)
   if cfg.position not in ROPE_POSITIONS or cfg.rope_scaling != "none":
     raise ValueError(f"RoPE extension {kind!r} rescales an unscaled RoPE model; this run has "

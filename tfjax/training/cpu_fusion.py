@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec
 
-from tfjax.nn.config import one_of
+from tfjax.nn.choices import one_of
 from tfjax.nn.layers import TransformerLayer
 
 POLICIES = ("auto", "on", "off")

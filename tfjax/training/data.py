@@ -38,6 +38,7 @@ from typing import Optional
 import ml_collections
 import numpy as np
 
+from tfjax.nn.choices import one_of
 from tfjax.training import files, synthetic
 from tfjax.training.synthetic import row_range
 from tfjax.training.tokenizers import (TOKENIZER_FILE, ByteTokenizer, Tokenizer, load_tokenizer,
@@ -272,9 +273,9 @@ class TextDataset:
                eval_seed: int = 1234):
     if task not in ("lm", "mlm"):
       raise ValueError(f"text datasets support tasks 'lm' and 'mlm', not {task!r}")
-    _check_choice("mode", mode, MODES)
-    _check_choice("eval_mode", eval_mode, EVAL_MODES)
-    _check_choice("doc_split", doc_split, DOC_SPLITS)
+    one_of("data.mode", mode, MODES)
+    one_of("data.eval_mode", eval_mode, EVAL_MODES)
+    one_of("data.doc_split", doc_split, DOC_SPLITS)
     if seq_len < 1:
       raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     self.tokenizer, self.task, self.mode, self.seq_len = tokenizer, task, mode, int(seq_len)
@@ -334,7 +335,7 @@ class TextDataset:
     most `num_batches` batches (None = all); the tail is padded with weight-0 rows.
     """
     mode = self.eval_mode if mode is None else mode
-    _check_choice("eval mode", mode, EVAL_MODES)
+    one_of("eval mode", mode, EVAL_MODES)
     rows = np.asarray(row_range(batch_size, row_start, row_count))
     if mode == "random":
       if num_batches is None:
@@ -430,11 +431,6 @@ class TextDataset:
     return "".join(parts) + self.tokenizer.decode(run)
 
 
-def _check_choice(what: str, value, choices) -> None:
-  if value not in choices:
-    raise ValueError(f"unknown {what} {value!r}; choices: {list(choices)}")
-
-
 # --- iteration ---------------------------------------------------------------------------------
 
 
@@ -478,7 +474,7 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' serves 'classification'.
   """
   name = _require(data_config, "name")
-  _check_choice("dataset name", name, DATASETS)
+  one_of("data.name", name, DATASETS)
   get = lambda key: _require(data_config, key)  # noqa: E731
   if name != "text" and data_config.get("path"):  # a path given for nothing would be ignored
     raise ValueError(f"data.path={data_config.path!r} is read only by data.name='text', but "
@@ -505,7 +501,7 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
                        eval_seed=get("eval_seed"))
   # data_config.form is ignored by majority, which has only the classification layout.
   form = "classification" if name == "majority" else get("form")
-  _check_choice("form", form, synthetic.FORMS + ("classification",))
+  one_of("data.form", form, synthetic.FORMS + ("classification",))
   expected = {"decoder": "lm", "seq2seq": "seq2seq", "classification": "classification"}[form]
   if task != expected:
     raise ValueError(f"synthetic task {name!r} with form {form!r} serves task {expected!r}, not "

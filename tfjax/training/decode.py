@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.training import decode_window, runtime
-from tfjax.nn.config import ModelConfig, one_of
+from tfjax.nn.choices import one_of
+from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.nn.positions import has_learned_table
 

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import jax
 
-from tfjax.nn.config import one_of
+from tfjax.nn.choices import one_of
 
 _log = logging.getLogger(__name__)
 

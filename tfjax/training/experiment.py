@@ -21,7 +21,8 @@ import numpy as np
 import optax
 
 from tfjax.training import cpu_fusion, data, init_from, runtime, sharding, steps, tasks
-from tfjax.nn.config import ModelConfig, one_of
+from tfjax.nn.choices import one_of
+from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
 from tfjax.training.sharding import BatchPlacement

@@ -47,6 +47,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tfjax.nn.choices import one_of
+
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
 NUM_SPECIAL = 4
 _SPECIAL_STRINGS = ("_", "^", "|", "$")
@@ -178,8 +180,7 @@ FORMS = ("decoder", "seq2seq")
 
 def vocab_size(task: str, num_symbols: int) -> int:
   """The vocabulary of synthetic task `task`: the special ids, then the task's symbols."""
-  if task not in TASKS:
-    raise ValueError(f"unknown synthetic task {task!r}; choices: {sorted(TASKS)}")
+  one_of("synthetic task", task, sorted(TASKS))
   return NUM_SPECIAL + TASKS[task](num_symbols).num_symbols
 
 
@@ -195,15 +196,13 @@ class SyntheticDataset:
                train_lengths: Sequence[int] = (1, 16),
                test_lengths: Sequence[int] = (8, 16, 24, 32), num_symbols: int = 16,
                seed: int = 0, eval_seed: int = 1234):
-    if task not in TASKS:
-      raise ValueError(f"unknown synthetic task {task!r}; choices: {sorted(TASKS)}")
+    one_of("synthetic task", task, sorted(TASKS))
     self._task = TASKS[task](num_symbols)
     self.task_name = task
     # Classification tasks have one layout; the others default to the decoder-only form.
     allowed = ("classification",) if self._task.is_classification else FORMS
     form = allowed[0] if form is None else form
-    if form not in allowed:
-      raise ValueError(f"task {task!r}: unknown form {form!r}; choices: {list(allowed)}")
+    one_of(f"form of task {task!r}", form, allowed)
     self.form = form
     lo, hi = (int(v) for v in train_lengths)
     if lo > hi:

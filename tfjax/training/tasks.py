@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.training import losses
-from tfjax.nn.config import one_of
+from tfjax.nn.choices import one_of
 
 # Task name -> the model family that serves it. The one list of task names.
 TASK_FAMILY = {"lm": "decoder", "mlm": "encoder", "seq2seq": "encoder_decoder",

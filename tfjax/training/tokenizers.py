@@ -22,6 +22,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from tfjax.nn.choices import one_of
+
 from tfjax.training import files
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -220,8 +222,7 @@ TOKENIZERS = {"byte": ByteTokenizer, "char": CharTokenizer, "bpe": BPETokenizer,
 
 
 def _check_name(name: str) -> None:
-  if name not in TOKENIZERS:
-    raise ValueError(f"unknown tokenizer {name!r}; choices: {sorted(TOKENIZERS)}")
+  one_of("tokenizer", name, sorted(TOKENIZERS))
 
 
 def load_tokenizer(directory: str) -> Tokenizer:
