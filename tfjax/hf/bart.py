@@ -10,6 +10,7 @@ token table and add `final_logits_bias` (a buffer in HF, a parameter here).
 from __future__ import annotations
 
 from tfjax.hf import mapping
+from tfjax.nn.positions import has_learned_table
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -89,7 +90,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 def rules(cfg: ModelConfig) -> list:
   h = cfg.num_heads
-  bart = cfg.position == "learned"
+  bart = has_learned_table(cfg)
   tokens = ("shared", "embedding") if bart else ("embed", "tokens", "embedding")
   out = [mapping.copy("model.shared.weight", tokens),
          mapping.row_vector("final_logits_bias", ("final_logits_bias",))]

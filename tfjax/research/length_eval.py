@@ -130,6 +130,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
                      f"of {max(lengths)}; use smaller multiples or a larger validation split")
   rows = rows or config.train.eval_batch_size
   from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.positions import has_learned_table  # pylint: disable=import-outside-toplevel
   extensions = [""]
   if cfg.position in ROPE_POSITIONS:
     extensions += [f"_{kind}" for kind in rope_scalings]
@@ -148,7 +149,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
         for mode, stride in (("nonoverlap", length),
                              ("sliding", max(1, int(length * stride_fraction)))):
           key = f"long/ppl_{mode}{suffix}@{length}"
-          if cfg.position == "learned" and length > cfg.max_len:
+          if has_learned_table(cfg) and length > cfg.max_len:
             out[key] = None  # no position embedding exists past the table
             continue
           starts, first = scoring_windows(num_targets, length, stride)

@@ -26,6 +26,7 @@ from flax import traverse_util
 
 from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
+from tfjax.nn.positions import has_learned_table
 
 CATEGORIES = ("embeddings", "attention", "ffn", "norms", "output head")
 
@@ -95,7 +96,7 @@ def analytic_count(cfg: ModelConfig) -> int:
   token_tables = 1 if cfg.share_embeddings else 2  # encoder_decoder may keep one per side
   position_sides = 1 if cfg.shares_positions else 2
   embed = token_tables * cfg.vocab_size * d + cfg.type_vocab_size * d
-  embed += position_sides * ((cfg.position_table_rows * d if cfg.position == "learned" else 0)
+  embed += position_sides * ((cfg.position_table_rows * d if has_learned_table(cfg) else 0)
                              + (norm if cfg.embed_norm else 0))
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
   untied_head += cfg.vocab_size if cfg.final_logits_bias else 0
@@ -122,7 +123,7 @@ def lookup_only_count(cfg: ModelConfig) -> int:
   table if tied with separate encoder and decoder tables)."""
   d = cfg.d_model
   n = cfg.type_vocab_size * d
-  if cfg.position == "learned":
+  if has_learned_table(cfg):
     n += (1 if cfg.shares_positions else 2) * cfg.position_table_rows * d
   if cfg.position == "t5_bias":
     n += (2 if cfg.family == "encoder_decoder" else 1) * cfg.relative_buckets * cfg.num_heads

@@ -7,6 +7,7 @@ import concurrent.futures
 import jax
 import numpy as np
 
+from tfjax.nn.positions import has_learned_table
 from tfjax.training import decode
 from tfjax.training.experiment import Experiment
 from tfjax.training.sharding import BatchPlacement
@@ -26,7 +27,7 @@ class GreedySampler:
     self._prompt = experiment.config.train.sample_prompt or ""
     ids = experiment.dataset.tokenizer.encode(self._prompt) if self._prompt else [0]
     model_cfg = experiment.model_config
-    limit = model_cfg.max_len - len(ids) if model_cfg.position == "learned" else None
+    limit = model_cfg.max_len - len(ids) if has_learned_table(model_cfg) else None
     tokens = experiment.config.train.sample_tokens
     self._prompt_ids = [list(ids)]
     self._settings = dict(max_new_tokens=tokens if limit is None else min(tokens, limit),
