@@ -3,7 +3,7 @@ reference and the NumPy oracle of test_kernels, run on CPU through TPU interpret
 (pltpu.InterpretParams, which simulates Mosaic's grid, block copies and VMEM scratch), plus their
 lowering for the TPU platform from this machine.
 
-Small tiles (16 query rows, 128 keys: the smallest the (8, 128) tiling allows for bf16) and lengths
+Small tiles (32 or 64 query rows, 128 keys: the fewest keys the (8, 128) tiling allows) and lengths
 up to ~300 make every case span several query and key blocks, partial ones included.
 """
 
@@ -24,7 +24,7 @@ from test_kernels import (assert_close, numpy_attention, random_qkv, tiny_model_
 
 # The module (its name in tfjax.nn.kernels is the function).
 tpu_module = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
-SMALL = TpuTilings(TpuTiling(16, 128), TpuTiling(32, 128))
+SMALL = TpuTilings(TpuTiling(32, 128), TpuTiling(64, 128))
 interpreted = functools.partial(flash_attention_tpu, tilings=SMALL, interpret=True)
 
 
@@ -78,22 +78,27 @@ def check_case(seed):
     assert_close(g, ref, grad_tol, f"d{name} vs numpy, {case}")
 
 
-# Seeds 0-11 cover every (mask kind, segment case) pair; the default run takes a spread of them
-# that includes both dtypes, GQA and ALiBi; the slow run the whole range and more.
-@pytest.mark.parametrize("seed", [0, 2, 5, 7])
+# Seeds 0-11 cover every (mask kind, segment case) pair. The default run takes two that together
+# have causal and window masks, packed / q-padding segment ids, ALiBi, GQA, T != S over several
+# key blocks, fp32 and bf16 (test_block_aligned_lengths adds an unpadded bf16 GQA case); the slow
+# run takes the rest of 0-29.
+DEFAULT_SEEDS = (3, 4)
+
+
+@pytest.mark.parametrize("seed", DEFAULT_SEEDS)
 def test_random_sweep_matches_xla_and_numpy(seed):
   check_case(seed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [s for s in range(30) if s not in (0, 2, 5, 7)])
+@pytest.mark.parametrize("seed", [s for s in range(30) if s not in DEFAULT_SEEDS])
 def test_random_sweep_matches_xla_and_numpy_slow(seed):
   check_case(seed)
 
 
 @pytest.mark.parametrize("q_len, kv_len, kw, dtype", [
-    (256, 384, dict(causal=True), jnp.float32),
-    (384, 256, dict(window=150, alibi_slopes=np.array([0.3, 0.1, 0.05, 0.01])), jnp.bfloat16)])
+    pytest.param(256, 384, dict(causal=True), jnp.float32, marks=pytest.mark.slow),
+    (160, 256, dict(window=150, alibi_slopes=np.array([0.3, 0.1, 0.05, 0.01])), jnp.bfloat16)])
 def test_block_aligned_lengths(q_len, kv_len, kw, dtype):
   # Without padding or segment ids the kernels skip the mask on fully visible tiles; the random
   # sweep's odd lengths always pad, so cover the masked / unmasked tile split here.
@@ -172,7 +177,7 @@ def test_fully_masked_rows_return_zero_with_zero_grads():
 
 
 def test_alibi_slope_gradient_matches_xla():
-  q, k, v, d_out = random_qkv(3, batch=2, q_len=150, kv_len=150, heads=4, kv_heads=2,
+  q, k, v, d_out = random_qkv(3, batch=1, q_len=60, kv_len=150, heads=4, kv_heads=2,
                               head_dim=32)
   slopes = jnp.asarray([0.5, 0.25, 0.125, 0.0625])
 
