@@ -1,15 +1,21 @@
 """Attention benchmark: time, throughput and memory of every implementation, forward and fwd+bwd.
 
-Default sweep (the GPU study): bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k
-tokens, L in {512 .. 16k}, head_dim in {64, 128}, causal and not; implementations xla, cudnn,
-the Pallas mha bundled with JAX (a peer, used only here) and ours ('pallas'). Variants 'alibi' and
-'gqa' (causal, with ALiBi / with kv_heads = heads / 4) test that they cost within 10% of causal.
+Default sweep: bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k tokens, L in
+{512 .. 16k}, head_dim in {64, 128}, causal and not. Implementations by backend:
+  GPU  (and elsewhere) xla, cudnn, the Pallas Triton mha bundled with JAX ('mha_bundled', a peer) and ours
+       ('pallas' = the Triton kernels);
+  TPU  xla, JAX's bundled TPU flash attention ('flash_tpu_bundled') and splash attention
+       ('splash_bundled') as peers, and ours ('pallas' = the Mosaic kernels).
+The bundled kernels are peers used only here (they have no ALiBi; the bundled TPU flash attention
+no GQA). Variants 'alibi' and 'gqa' (causal, with ALiBi / with kv_heads = heads / 4) test that
+they cost within 10% of causal.
 
 FLOPs counted (the FlashAttention convention): forward 4 * B * L^2 * H * D, halved when causal;
 backward 2.5x forward. Memory: the compiled executable's temporaries + arguments + outputs
 (XLA memory analysis) and, where the device reports it, the process's peak bytes in use.
 
   python experiments/bench_attention.py --out bench_results/h100
+  python experiments/bench_attention.py --out bench_results/tpu_v5e       # on a TPU host
   python experiments/bench_attention.py --lengths 4096 --head_dims 128 --impls pallas --tune
   python experiments/bench_attention.py --smoke --out /tmp/bench   # tiny CPU run (tests)
 Writes results.json, results.md and results.png (plus tuning.json with --tune) under --out.
@@ -32,8 +38,9 @@ import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
 
 from tfjax.nn import ops
-from tfjax.nn.kernels import flash_attention
+from tfjax.nn.kernels import flash_attention, flash_attention_tpu
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
+from tfjax.nn.kernels.flash_attention_tpu import TpuTiling, TpuTilings
 from tfjax.training import cli
 
 VARIANT_TOLERANCE = 1.10  # alibi / gqa may cost at most 10% more than plain causal.
@@ -47,13 +54,56 @@ def bundled_pallas_mha(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
   return attention.mha(q, k, v, None, sm_scale=q.shape[-1] ** -0.5, causal=causal)
 
 
+def bundled_tpu_flash(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+  """JAX's own Pallas TPU flash attention (jax.experimental.pallas.ops.tpu), as a peer."""
+  if alibi_slopes is not None or kv_heads_differ:
+    raise NotImplementedError("bundled TPU flash attention has no ALiBi / GQA")
+  from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash  # pylint: disable=g-import-not-at-top
+  to_bhld = lambda x: jnp.swapaxes(x, 1, 2)
+  out = tpu_flash.flash_attention(to_bhld(q), to_bhld(k), to_bhld(v), causal=causal,
+                                  sm_scale=q.shape[-1] ** -0.5)
+  return to_bhld(out)
+
+
+def bundled_splash(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+  """JAX's splash attention (jax.experimental.pallas.ops.tpu.splash_attention), as a peer. GQA:
+  one MQA kernel per kv head, vmapped over kv heads and batch."""
+  if alibi_slopes is not None:
+    raise NotImplementedError("splash attention has no ALiBi")
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib  # pylint: disable=g-import-not-at-top
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, kv_heads = k.shape[1], k.shape[2]
+  groups = heads // kv_heads
+  one = (mask_lib.CausalMask((q_len, kv_len), offset=kv_len - q_len) if causal
+         else mask_lib.FullMask((q_len, kv_len)))
+  make = splash.make_splash_mqa_single_device if kv_heads_differ else (
+      splash.make_splash_mha_single_device)
+  kernel = make(mask_lib.MultiHeadMask([one] * (groups if kv_heads_differ else heads)))
+  q = q * head_dim ** -0.5  # splash does not scale the logits
+  if kv_heads_differ:  # [B, K, G, T, D] queries against [B, K, S, D] keys
+    q_ = q.reshape(batch, q_len, kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
+    k_, v_ = (x.transpose(0, 2, 1, 3) for x in (k, v))
+    out = jax.vmap(jax.vmap(kernel))(q_, k_, v_)  # [B, K, G, T, D]
+    return out.transpose(0, 3, 1, 2, 4).reshape(q.shape)
+  q_, k_, v_ = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+  return jax.vmap(kernel)(q_, k_, v_).transpose(0, 2, 1, 3)
+
+
+BUNDLED_PEERS = {"mha_bundled": bundled_pallas_mha, "flash_tpu_bundled": bundled_tpu_flash,
+                 "splash_bundled": bundled_splash}
+DEFAULT_IMPLS = {"gpu": ["xla", "cudnn", "mha_bundled", "pallas"],
+                 "tpu": ["xla", "flash_tpu_bundled", "splash_bundled", "pallas"]}
+
+
 def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
-  if impl == "mha_bundled":
-    return lambda q, k, v: bundled_pallas_mha(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
-                                              kv_heads_differ=kv_heads_differ)
-  if tilings is not None:
-    return lambda q, k, v: flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
-                                           tilings=tilings)
+  if impl in BUNDLED_PEERS:
+    return lambda q, k, v: BUNDLED_PEERS[impl](q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                               kv_heads_differ=kv_heads_differ)
+  if tilings is not None:  # our kernels with explicit tiles (--tune)
+    kernel = flash_attention_tpu if isinstance(tilings, TpuTilings) else flash_attention
+    return lambda q, k, v: kernel(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                  tilings=tilings)
   return lambda q, k, v: ops.dot_product_attention(q, k, v, causal=causal,
                                                    alibi_slopes=alibi_slopes, implementation=impl)
 
@@ -202,23 +252,32 @@ TUNE_CANDIDATES = [KernelTiling(bq, bk, w, s) for bq, bk in ((128, 64), (128, 12
                    for w in (4, 8) for s in (2, 3)]
 
 
+# TPU: (8, 128)-aligned tiles around the TPU_TILINGS rows (flash_attention_tpu.py).
+TPU_TUNE_CANDIDATES = [TpuTiling(bq, bk) for bq in (128, 256, 512, 1024)
+                       for bk in (128, 256, 512, 1024, 2048)]
+
+
 def tune(cfg, out_dir):
   """Times our kernels over candidate tilings (forward first, then backward with the best
-  forward) for each head_dim, and writes the winners to tuning.json (for GPU_TILINGS)."""
+  forward) for each head_dim, and writes the winners to tuning.json (for GPU_TILINGS on GPU,
+  TPU_TILINGS on TPU)."""
+  on_tpu = jax.default_backend() == "tpu"
+  candidates = TPU_TUNE_CANDIDATES if on_tpu else TUNE_CANDIDATES
+  pair = TpuTilings if on_tpu else Tilings
   best = {}
   for head_dim in cfg.head_dims:
     seq_len = cfg.lengths[-1]
     timed = []
-    for fwd in TUNE_CANDIDATES:
-      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(fwd, fwd), ["fwd"])
+    for fwd in candidates:
+      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(fwd, fwd), ["fwd"])
       if r["status"] == "ok":
         timed.append((r["fwd_ms"], fwd))
     if not timed:
       continue
     best_fwd = min(timed, key=lambda t: t[0])[1]
     timed = []
-    for bwd in TUNE_CANDIDATES:
-      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, Tilings(best_fwd, bwd))
+    for bwd in candidates:
+      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(best_fwd, bwd))
       if r["status"] == "ok":
         timed.append((r["fwd_bwd_ms"], bwd))
     if not timed:
@@ -237,7 +296,9 @@ def parse_args(argv=None):
   strs = lambda s: s.split(",")
   p.add_argument("--lengths", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384])
   p.add_argument("--head_dims", type=ints, default=[64, 128])
-  p.add_argument("--impls", type=strs, default=["xla", "cudnn", "mha_bundled", "pallas"])
+  p.add_argument("--impls", type=strs, default=None,
+                 help="default by backend: " + "; ".join(
+                     f"{b}: {','.join(i)}" for b, i in DEFAULT_IMPLS.items()))
   p.add_argument("--variants", type=strs, default=["alibi", "gqa"],
                  help="extra causal variants, besides base")
   p.add_argument("--causal", type=strs, default=["false", "true"])
@@ -254,6 +315,8 @@ def parse_args(argv=None):
     cfg.lengths, cfg.head_dims, cfg.impls = [64], [32], ["xla", "chunked", "pallas"]
     cfg.causal, cfg.variants = ["true"], ["gqa"]
     cfg.tokens, cfg.d_model, cfg.dtype, cfg.iters, cfg.min_seconds = 64, 128, "float32", 1, 0.0
+  if cfg.impls is None:
+    cfg.impls = DEFAULT_IMPLS["tpu" if jax.default_backend() == "tpu" else "gpu"]
   return cfg
 
 

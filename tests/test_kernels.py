@@ -315,33 +315,36 @@ def test_chunked_16k_forward_backward_fits_in_2gb():
   assert rss_kb < 2 * 1024 * 1024, f"peak RSS {rss_kb / 1024:.0f} MiB"
 
 
-def test_small_model_trains_the_same_with_every_cpu_implementation():
-  """20 training steps of a tiny causal LM with attention_impl chunked and pallas (interpret)
-  follow the xla run's losses: the fused paths plug into the model, forward and backward."""
+def tiny_model_losses(impl, steps=20):
+  """Training losses of a tiny causal LM (ALiBi, GQA) with model.attention_impl=impl."""
   from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
   from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
 
-  def losses(impl):
-    config = base_config()
-    config.data.update(name="copy", form="decoder", train_lengths=(2, 6), test_lengths=(6,),
-                       num_symbols=8)
-    config.model.update(family="decoder", vocab_size=0, d_model=32, num_layers=1, num_heads=4,
-                        num_kv_heads=2, d_ff=64, position="alibi", attention_impl=impl)
-    config.optimizer.update(lr=3e-3, warmup_steps=2)
-    config.train.update(num_steps=20, batch_size=4)
-    exp = experiment.prepare(config)
-    placement = sharding.BatchPlacement.for_config(config)
-    layout = experiment.state_layout(exp, placement)
-    state = layout.init()
-    step = experiment.jit_train_step(exp, placement, layout.shardings)
-    out = []
-    with placement.axis_rules():
-      for i in range(20):
-        state, metrics = step(state, exp.dataset.train_batch(i, 4))
-        out.append(float(metrics["train/loss"]))
-    return np.asarray(out)
+  config = base_config()
+  config.data.update(name="copy", form="decoder", train_lengths=(2, 6), test_lengths=(6,),
+                     num_symbols=8)
+  config.model.update(family="decoder", vocab_size=0, d_model=32, num_layers=1, num_heads=4,
+                      num_kv_heads=2, d_ff=64, position="alibi", attention_impl=impl)
+  config.optimizer.update(lr=3e-3, warmup_steps=2)
+  config.train.update(num_steps=steps, batch_size=4)
+  exp = experiment.prepare(config)
+  placement = sharding.BatchPlacement.for_config(config)
+  layout = experiment.state_layout(exp, placement)
+  state = layout.init()
+  step = experiment.jit_train_step(exp, placement, layout.shardings)
+  out = []
+  with placement.axis_rules():
+    for i in range(steps):
+      state, metrics = step(state, exp.dataset.train_batch(i, 4))
+      out.append(float(metrics["train/loss"]))
+  return np.asarray(out)
 
-  reference = losses("xla")
+
+def test_small_model_trains_the_same_with_every_cpu_implementation():
+  """20 training steps of a tiny causal LM with attention_impl chunked and pallas (interpret)
+  follow the xla run's losses: the fused paths plug into the model, forward and backward."""
+  reference = tiny_model_losses("xla")
   assert reference[-1] < reference[0]  # it trains
   for impl in ("chunked", "pallas"):
-    np.testing.assert_allclose(losses(impl), reference, rtol=2e-4, atol=2e-4, err_msg=impl)
+    np.testing.assert_allclose(tiny_model_losses(impl), reference, rtol=2e-4, atol=2e-4,
+                               err_msg=impl)

@@ -170,7 +170,7 @@ def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = Fals
   if xla_only:
     return "xla"
   backend = jax.default_backend()
-  if backend == "gpu":
+  if backend in ("gpu", "tpu"):  # Triton kernels on GPU, Mosaic ones on TPU
     return "pallas"
   if backend == "cpu" and max(q_len, kv_len) >= 2048:
     return "chunked"  # O(T + S) memory where the T x S weights stop fitting caches
@@ -199,8 +199,8 @@ def dot_product_attention(
     bias: additive logits bias broadcastable to [B, H, T, S] (xla only).
     scale: logits scale; 1/sqrt(E) if None.
     implementation: one of tfjax.nn.config.ATTENTION_IMPLS: 'xla' (this module), 'chunked',
-      'pallas', 'cudnn' (tfjax/nn/kernels/) or 'auto' (pallas on GPU, chunked on CPU from 2048
-      tokens, else xla).
+      'pallas' (Triton kernels on GPU, Mosaic ones on TPU), 'cudnn' (tfjax/nn/kernels/) or
+      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla).
     q_positions: int [B, T] absolute query positions, overriding the end-aligned default
       (KV-cache decoding needs them).
     kv_positions: int [B, S] absolute key positions.

@@ -1,7 +1,8 @@
 """Fused attention implementations behind `tfjax.nn.ops.dot_product_attention(implementation=...)`.
 
   chunked  plain-JAX flash attention (O(L) memory; the CPU choice for long sequences)
-  pallas   Pallas FlashAttention-2 kernels (Triton on NVIDIA GPUs, interpreted on CPU)
+  pallas   Pallas FlashAttention-2 kernels for the backend: Mosaic on TPU (flash_attention_tpu),
+           Triton on NVIDIA GPUs (flash_attention), the Triton ones interpreted on CPU
   cudnn    cuDNN flash attention via jax.nn.dot_product_attention (GPU only)
 
 `IMPLEMENTATIONS` is the table tfjax.nn.ops reads (lazily, so that importing ops never imports
@@ -11,11 +12,14 @@ Pallas). The kernels import only tfjax.nn.masks, never tfjax.nn.ops.
 from tfjax.nn.kernels.chunked import chunked_attention
 from tfjax.nn.kernels.cudnn import cudnn_attention
 from tfjax.nn.kernels.flash_attention import flash_attention
+from tfjax.nn.kernels.flash_attention_tpu import flash_attention_tpu
+from tfjax.nn.kernels.pallas import pallas_attention
 
 IMPLEMENTATIONS = {
     "chunked": chunked_attention,
-    "pallas": flash_attention,
+    "pallas": pallas_attention,
     "cudnn": cudnn_attention,
 }
 
-__all__ = ["IMPLEMENTATIONS", "chunked_attention", "cudnn_attention", "flash_attention"]
+__all__ = ["IMPLEMENTATIONS", "chunked_attention", "cudnn_attention", "flash_attention",
+           "flash_attention_tpu", "pallas_attention"]

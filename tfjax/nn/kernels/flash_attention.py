@@ -29,7 +29,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from tfjax.nn import masks
-from tfjax.nn.kernels import _common
+from tfjax.nn.kernels import _blocks, _common
 
 F32 = jnp.float32
 
@@ -71,18 +71,11 @@ def default_tilings(head_dim: int, dtype) -> Tilings:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Config:
+class _Config(_blocks.BlockConfig):
   """Everything static about one call; the kernels specialise on it."""
-  scale: float
-  causal: bool  # True also when a window is set: the window is causal.
-  window: Optional[int]
-  offset: int  # kv_len - q_len: query t sits at position t + offset (end-aligned), key s at s.
-  groups: int  # query heads per kv head
-  has_segments: bool
-  has_alibi: bool
-  forward: KernelTiling
-  backward: KernelTiling
-  interpret: bool
+  forward: KernelTiling = None
+  backward: KernelTiling = None
+  interpret: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,36 +88,16 @@ def _dot(a, b, contract=(1, 0)):
                          preferred_element_type=F32)
 
 
-def _cdiv_nonneg(a, b: int):
-  """ceil(max(a, 0) / b) for an int32 scalar `a`; lax.div truncates, so clamp first."""
-  return lax.div(jnp.maximum(a, 0) + (b - 1), b)
-
-
 def _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked):
-  """Applies ALiBi and (if `masked`: the tile is not known to be fully visible) every mask to the
-  fp32 logits tile s [bq, bk]. Returns them and -|i - j| (the ALiBi gradient factor, or None).
-  """
+  """The shared tile rule (_blocks.mask_and_bias) with i - j built from 1-D aranges (Triton)."""
   block_q, block_k = s.shape
-  neg_dist = mask = None
-  if (cfg.causal and masked) or cfg.has_alibi:
+  rel = None
+  if _blocks.needs_relative_positions(cfg, masked):
     q_pos = q_start + cfg.offset + jnp.arange(block_q, dtype=jnp.int32)
     kv_pos = kv_start + jnp.arange(block_k, dtype=jnp.int32)
     rel = q_pos[:, None] - kv_pos[None, :]  # i - j
-  if cfg.has_alibi:
-    neg_dist = -jnp.abs(rel).astype(F32)
-    s = s + slope * neg_dist
-  if not masked:
-    return s, neg_dist
-  if cfg.causal:
-    mask = rel >= 0
-    if cfg.window is not None:
-      mask = mask & (rel < cfg.window)
-  if cfg.has_segments:
-    same = (q_ids[:, None] == kv_ids[None, :]) & (kv_ids[None, :] != 0)
-    mask = same if mask is None else mask & same
-  if mask is not None:
-    s = jnp.where(mask, s, masks.MASK_VALUE)
-  return s, neg_dist
+  ids = (q_ids[:, None], kv_ids[None, :]) if cfg.has_segments else (None, None)
+  return _blocks.mask_and_bias(cfg, s, rel, *ids, slope, masked)
 
 
 def _masked_loop(ranges, body, carry):
@@ -134,12 +107,8 @@ def _masked_loop(ranges, body, carry):
   return carry
 
 
-def _split_ranges(lo, hi, full_lo, full_hi, cfg):
+def _split_ranges(lo, hi, full_lo, full_hi):
   """[lo, full_lo) and [full_hi, hi) need the mask; the tiles in between are fully visible."""
-  if cfg.has_segments:  # Segment ids (and padded keys) can hide any pair: mask every tile.
-    return [(lo, hi, True)]
-  full_lo = jnp.clip(full_lo, lo, hi)
-  full_hi = jnp.clip(full_hi, full_lo, hi)
   return [(lo, full_lo, True), (full_lo, full_hi, False), (full_hi, hi, True)]
 
 
@@ -147,32 +116,14 @@ def _kv_ranges(cfg, q_block, block_q, block_k, num_kv_blocks):
   """Key-block ranges a query block loops over: only blocks the causal/window rule can reach."""
   if not cfg.causal:
     return [(0, num_kv_blocks, cfg.has_segments)]
-  first_q_pos = q_block * block_q + cfg.offset
-  # Keys at positions <= the block's last query position: first_q_pos + block_q of them.
-  hi = jnp.minimum(_cdiv_nonneg(first_q_pos + block_q, block_k), num_kv_blocks)
-  # Fully visible: every key at or before the first query ...
-  full_hi = lax.div(jnp.maximum(first_q_pos + 1, 0), block_k)
-  lo = full_lo = 0
-  if cfg.window is not None:  # ... and after the window start of the last query.
-    lo = lax.div(jnp.maximum(first_q_pos - cfg.window + 1, 0), block_k)
-    full_lo = _cdiv_nonneg(first_q_pos + block_q - cfg.window, block_k)
-  return _split_ranges(lo, hi, full_lo, full_hi, cfg)
+  return _split_ranges(*_blocks.kv_block_range(cfg, q_block, block_q, block_k, num_kv_blocks))
 
 
 def _q_ranges(cfg, kv_block, block_q, block_k, num_q_blocks):
   """Query-block ranges a key block loops over: only blocks that can see it."""
   if not cfg.causal:
     return [(0, num_q_blocks, cfg.has_segments)]
-  first_kv_pos = kv_block * block_k
-  last_kv_pos = first_kv_pos + block_k - 1
-  # Rows t with t + offset >= the first key's position; fully visible from the last key's.
-  lo = lax.div(jnp.maximum(first_kv_pos - cfg.offset, 0), block_q)
-  full_lo = _cdiv_nonneg(last_kv_pos - cfg.offset, block_q)
-  hi = full_hi = num_q_blocks
-  if cfg.window is not None:  # Rows whose window still reaches the last / the first key.
-    hi = jnp.minimum(_cdiv_nonneg(last_kv_pos + cfg.window - cfg.offset, block_q), num_q_blocks)
-    full_hi = _cdiv_nonneg(first_kv_pos + cfg.window - block_q + 1 - cfg.offset, block_q)
-  return _split_ranges(lo, hi, full_lo, full_hi, cfg)
+  return _split_ranges(*_blocks.q_block_range(cfg, kv_block, block_q, block_k, num_q_blocks))
 
 
 def _split_refs(cfg, refs):

@@ -1,0 +1,130 @@
+"""Block-level attention rules shared by the Pallas kernels (Triton GPU: flash_attention.py,
+Mosaic TPU: flash_attention_tpu.py).
+
+What lives here, written once for both:
+  * which key blocks a query block can see and which of those are fully visible
+    (`kv_block_range`), and the converse for the backward's key-block programs (`q_block_range`):
+    the causal rule and the sliding window of tfjax/nn/masks.py turned into block bounds;
+  * the in-tile mask and ALiBi bias (`mask_and_bias`), from the relative positions i - j,
+    segment ids (the single "equal and nonzero" rule of _common.kernel_segment_ids) and the slope;
+  * `BlockConfig`, the static facts both kernels specialise on.
+
+What cannot be shared, and why:
+  * Building the relative-position tile. Triton lowers 1-D `arange` and broadcasts it; Mosaic
+    works on 2-D vregs and wants `broadcasted_iota` over the whole (block_q, block_k) tile
+    (1-D vectors have no native TPU layout). Each kernel builds `rel` its own way and passes it in.
+  * Loop structure and memory. The Triton kernels hold one head's whole K/V (or Q) sequence in a
+    ref and loop over blocks with `fori_loop` inside one program; the Mosaic kernels make the kv
+    (or q) loop a sequential ("arbitrary") grid axis, so that Pallas double-buffers each block
+    from HBM into VMEM, keep the running max / sum / accumulator in VMEM scratch across it, and
+    skip hidden blocks with `pl.when` plus index_map clamping (a repeated block index is not
+    re-fetched). The bounds those loops use are the shared ones here.
+  * Layout and tiles. Triton wants power-of-two tiles and keeps the [B, L, heads, D] layout;
+    Mosaic wants (8, 128)-aligned tiles with the sequence and head_dim as the two minor axes
+    ([B, heads, L, D]) and head_dim padded to a multiple of 128.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax.numpy as jnp
+from jax import lax
+
+from tfjax.nn import masks
+
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+  """Static facts of one attention call that the block rules depend on."""
+  scale: float
+  causal: bool  # True also when a window is set: the window is causal.
+  window: Optional[int]
+  offset: int  # kv_len - q_len: query t sits at position t + offset (end-aligned), key s at s.
+  groups: int  # query heads per kv head
+  has_segments: bool
+  has_alibi: bool
+
+
+def cdiv_nonneg(a, b: int):
+  """ceil(max(a, 0) / b) for an int32 scalar `a`; lax.div truncates, so clamp first."""
+  return lax.div(jnp.maximum(a, 0) + (b - 1), b)
+
+
+def _clip_full(lo, hi, full_lo, full_hi, cfg):
+  """Clips the fully visible range into [lo, hi); empty when segment ids can hide any pair."""
+  if cfg.has_segments:
+    return lo, hi, lo, lo
+  full_lo = jnp.clip(full_lo, lo, hi)
+  full_hi = jnp.clip(full_hi, full_lo, hi)
+  return lo, hi, full_lo, full_hi
+
+
+def kv_block_range(cfg: BlockConfig, q_block, block_q: int, block_k: int, num_kv_blocks: int):
+  """(lo, hi, full_lo, full_hi): the key blocks [lo, hi) that query block `q_block` can see, and
+  the sub-range [full_lo, full_hi) whose tiles are fully visible (no mask needed)."""
+  if not cfg.causal:
+    return _clip_full(0, num_kv_blocks, 0, num_kv_blocks, cfg)
+  first_q_pos = q_block * block_q + cfg.offset
+  # Keys at positions <= the block's last query position: first_q_pos + block_q of them.
+  hi = jnp.minimum(cdiv_nonneg(first_q_pos + block_q, block_k), num_kv_blocks)
+  # Fully visible: every key at or before the first query ...
+  full_hi = lax.div(jnp.maximum(first_q_pos + 1, 0), block_k)
+  lo = full_lo = 0
+  if cfg.window is not None:  # ... and after the window start of the last query.
+    lo = lax.div(jnp.maximum(first_q_pos - cfg.window + 1, 0), block_k)
+    full_lo = cdiv_nonneg(first_q_pos + block_q - cfg.window, block_k)
+  return _clip_full(lo, hi, full_lo, full_hi, cfg)
+
+
+def q_block_range(cfg: BlockConfig, kv_block, block_q: int, block_k: int, num_q_blocks: int):
+  """(lo, hi, full_lo, full_hi): the query blocks [lo, hi) that can see key block `kv_block`,
+  and the sub-range [full_lo, full_hi) that sees all of it."""
+  if not cfg.causal:
+    return _clip_full(0, num_q_blocks, 0, num_q_blocks, cfg)
+  first_kv_pos = kv_block * block_k
+  last_kv_pos = first_kv_pos + block_k - 1
+  # Rows t with t + offset >= the first key's position; fully visible from the last key's.
+  lo = lax.div(jnp.maximum(first_kv_pos - cfg.offset, 0), block_q)
+  full_lo = cdiv_nonneg(last_kv_pos - cfg.offset, block_q)
+  hi = full_hi = num_q_blocks
+  if cfg.window is not None:  # Rows whose window still reaches the last / the first key.
+    hi = jnp.minimum(cdiv_nonneg(last_kv_pos + cfg.window - cfg.offset, block_q), num_q_blocks)
+    full_hi = cdiv_nonneg(first_kv_pos + cfg.window - block_q + 1 - cfg.offset, block_q)
+  return _clip_full(lo, hi, full_lo, full_hi, cfg)
+
+
+def needs_relative_positions(cfg: BlockConfig, masked: bool) -> bool:
+  """Whether `mask_and_bias` reads the relative-position tile."""
+  return (cfg.causal and masked) or cfg.has_alibi
+
+
+def mask_and_bias(cfg: BlockConfig, s, rel, q_ids_col, kv_ids_row, slope, masked: bool):
+  """Adds ALiBi and (if `masked`: the tile is not known to be fully visible) applies every mask
+  to the fp32 logits tile s [bq, bk].
+
+  rel: int32 [bq, bk] query position - key position (i - j), or None when
+    `needs_relative_positions` is False. q_ids_col [bq, 1], kv_ids_row [1, bk]: segment ids (when
+    cfg.has_segments). slope: the ALiBi slope of this (batch, head) (when cfg.has_alibi).
+  Returns (s, -|i - j| as fp32, the ALiBi gradient factor, or None).
+  """
+  neg_dist = None
+  if cfg.has_alibi:
+    neg_dist = -jnp.abs(rel).astype(F32)
+    s = s + slope * neg_dist
+  if not masked:
+    return s, neg_dist
+  mask = None
+  if cfg.causal:
+    mask = rel >= 0
+    if cfg.window is not None:
+      mask = mask & (rel < cfg.window)
+  if cfg.has_segments:
+    same = (q_ids_col == kv_ids_row) & (kv_ids_row != 0)
+    mask = same if mask is None else mask & same
+  if mask is not None:
+    s = jnp.where(mask, s, masks.MASK_VALUE)
+  return s, neg_dist

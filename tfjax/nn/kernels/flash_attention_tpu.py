@@ -1,0 +1,494 @@
+"""FlashAttention-2 as Mosaic TPU Pallas kernels (interpreted on CPU through TPU interpret mode).
+
+Three kernels, the same math as the Triton ones (tfjax/nn/kernels/flash_attention.py), with the
+block loop made a grid axis so that Pallas pipelines each block from HBM into VMEM:
+  forward  grid (batch, head, q block, kv block). The kv axis is "arbitrary" (sequential): the
+           output block and the VMEM scratch for the running max m, sum l and fp32 accumulator
+           stay resident while it runs; the last kv step writes the output and the per-row
+           log-sum-exp (lse) that the backward reuses.
+  dK/dV    grid (batch, kv head, kv block, group member, q block): the (group, q block) axes are
+           "arbitrary", so one kv head's dK/dV accumulate in VMEM over every query head that reads
+           it (GQA/MQA without repeating K/V and without fp32 per-query-head partials):
+           p = exp(s - lse), dV += p^T dO, dS = p * (dO V^T - delta), dK += scale * dS^T Q.
+  dQ       grid (batch, head, q block, kv block) like the forward: dQ += scale * dS K, and the
+           ALiBi slope gradient sum(dS * -|i - j|) per row.
+Block skipping: the blocks the causal rule / sliding window hide are neither computed (`pl.when`
+on the block's visibility) nor fetched (the index_maps clamp the sequential axis into the visible
+block range, and Pallas does not re-copy a block whose index did not change). Tiles known to be
+fully visible skip the mask. The block bounds and the tile mask/ALiBi rule are shared with the
+Triton kernels (tfjax/nn/kernels/_blocks.py, which also says what cannot be shared).
+
+Layout: [B, L, heads, D] inputs are transposed to [B, heads, L, D] so that each block's two minor
+axes are (sequence, head_dim), padded to the block sizes and head_dim to a multiple of 128 (the
+(8, 128) vreg tiling; zero columns change no dot product). Per-row vectors (lse, delta, the
+running m / l, query segment ids) are [.., L, 1] columns and key segment ids a [.., 1, L] row, so
+that they broadcast against the (block_q, block_k) logits tile without relayouts. ALiBi slopes
+are a [B, heads] table in SMEM (scalar reads).
+
+Block sizes (`TPU_TILINGS`, by TPU generation, padded head_dim and bytes per element), reasoning:
+  * block_k is a multiple of 128 (the logits tile's lane axis) and block_q of 8 (fp32) / 16 (bf16,
+    two rows per sublane): smaller tiles waste the vregs and the MXU.
+  * The MXU is 128 x 128 on v4 / v5e / v5p and 256 x 256 on v6e; tiles of 512+ rows amortise the
+    per-grid-step overhead (~0.35 us) and the MXU fill/drain, so the forward uses 512 x 512 (v6e:
+    512 x 1024, whose larger VMEM holds the bigger logits tile).
+  * VMEM: the default scoped limit is 16 MiB on v4 / v5e / v5p and 32 MiB on v6e. The working set
+    is two buffers of every input/output block, the fp32 scratch, and a few fp32 (block_q,
+    block_k) temporaries (s, p; the backward also dP and dS); `vmem_bytes` estimates it and the
+    table keeps it under half the limit (room for Mosaic's own temporaries). So head_dim 256 halves
+    block_k, fp32 halves block_q, and the backward (4 live tiles and two accumulators) uses smaller
+    tiles than the forward.
+These are starting points derived from those limits, not measured on hardware: time
+experiments/bench_attention.py on the target TPU and update the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tfjax.nn import masks
+from tfjax.nn.kernels import _blocks, _common
+
+F32 = jnp.float32
+LANES = 128  # minor (lane) axis of a TPU vreg
+SUPPORTED_DTYPES = ("float32", "bfloat16")
+MAX_HEAD_DIM = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuTiling:
+  block_q: int
+  block_k: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuTilings:
+  forward: TpuTiling
+  backward: TpuTiling  # Shared by the dK/dV and the dQ kernels.
+
+
+def _row(fwd, bwd):
+  return TpuTilings(TpuTiling(*fwd), TpuTiling(*bwd))
+
+
+# (generation, padded head_dim, bytes per element) -> tilings; see the module docstring.
+TPU_TILINGS = {
+    **{(gen, 128, 2): _row((512, 512), (256, 512)) for gen in ("v4", "v5e", "v5p")},
+    **{(gen, 256, 2): _row((512, 256), (256, 256)) for gen in ("v4", "v5e", "v5p")},
+    **{(gen, 128, 4): _row((256, 512), (128, 512)) for gen in ("v4", "v5e", "v5p")},
+    **{(gen, 256, 4): _row((256, 256), (128, 256)) for gen in ("v4", "v5e", "v5p")},
+    ("v6e", 128, 2): _row((512, 1024), (512, 512)),
+    ("v6e", 256, 2): _row((512, 512), (256, 512)),
+    ("v6e", 128, 4): _row((256, 1024), (256, 512)),
+    ("v6e", 256, 4): _row((256, 512), (128, 512)),
+}
+VMEM_LIMIT_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20}
+_DEVICE_KINDS = (("v6", "v6e"), ("v5 lite", "v5e"), ("v5e", "v5e"), ("v5", "v5p"), ("v4", "v4"))
+
+
+def tpu_generation(device_kind: Optional[str] = None) -> str:
+  """'v4' / 'v5e' / 'v5p' / 'v6e' from a device_kind such as 'TPU v5 lite' (the first device's
+  when None; off TPU, or for an unknown kind, 'v5e': the smallest VMEM, so the safe choice)."""
+  if device_kind is None:
+    device = jax.devices()[0]
+    device_kind = device.device_kind if device.platform == "tpu" else ""
+  kind = device_kind.lower()
+  return next((gen for key, gen in _DEVICE_KINDS if key in kind), "v5e")
+
+
+def padded_head_dim(head_dim: int) -> int:
+  return _common.round_up(head_dim, LANES)
+
+
+def default_tilings(head_dim: int, dtype, generation: Optional[str] = None) -> TpuTilings:
+  if head_dim > MAX_HEAD_DIM:
+    raise _common.unsupported(f"head_dim {head_dim} (> {MAX_HEAD_DIM})", "'pallas' on TPU",
+                              "'xla' or 'chunked'")
+  key = (generation or tpu_generation(), padded_head_dim(head_dim),
+         2 if jnp.dtype(dtype).itemsize <= 2 else 4)
+  return TPU_TILINGS[key]
+
+
+def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, backward: bool) -> int:
+  """Estimated VMEM working set of one kernel step: double-buffered blocks, fp32 scratch, and the
+  fp32 (block_q, block_k) temporaries (columns pad to 128 lanes, rows to 8 sublanes)."""
+  bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
+  column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
+  if not backward:  # q, o; k, v; lse (+ ids) -- and scratch acc, m, l; tiles s, p
+    blocks = (2 * bq * d + 2 * bk * d) * itemsize + 2 * column
+    return 2 * blocks + bq * d * 4 + 2 * column + 2 * bq * bk * 4
+  # dK/dV step: q, dO; k, v; dK, dV; lse, delta -- scratch dK, dV; tiles s, p, dP, dS.
+  blocks = (2 * bq * d + 4 * bk * d) * itemsize + 2 * column
+  return 2 * blocks + 2 * bk * d * 4 + 4 * bq * bk * 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config(_blocks.BlockConfig):
+  """Everything static about one call; the kernels specialise on it."""
+  forward: TpuTiling = None
+  backward: TpuTiling = None
+  interpret: bool = False
+
+
+def _dot(a, b, contract=(1, 0)):
+  """2-D matmul accumulating in fp32; contract=(1, 1) is a @ b.T, (0, 0) is a.T @ b."""
+  return lax.dot_general(a, b, (((contract[0],), (contract[1],)), ((), ())),
+                         preferred_element_type=F32)
+
+
+def _logits(cfg, q, k, q_start, kv_start, q_ids, kv_ids, slope, masked):
+  """Scaled, biased, masked fp32 logits tile and -|i - j| (or None); i - j from a 2-D iota."""
+  s = _dot(q, k, (1, 1)) * cfg.scale
+  rel = None
+  if _blocks.needs_relative_positions(cfg, masked):
+    shape = s.shape
+    rel = ((q_start + cfg.offset - kv_start) + lax.broadcasted_iota(jnp.int32, shape, 0)
+           - lax.broadcasted_iota(jnp.int32, shape, 1))
+  return _blocks.mask_and_bias(cfg, s, rel, q_ids, kv_ids, slope, masked)
+
+
+def _when_visible(cfg, block, bounds, compute):
+  """Runs compute(masked) if `block` lies in the visible [lo, hi), with the mask unless the block
+  is in the fully visible [full_lo, full_hi); hidden blocks run nothing."""
+  lo, hi, full_lo, full_hi = bounds
+  visible = (block >= lo) & (block < hi)
+  if cfg.has_segments:  # Segment ids (and padded keys) can hide any pair: mask every tile.
+    pl.when(visible)(lambda: compute(True))
+    return
+  if not cfg.causal:
+    pl.when(visible)(lambda: compute(False))
+    return
+  full = (block >= full_lo) & (block < full_hi)
+  pl.when(visible & full)(lambda: compute(False))
+  pl.when(visible & jnp.logical_not(full))(lambda: compute(True))
+
+
+def _clamp(block, bounds):
+  """The block index to fetch at sequential step `block`: clamped into the visible range, so a
+  hidden step repeats a neighbour's index and Pallas skips its copy."""
+  lo, hi = bounds[0], bounds[1]
+  return jnp.clip(block, lo, jnp.maximum(hi - 1, lo))
+
+
+def _split_refs(cfg, refs):
+  """(q_ids_ref, kv_ids_ref, slopes_ref, *rest), with None for absent optional inputs."""
+  refs = list(refs)
+  ids = (refs.pop(0), refs.pop(0)) if cfg.has_segments else (None, None)
+  slopes = refs.pop(0) if cfg.has_alibi else None
+  return (*ids, slopes, *refs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels. Refs are the blocks: q/o/dq/do [bq, Dp]; k/v/dk/dv [bk, Dp]; lse/delta/q ids [bq, 1];
+# kv ids [1, bk]; slopes the whole [B, heads] table in SMEM.
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slopes_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref = _split_refs(cfg, refs)
+  block_q, block_k = cfg.forward.block_q, cfg.forward.block_k
+  b, h, i, j = (pl.program_id(n) for n in range(4))
+  num_kv_blocks = pl.num_programs(3)
+
+  @pl.when(j == 0)
+  def _init():
+    m_ref[...] = jnp.full(m_ref.shape, masks.MASK_VALUE, F32)
+    l_ref[...] = jnp.zeros(l_ref.shape, F32)
+    acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
+
+  def compute(masked):
+    q_ids = q_ids_ref[...] if cfg.has_segments else None
+    kv_ids = kv_ids_ref[...] if cfg.has_segments else None
+    slope = slopes_ref[b, h] if cfg.has_alibi else None
+    s, _ = _logits(cfg, q_ref[...], k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope,
+                   masked)
+    m_prev = m_ref[...]
+    m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
+    # While a row has met only masked keys m stays MASK_VALUE and p counts them; its first
+    # visible key makes alpha exactly 0 and erases that. Rows that never meet one are zeroed below.
+    alpha = jnp.exp(m_prev - m_new)
+    p = jnp.exp(s - m_new)
+    v = v_ref[...]
+    l_ref[...] = l_ref[...] * alpha + p.sum(axis=1, keepdims=True)
+    acc_ref[...] = acc_ref[...] * alpha + _dot(p.astype(v.dtype), v)
+    m_ref[...] = m_new
+
+  _when_visible(cfg, j, _blocks.kv_block_range(cfg, i, block_q, block_k, num_kv_blocks), compute)
+
+  @pl.when(j == num_kv_blocks - 1)
+  def _finish():
+    m, l = m_ref[...], l_ref[...]
+    seen = m > masks.MASK_VALUE / 2
+    o_ref[...] = jnp.where(seen, acc_ref[...] / jnp.where(seen, l, 1.0), 0.0).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0 in the backward
+
+
+def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slopes_ref, dk_ref, dv_ref, dk_acc, dv_acc = _split_refs(cfg, refs)
+  block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
+  b, kv_head, j, g, i = (pl.program_id(n) for n in range(5))
+  num_q_blocks = pl.num_programs(4)
+
+  @pl.when((g == 0) & (i == 0))
+  def _init():
+    dk_acc[...] = jnp.zeros(dk_acc.shape, F32)
+    dv_acc[...] = jnp.zeros(dv_acc.shape, F32)
+
+  def compute(masked):
+    q_ids = q_ids_ref[...] if cfg.has_segments else None
+    kv_ids = kv_ids_ref[...] if cfg.has_segments else None
+    slope = slopes_ref[b, kv_head * cfg.groups + g] if cfg.has_alibi else None
+    q, do = q_ref[...], do_ref[...]
+    s, _ = _logits(cfg, q, k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope, masked)
+    p = jnp.exp(s - lse_ref[...])
+    dv_acc[...] += _dot(p.astype(do.dtype), do, (0, 0))
+    ds = p * (_dot(do, v_ref[...], (1, 1)) - delta_ref[...])
+    dk_acc[...] += _dot(ds.astype(q.dtype), q, (0, 0))
+
+  _when_visible(cfg, i, _blocks.q_block_range(cfg, j, block_q, block_k, num_q_blocks), compute)
+
+  @pl.when((g == cfg.groups - 1) & (i == num_q_blocks - 1))
+  def _finish():
+    dk_ref[...] = (dk_acc[...] * cfg.scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv_acc[...].astype(dv_ref.dtype)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
+  q_ids_ref, kv_ids_ref, slopes_ref, dq_ref, *rest = _split_refs(cfg, refs)
+  d_slope_ref, dq_acc, d_slope_acc = rest if cfg.has_alibi else (None, *rest, None)
+  block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
+  b, h, i, j = (pl.program_id(n) for n in range(4))
+  num_kv_blocks = pl.num_programs(3)
+
+  @pl.when(j == 0)
+  def _init():
+    dq_acc[...] = jnp.zeros(dq_acc.shape, F32)
+    if cfg.has_alibi:
+      d_slope_acc[...] = jnp.zeros(d_slope_acc.shape, F32)
+
+  def compute(masked):
+    q_ids = q_ids_ref[...] if cfg.has_segments else None
+    kv_ids = kv_ids_ref[...] if cfg.has_segments else None
+    slope = slopes_ref[b, h] if cfg.has_alibi else None
+    k = k_ref[...]
+    s, neg_dist = _logits(cfg, q_ref[...], k, i * block_q, j * block_k, q_ids, kv_ids, slope,
+                          masked)
+    p = jnp.exp(s - lse_ref[...])
+    ds = p * (_dot(do_ref[...], v_ref[...], (1, 1)) - delta_ref[...])
+    dq_acc[...] += _dot(ds.astype(k.dtype), k)
+    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
+      d_slope_acc[...] += (ds * neg_dist).sum(axis=1, keepdims=True)
+
+  _when_visible(cfg, j, _blocks.kv_block_range(cfg, i, block_q, block_k, num_kv_blocks), compute)
+
+  @pl.when(j == num_kv_blocks - 1)
+  def _finish():
+    dq_ref[...] = (dq_acc[...] * cfg.scale).astype(dq_ref.dtype)
+    if cfg.has_alibi:
+      d_slope_ref[...] = d_slope_acc[...]
+
+
+# ---------------------------------------------------------------------------------------------
+# pallas_call wrappers. Arrays: q/o/do [B, H, Tp, Dp]; k/v [B, K, Sp, Dp]; lse/delta [B, H, Tp, 1];
+# q ids [B, Tp, 1]; kv ids [B, 1, Sp]; slopes [B, H].
+
+
+def _call(cfg, kernel, grid, in_specs, out_specs, out_shape, scratch, semantics, name):
+  return pl.pallas_call(
+      functools.partial(kernel, cfg=cfg), grid=grid, in_specs=in_specs, out_specs=out_specs,
+      out_shape=out_shape, scratch_shapes=scratch, name=name,
+      interpret=pltpu.InterpretParams() if cfg.interpret else False,
+      compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))
+
+
+def _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, block_k, q_index, kv_index):
+  """BlockSpecs and operands for segment ids and ALiBi slopes, when present; q_index/kv_index map
+  the grid indices to the (batch, q block) / (batch, kv block) to read."""
+  specs, args = [], []
+  if cfg.has_segments:
+    specs += [pl.BlockSpec((None, block_q, 1), lambda *g: (*q_index(*g), 0)),
+              pl.BlockSpec((None, 1, block_k), lambda *g: (kv_index(*g)[0], 0, kv_index(*g)[1]))]
+    args += [q_ids, kv_ids]
+  if cfg.has_alibi:
+    specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
+    args.append(slopes)
+  return specs, args
+
+
+_QUERY_MAJOR = ("parallel", "parallel", "parallel", "arbitrary")
+
+
+def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
+  batch, heads, q_len, head_dim = q.shape
+  kv_len = k.shape[2]
+  bq, bk = cfg.forward.block_q, cfg.forward.block_k
+  nq, nk = q_len // bq, kv_len // bk
+  kv_block = lambda i, j: _clamp(j, _blocks.kv_block_range(cfg, i, bq, bk, nk))
+  q_spec = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j: (b, h, i, 0))
+  kv_spec = pl.BlockSpec((None, None, bk, head_dim),
+                         lambda b, h, i, j: (b, lax.div(h, cfg.groups), kv_block(i, j), 0))
+  row_spec = pl.BlockSpec((None, None, bq, 1), lambda b, h, i, j: (b, h, i, 0))
+  extra_specs, extra_args = _optional_specs(
+      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, h, i, j: (b, i),
+      lambda b, h, i, j: (b, kv_block(i, j)))
+  scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, head_dim), F32)]
+  return _call(
+      cfg, _forward_kernel, (batch, heads, nq, nk), [q_spec, kv_spec, kv_spec] + extra_specs,
+      [q_spec, row_spec],
+      [jax.ShapeDtypeStruct(q.shape, q.dtype),
+       jax.ShapeDtypeStruct((batch, heads, q_len, 1), F32)],
+      scratch, _QUERY_MAJOR, "tfjax_flash_tpu_forward")(q, k, v, *extra_args)
+
+
+def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
+  batch, heads, q_len, head_dim = q.shape
+  kv_heads, kv_len, groups = k.shape[1], k.shape[2], cfg.groups
+  bq, bk = cfg.backward.block_q, cfg.backward.block_k
+  nq, nk = q_len // bq, kv_len // bk
+  delta = jnp.sum(out.astype(F32) * d_out.astype(F32), axis=-1, keepdims=True)
+
+  # dK/dV: grid (b, kv head, kv block j, group member g, q block i); query head kv_head * G + g.
+  q_block = lambda j, i: _clamp(i, _blocks.q_block_range(cfg, j, bq, bk, nq))
+  q_spec = pl.BlockSpec((None, None, bq, head_dim),
+                        lambda b, kh, j, g, i: (b, kh * groups + g, q_block(j, i), 0))
+  row_spec = pl.BlockSpec((None, None, bq, 1),
+                          lambda b, kh, j, g, i: (b, kh * groups + g, q_block(j, i), 0))
+  kv_spec = pl.BlockSpec((None, None, bk, head_dim), lambda b, kh, j, g, i: (b, kh, j, 0))
+  extra_specs, extra_args = _optional_specs(
+      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, kh, j, g, i: (b, q_block(j, i)),
+      lambda b, kh, j, g, i: (b, j))
+  dk, dv = _call(
+      cfg, _dkdv_kernel, (batch, kv_heads, nk, groups, nq),
+      [q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec] + extra_specs, [kv_spec, kv_spec],
+      [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+      [pltpu.VMEM((bk, head_dim), F32), pltpu.VMEM((bk, head_dim), F32)],
+      ("parallel", "parallel", "parallel", "arbitrary", "arbitrary"),
+      "tfjax_flash_tpu_dkdv")(q, k, v, d_out, lse, delta, *extra_args)
+
+  # dQ: grid (b, head, q block i, kv block j), like the forward.
+  kv_block = lambda i, j: _clamp(j, _blocks.kv_block_range(cfg, i, bq, bk, nk))
+  q_spec = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j: (b, h, i, 0))
+  row_spec = pl.BlockSpec((None, None, bq, 1), lambda b, h, i, j: (b, h, i, 0))
+  kv_spec = pl.BlockSpec((None, None, bk, head_dim),
+                         lambda b, h, i, j: (b, lax.div(h, groups), kv_block(i, j), 0))
+  extra_specs, extra_args = _optional_specs(
+      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, h, i, j: (b, i),
+      lambda b, h, i, j: (b, kv_block(i, j)))
+  out_specs, out_shape = [q_spec], [jax.ShapeDtypeStruct(q.shape, q.dtype)]
+  scratch = [pltpu.VMEM((bq, head_dim), F32)]
+  if cfg.has_alibi:  # Per-row partial sums of the slope gradient.
+    out_specs.append(row_spec)
+    out_shape.append(jax.ShapeDtypeStruct((batch, heads, q_len, 1), F32))
+    scratch.append(pltpu.VMEM((bq, 1), F32))
+  dq, *d_slope_rows = _call(
+      cfg, _dq_kernel, (batch, heads, nq, nk),
+      [q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec] + extra_specs, out_specs, out_shape,
+      scratch, _QUERY_MAJOR, "tfjax_flash_tpu_dq")(q, k, v, d_out, lse, delta, *extra_args)
+  d_slopes = d_slope_rows[0].sum((2, 3)) if cfg.has_alibi else None
+  return dq, dk, dv, d_slopes
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _flash(cfg, q, k, v, slopes_BxH, segment_ids):
+  return _forward(cfg, q, k, v, *segment_ids, slopes_BxH)[0]
+
+
+def _flash_fwd(cfg, q, k, v, slopes_BxH, segment_ids):
+  out, lse = _forward(cfg, q, k, v, *segment_ids, slopes_BxH)
+  return out, (q, k, v, slopes_BxH, segment_ids, out, lse)
+
+
+def _flash_bwd(cfg, residuals, d_out):
+  q, k, v, slopes_BxH, segment_ids, out, lse = residuals
+  dq, dk, dv, d_slopes = _backward(cfg, q, k, v, *segment_ids, slopes_BxH, out, lse, d_out)
+  return dq, dk, dv, d_slopes, None  # No cotangent for integer segment ids.
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _default_interpret() -> bool:
+  backend = jax.default_backend()
+  if backend == "tpu":
+    return False
+  if backend == "cpu":
+    return True  # TPU interpret mode: simulates Mosaic TPU semantics on CPU (slow; for tests).
+  raise ValueError(f"the Mosaic TPU flash-attention kernel runs on TPU (or interpreted on CPU), "
+                   f"not on {backend!r}; on GPU implementation='pallas' uses the Triton kernel")
+
+
+def _check_tiling(tiling: TpuTiling, dtype):
+  sublanes = 8 * 4 // jnp.dtype(dtype).itemsize  # 8 rows of fp32, 16 of bf16 per vreg
+  if tiling.block_q % sublanes or tiling.block_k % LANES:
+    raise ValueError(
+        f"TPU flash-attention blocks must respect the ({sublanes}, {LANES}) tiling of "
+        f"{jnp.dtype(dtype).name}: block_q a multiple of {sublanes} and block_k of {LANES}; got "
+        f"block_q={tiling.block_q}, block_k={tiling.block_k}")
+
+
+def _clamp_tiling(tiling: TpuTiling, q_len: int, kv_len: int, dtype) -> TpuTiling:
+  """Shrinks tiles for short sequences (to the tiling's minimum multiple), then checks them."""
+  sublanes = 8 * 4 // jnp.dtype(dtype).itemsize
+  tiling = TpuTiling(min(tiling.block_q, _common.round_up(q_len, sublanes)),
+                     min(tiling.block_k, _common.round_up(kv_len, LANES)))
+  _check_tiling(tiling, dtype)
+  return tiling
+
+
+def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
+                        window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
+                        kv_positions=None, tilings: Optional[TpuTilings] = None,
+                        interpret: Optional[bool] = None):
+  """`tfjax.nn.ops.dot_product_attention` semantics as Mosaic TPU kernels (default positions).
+
+  `tilings` overrides the `TPU_TILINGS` row of this TPU generation; `interpret` defaults to True
+  on CPU (TPU interpret mode) and False on TPU.
+  """
+  if bias is not None:
+    raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
+  if q_positions is not None or kv_positions is not None:
+    raise _common.unsupported("explicit q_positions/kv_positions", "pallas", "'xla' or 'chunked'")
+  dtypes = {jnp.dtype(x.dtype).name for x in (q, k, v)}
+  if len(dtypes) != 1 or not dtypes <= set(SUPPORTED_DTYPES):
+    raise ValueError(
+        f"the TPU pallas attention kernel takes q, k, v all float32 or all bfloat16; got "
+        f"{jnp.dtype(q.dtype).name}, {jnp.dtype(k.dtype).name}, {jnp.dtype(v.dtype).name} "
+        "(cast them, or use implementation='xla')")
+  batch, q_len, heads, head_dim = q.shape
+  kv_len, kv_heads = k.shape[1], k.shape[2]
+  tilings = tilings or default_tilings(head_dim, q.dtype)
+  forward = _clamp_tiling(tilings.forward, q_len, kv_len, q.dtype)
+  backward = _clamp_tiling(tilings.backward, q_len, kv_len, q.dtype)
+  q_len_p = _common.round_up(q_len, math.lcm(forward.block_q, backward.block_q))
+  kv_len_p = _common.round_up(kv_len, math.lcm(forward.block_k, backward.block_k))
+  head_dim_p = padded_head_dim(head_dim)
+  q_ids, kv_ids = _common.kernel_segment_ids(
+      q_segment_ids, kv_segment_ids, batch=batch, q_len=q_len, kv_len=kv_len,
+      q_len_padded=q_len_p, kv_len_padded=kv_len_p)
+  if q_ids is not None:
+    q_ids, kv_ids = q_ids[:, :, None], kv_ids[:, None, :]
+  slopes = (None if alibi_slopes is None
+            else masks.alibi_slopes_BxH(alibi_slopes, batch).astype(F32))
+  cfg = _Config(
+      scale=float(head_dim ** -0.5 if scale is None else scale),
+      causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
+      groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
+      forward=forward, backward=backward,
+      interpret=_default_interpret() if interpret is None else bool(interpret))
+
+  def to_kernel_layout(x, length):  # [B, L, N, D] -> [B, N, Lp, Dp]
+    return jnp.swapaxes(_common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p), 1, 2)
+
+  out = _flash(cfg, to_kernel_layout(q, q_len_p), to_kernel_layout(k, kv_len_p),
+               to_kernel_layout(v, kv_len_p), slopes, (q_ids, kv_ids))
+  return jnp.swapaxes(out, 1, 2)[:, :q_len, :, :head_dim]
