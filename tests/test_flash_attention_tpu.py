@@ -9,6 +9,8 @@ up to ~300 make every case span several query and key blocks, partial ones inclu
 
 import functools
 import importlib
+import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ from test_kernels import (assert_close, numpy_attention, random_qkv, tiny_model_
 
 # The module (its name in tfjax.nn.kernels is the function).
 tpu_module = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = TpuTilings(TpuTiling(32, 128), TpuTiling(64, 128))
 interpreted = functools.partial(flash_attention_tpu, tilings=SMALL, interpret=True)
 
@@ -280,3 +283,48 @@ def test_refuses_gpu_backend(monkeypatch):
   q, k, v, _ = random_qkv(7, batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=16)
   with pytest.raises(ValueError, match="Triton kernel"):
     flash_attention_tpu(q, k, v)
+
+
+def test_benchmark_tpu_peers_lower_for_tpu():
+  """experiments/bench_attention.py's TPU implementations (JAX's bundled flash and splash
+  attention as peers, and ours) lower forward + backward for the TPU platform, GQA included, so
+  the benchmark runs as written the day a TPU is available."""
+  bench = _load_bench_attention()
+  spec = jax.ShapeDtypeStruct
+  for impl in bench.DEFAULT_IMPLS["tpu"]:
+    for gqa in (False, True):
+      if impl == "xla" or (impl == "flash_tpu_bundled" and gqa):  # no GQA in that peer
+        continue
+      attention = bench.attention_fn(impl, True, None, gqa)
+      if impl == "pallas":  # on this CPU 'pallas' resolves to Triton; ask for the Mosaic kernels
+        attention = functools.partial(flash_attention_tpu, causal=True, interpret=False)
+      loss = lambda q, k, v, attention=attention: jnp.sum(attention(q, k, v).astype(jnp.float32))
+      args = (spec((1, 512, 4, 128), jnp.bfloat16),) + (spec((1, 512, 2 if gqa else 4, 128),
+                                                              jnp.bfloat16),) * 2
+      lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(*args).lower(
+          lowering_platforms=("tpu",))
+      assert "tpu_custom_call" in lowered.as_text(), (impl, gqa)
+
+
+def test_benchmarks_doc_table_is_the_tiling_table():
+  """docs/benchmarks.md prints TPU_TILINGS for readers; it must say what the code uses."""
+  doc = open(os.path.join(REPO, "docs", "benchmarks.md")).read()
+  section = doc.split("## TPU (not measured yet)")[1].split("\n## ")[0]
+  printed = {}
+  for line in section.splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) != 5 or not cells[1].isdigit():
+      continue
+    to_tile = lambda text: TpuTiling(*(int(n) for n in text.split(" x ")))
+    for generation in cells[0].split(", "):
+      key = (generation, int(cells[1]), {"bf16": 2, "fp32": 4}[cells[2]])
+      printed[key] = TpuTilings(to_tile(cells[3]), to_tile(cells[4]))
+  assert printed == tpu_module.TPU_TILINGS
+
+
+def _load_bench_attention():
+  path = os.path.join(REPO, "experiments", "bench_attention.py")
+  spec = importlib.util.spec_from_file_location("bench_attention", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
