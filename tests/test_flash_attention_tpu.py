@@ -72,13 +72,18 @@ def check_case(seed):
   # Relative to max |expected|; bf16 rounds inputs, p and dS at 2^-8 relative precision.
   out_tol, grad_tol = (2e-5, 1e-4) if dtype == jnp.float32 else (1.5e-2, 2e-2)
   case = f"{shapes} {sorted(kw)} {jnp.dtype(dtype).name}"
+  # A query that sees one key has dq == 0 exactly (its softmax is constant); the kernels get it as
+  # p * (dO.V - rowsum(O * dO)), two fp32 sums of O(1) terms in different orders, ~1e-7 apart.
+  # Gradients are therefore measured against at least 1e-2 (inputs and dO are O(1)), which keeps
+  # the bound relative wherever a gradient is not degenerate.
+  grad_floor = 1e-2
   assert_close(out, ref_out, out_tol, f"out vs xla, {case}")
   for name, g, ref in zip("qkv", grads, ref_grads):
-    assert_close(g, ref, grad_tol, f"d{name} vs xla, {case}")
+    assert_close(g, ref, grad_tol, f"d{name} vs xla, {case}", grad_floor)
   np_out, np_grads = numpy_attention(*(x.astype(jnp.float32) for x in (q, k, v)), d_out, **kw)
   assert_close(out, np_out, out_tol, f"out vs numpy, {case}")
   for name, g, ref in zip("qkv", grads, np_grads):
-    assert_close(g, ref, grad_tol, f"d{name} vs numpy, {case}")
+    assert_close(g, ref, grad_tol, f"d{name} vs numpy, {case}", grad_floor)
 
 
 # Seeds 0-11 cover every (mask kind, segment case) pair. The default run takes two that together
