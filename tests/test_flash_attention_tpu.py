@@ -23,6 +23,7 @@ from tfjax.nn.kernels.flash_attention_tpu import TpuTiling, TpuTilings, flash_at
 
 from test_kernels import (assert_close, numpy_attention, random_qkv, tiny_model_losses,
                           value_and_grads)
+from test_kernels import draw_case as kernel_case
 
 # The module (its name in tfjax.nn.kernels is the function).
 tpu_module = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
@@ -36,32 +37,10 @@ def xla(q, k, v, **kw):
 
 
 def draw_case(seed):
-  """Random shapes over several blocks; mask kind, segment-id case and dtype cycle with the seed
-  (causal / window / full x packed / none / kv padding / q padding x fp32 / bf16)."""
-  r = np.random.default_rng(seed)
-  batch, kv_heads, groups = int(r.integers(1, 3)), int(r.choice([1, 2])), int(r.choice([1, 2, 4]))
-  q_len = int(r.integers(1, 300))
-  kv_len = q_len if r.random() < 0.4 else int(r.integers(1, 300))
-  kw = {}
-  kind = ("causal", "window", "full")[seed % 3]
-  if kind == "causal":
-    kw["causal"] = True
-  elif kind == "window":
-    kw["window"] = int(r.integers(1, 200))
-  if r.random() < 0.5:
-    kw["alibi_slopes"] = 2.0 ** -r.uniform(0, 6, size=(kv_heads * groups,))
-  ids = lambda n: np.sort(r.integers(0, 4, size=(batch, n)), axis=1)[:, ::-1]  # 0s trail
-  segments = ("packed", "none", "kv_padding", "q_padding")[seed % 4]
-  if segments == "packed":
-    kw["q_segment_ids"], kw["kv_segment_ids"] = ids(q_len), ids(kv_len)
-  elif segments == "kv_padding":
-    kw["kv_segment_ids"] = ids(kv_len)
-  elif segments == "q_padding":
-    kw["q_segment_ids"] = ids(q_len)
-  shapes = dict(batch=batch, q_len=q_len, kv_len=kv_len, heads=kv_heads * groups,
-                kv_heads=kv_heads, head_dim=int(r.choice([32, 64, 128, 40])))
-  dtype = jnp.bfloat16 if seed % 5 in (2, 4) else jnp.float32
-  return shapes, kw, dtype
+  """test_kernels' random case, over several 128-key blocks: lengths up to 300, windows up to 200,
+  group sizes 1 / 2 / 4, ALiBi half the time with slopes down to 2^-6."""
+  return kernel_case(seed, max_len=300, max_window=200, group_sizes=(1, 2, 4), same_length=0.4,
+                     alibi=0.5, max_slope_exponent=6)
 
 
 def check_case(seed):

@@ -70,21 +70,23 @@ def numpy_attention(q, k, v, d_out, *, causal=False, window=None, q_segment_ids=
   return out, (dq, dk, dv)
 
 
-def draw_case(seed):
+def draw_case(seed, *, max_len=90, max_window=24, group_sizes=(1, 2, 3), same_length=0.5,
+              alibi=0.4, max_slope_exponent=4):
   """Random shapes (leaving partial blocks); mask kind, segments and dtype cycle with the seed so
-  that every combination family appears in a short sweep."""
+  that every combination family appears in a short sweep. The keywords size the draw to a
+  kernel's blocks (the TPU kernel's tests draw longer sequences)."""
   r = np.random.default_rng(seed)
-  batch, kv_heads, groups = int(r.integers(1, 3)), int(r.choice([1, 2])), int(r.choice([1, 2, 3]))
-  q_len = int(r.integers(1, 90))
-  kv_len = q_len if r.random() < 0.5 else int(r.integers(1, 90))
+  batch, kv_heads, groups = int(r.integers(1, 3)), int(r.choice([1, 2])), int(r.choice(group_sizes))
+  q_len = int(r.integers(1, max_len))
+  kv_len = q_len if r.random() < same_length else int(r.integers(1, max_len))
   kw = {}
   kind = ("causal", "window", "full")[seed % 3]
   if kind == "causal":
     kw["causal"] = True
   elif kind == "window":
-    kw["window"] = int(r.integers(1, 24))
-  if r.random() < 0.4:
-    kw["alibi_slopes"] = 2.0 ** -r.uniform(0, 4, size=(kv_heads * groups,))
+    kw["window"] = int(r.integers(1, max_window))
+  if r.random() < alibi:
+    kw["alibi_slopes"] = 2.0 ** -r.uniform(0, max_slope_exponent, size=(kv_heads * groups,))
   ids = lambda n: np.sort(r.integers(0, 4, size=(batch, n)), axis=1)[:, ::-1]  # 0s trail
   segments = ("packed", "none", "kv_padding", "q_padding")[seed % 4]
   if segments == "packed":

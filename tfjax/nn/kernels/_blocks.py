@@ -27,8 +27,10 @@ What cannot be shared, and why:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -128,3 +130,27 @@ def mask_and_bias(cfg: BlockConfig, s, rel, q_ids_col, kv_ids_row, slope, masked
   if mask is not None:
     s = jnp.where(mask, s, masks.MASK_VALUE)
   return s, neg_dist
+
+
+def flash_with_vjp(forward, backward):
+  """The FlashAttention-2 custom VJP both kernels use: `forward(cfg, q, k, v, q_ids, kv_ids,
+  slopes) -> (out, lse)` saves the log-sum-exp, and `backward(cfg, q, k, v, q_ids, kv_ids, slopes,
+  out, lse, d_out) -> (dq, dk, dv, d_slopes)` recomputes the probabilities from it. The result is
+  `f(cfg, q, k, v, slopes_BxH, (q_ids, kv_ids)) -> out`, differentiable in q, k, v and the slopes.
+  """
+
+  @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+  def flash(cfg, q, k, v, slopes_BxH, segment_ids):
+    return forward(cfg, q, k, v, *segment_ids, slopes_BxH)[0]
+
+  def flash_fwd(cfg, q, k, v, slopes_BxH, segment_ids):
+    out, lse = forward(cfg, q, k, v, *segment_ids, slopes_BxH)
+    return out, (q, k, v, slopes_BxH, segment_ids, out, lse)
+
+  def flash_bwd(cfg, residuals, d_out):
+    q, k, v, slopes_BxH, segment_ids, out, lse = residuals
+    dq, dk, dv, d_slopes = backward(cfg, q, k, v, *segment_ids, slopes_BxH, out, lse, d_out)
+    return dq, dk, dv, d_slopes, None  # No cotangent for integer segment ids.
+
+  flash.defvjp(flash_fwd, flash_bwd)
+  return flash

@@ -395,23 +395,7 @@ def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
   return dq, dk, dv, d_slopes
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(cfg, q, k, v, slopes_BxH, segment_ids):
-  return _forward(cfg, q, k, v, *segment_ids, slopes_BxH)[0]
-
-
-def _flash_fwd(cfg, q, k, v, slopes_BxH, segment_ids):
-  out, lse = _forward(cfg, q, k, v, *segment_ids, slopes_BxH)
-  return out, (q, k, v, slopes_BxH, segment_ids, out, lse)
-
-
-def _flash_bwd(cfg, residuals, d_out):
-  q, k, v, slopes_BxH, segment_ids, out, lse = residuals
-  dq, dk, dv, d_slopes = _backward(cfg, q, k, v, *segment_ids, slopes_BxH, out, lse, d_out)
-  return dq, dk, dv, d_slopes, None  # No cotangent for integer segment ids.
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = _blocks.flash_with_vjp(_forward, _backward)
 
 
 # ---------------------------------------------------------------------------------------------
