@@ -355,6 +355,42 @@ def test_plots_draw_the_tables_mean_and_sample_std(tmp_path, monkeypatch):
       assert drawn[f"ffn={ffn}"][lr] == pytest.approx(table(ffn, lr, "eval/loss"))
 
 
+def test_dot_chart_and_published_panel_draw_the_table_and_the_papers_numbers(tmp_path,
+                                                                                monkeypatch):
+  """zero=False draws each variant's mean ± sample std as a dot in its row; `published` puts the
+  paper's number in the same row of a second panel (a variant the paper lacks stays empty)."""
+  root = str(tmp_path)
+  rng = np.random.default_rng(1)
+  points, losses = [], {}
+  for ffn in ("relu", "swiglu", "mine"):
+    for seed in range(3):
+      loss = float(rng.uniform(1.7, 1.9))
+      losses.setdefault(ffn, []).append(loss)
+      points.append(fabricate(root, f"ffn={ffn},seed={seed}", {"model.ffn": ffn, "seed": seed},
+                              [{"step": 10, "train/loss": loss, "eval/loss": loss}], {}))
+  saved = _drawn(monkeypatch)
+  published = {"ffn=relu": 1.997, "ffn=swiglu": 1.944}
+  sweep_report.write_report(root, points, {"metrics": ["eval/loss"], "plots": [
+      {"metric": "eval/loss", "zero": False, "published": published,
+       "published_label": "Shazeer 2020"}]})
+  (fig,) = saved
+  ours, paper = fig.axes
+  labels = [t.get_text() for t in ours.get_yticklabels()]
+  assert labels == ["ffn=relu", "ffn=swiglu", "ffn=mine"]
+  (container,) = ours.containers  # one error-bar container: x = the means, y = the rows
+  line, _, (bars,) = container.lines
+  assert sorted(line.get_ydata()) == [0, 1, 2]
+  for x, row, seg in zip(line.get_xdata(), line.get_ydata(), bars.get_segments()):
+    values = losses[labels[int(row)].split("=")[1]]
+    assert x == pytest.approx(np.mean(values))
+    assert (seg[1][0] - seg[0][0]) / 2 == pytest.approx(np.std(values, ddof=1))
+  assert ours.get_xlim()[0] > 1.0  # the axis spans the data, not 0
+  (marks,) = paper.get_lines()
+  drawn = dict(zip(marks.get_ydata(), marks.get_xdata()))
+  assert drawn == {0: 1.997, 1: 1.944}  # rows of relu and swiglu; 'mine' (row 2) left empty
+  assert paper.get_ylim() == ours.get_ylim() and paper.get_title() == "Shazeer 2020"
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,13 @@ metrics (or families, by prefix) of results.md. Each plot is a dict:
   xlabel, ylabel  axis labels (default: the x key, 'N (metric@N)' for families; the metric)
   logx, logy  log scales of the x axis / the metric axis (default: log when the positive values
           span a factor >= 8 (x) or >= 30 (metric); bar charts: metric axis linear)
+  zero    bar charts: True (default) draws bars from 0; False draws each mean as a dot with its
+          error bar on an axis that spans the data, for metrics (losses) whose differences are
+          small next to their size
+  published  bar charts: {line label: the paper's number} (labels as drawn, e.g. 'ffn=relu'),
+          drawn as a second panel with the same rows, titled `published_label` and with the axis
+          label `published_xlabel`, so that the paper's ranking sits beside ours (its units are
+          the paper's, hence its own axis)
   title, file
 Each `mrr` entry ranks arms by Kazemnejad et al.'s mean reciprocal rank (tfjax/research/mrr.py):
   metric  a family prefix; a setting is one N of it (N >= min_n) for one value of every other
@@ -394,9 +401,13 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
   panel_series = [_series(members, spec, metric_keys) for _, members in panels]
   bars = spec.get("x") is None and "curve" not in spec
+  published = spec.get("published") if bars and not panel_key else None
   height = 1.5 + 0.3 * max(len(s) for s in panel_series) if bars else 4.2  # a row per bar label
-  fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), max(3.0, height)),
-                           squeeze=False)
+  columns = len(panels) + (1 if published else 0)
+  fig, axes = plt.subplots(1, columns, figsize=(6 * len(panels) + 3 * (columns - len(panels)),
+                                                max(3.0, height)), squeeze=False)
+  if published:
+    _published(axes[0][-1], list(panel_series[0]), published, spec)
   for ax, ((panel_value,), _), series in zip(axes[0], panels, panel_series):
     if bars:
       _bars(ax, series, spec)
@@ -448,16 +459,37 @@ def _bars(ax, series, spec):
   means = [series[l].get(None, {}).get("mean") for l in labels]
   stds = [series[l].get(None, {}).get("std") or 0.0 for l in labels]
   shown = [0.0 if m is None else m for m in means]
-  ax.barh(range(len(labels)), shown, xerr=stds, capsize=3,
-          color=["C0" if m is not None else "lightgray" for m in means])
+  if spec.get("zero", True):
+    ax.barh(range(len(labels)), shown, xerr=stds, capsize=3,
+            color=["C0" if m is not None else "lightgray" for m in means])
+  else:
+    rows = [i for i, m in enumerate(means) if m is not None]
+    ax.errorbar([means[i] for i in rows], rows, xerr=[stds[i] for i in rows], fmt="o",
+                capsize=3, color="C0", label="mean ± sample std over seeds")
+  found = [m for m in means if m is not None]
+  text_x = 0.0 if spec.get("zero", True) or not found else min(found)
   for i, m in enumerate(means):
     if m is None:
-      ax.text(0, i, " n/a", va="center", fontsize=8)
+      ax.text(text_x, i, " n/a", va="center", fontsize=8)
   ax.set_yticks(range(len(labels)), labels, fontsize=7)
-  ax.invert_yaxis()
+  ax.set_ylim(len(labels) - 0.5, -0.5)  # the first variant on top
   ax.set_xlabel(spec.get("ylabel") or spec["metric"])
   if spec.get("logy", False):
     ax.set_xscale("log")
+  ax.grid(alpha=0.3, axis="x")
+
+
+def _published(ax, labels, published, spec):
+  """The paper's numbers in the rows of the bar chart beside it (rows it lacks are left empty)."""
+  rows = [i for i, label in enumerate(labels) if label in published]
+  ax.plot([published[labels[i]] for i in rows], rows, "D", color="C3")
+  for i in rows:
+    ax.annotate(f" {published[labels[i]]:g}", (published[labels[i]], i), va="center", fontsize=7)
+  ax.set_yticks(range(len(labels)), [""] * len(labels))
+  ax.set_ylim(len(labels) - 0.5, -0.5)
+  ax.margins(x=0.2)  # room for the annotations
+  ax.set_xlabel(spec.get("published_xlabel") or "published value")
+  ax.set_title(spec.get("published_label") or "published", fontsize=9)
   ax.grid(alpha=0.3, axis="x")
 
 
