@@ -391,6 +391,26 @@ def test_dot_chart_and_published_panel_draw_the_table_and_the_papers_numbers(tmp
   assert paper.get_ylim() == ours.get_ylim() and paper.get_title() == "Shazeer 2020"
 
 
+def test_published_curve_sits_beside_a_plot_against_an_override_key(tmp_path, monkeypatch):
+  root = str(tmp_path)
+  points = [fabricate(root, f"heads={h},seed={seed}", {"model.num_heads": h, "seed": seed},
+                      [{"step": 10, "train/loss": 2.0 + h / 100 + seed / 1000,
+                        "eval/loss": 2.0 + h / 100 + seed / 1000}], {})
+            for h in (1, 4, 16) for seed in range(2)]
+  saved = _drawn(monkeypatch)
+  sweep_report.write_report(root, points, {"metrics": ["eval/loss"], "plots": [
+      {"metric": "eval/loss", "x": "model.num_heads", "lines": (),
+       "published": {"paper": {1: 5.29, 4: 5.00, 32: 5.01}}, "published_label": "Vaswani"}]})
+  (fig,) = saved
+  ours, paper = fig.axes
+  (drawn,) = _errorbar_lines(ours).values()
+  assert {x: m for x, (m, _) in drawn.items()} == pytest.approx({1: 2.0105, 4: 2.0405,
+                                                                 16: 2.1605})
+  assert {x: m for x, (m, _) in _errorbar_lines(paper)["paper"].items()} == {1: 5.29, 4: 5.0,
+                                                                              32: 5.01}
+  assert paper.get_title() == "Vaswani"
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------

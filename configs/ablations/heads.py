@@ -25,11 +25,15 @@ HEADS = (1, 2, 4, 8, 16, 32)
 FIXED_DK_HEADS = (1, 2, 8, 16)
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 ARM_KEYS = ("model.num_heads", "model.head_dim")
+PUBLISHED_PPL = {1: 5.29, 4: 5.00, 8: 4.92, 16: 4.91, 32: 5.01}  # table 3 (A), fixed d_model
 REPORT = dict(
     metrics=["eval/loss", "eval/perplexity", "params/attention", "params/total",
              "train/tokens_per_sec", "diverged"],
     plots=[{"metric": "eval/loss", "x": "model.num_heads", "lines": ("model.head_dim",),
             "logx": True, "xlabel": "attention heads", "ylabel": "final eval loss (nats)",
+            "published": {"head_dim=none": PUBLISHED_PPL},
+            "published_label": "Vaswani et al. 2017, table 3 (A), d_model 512",
+            "published_xlabel": "dev perplexity (newstest2013 EN-DE)",
             "file": "heads_eval_loss.png",
             "title": "eval loss vs heads (head_dim=none: d_model / heads)"},
            {"curve": "eval/loss", "lines": ("model.num_heads", "model.head_dim"),

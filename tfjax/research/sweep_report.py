@@ -32,10 +32,11 @@ metrics (or families, by prefix) of results.md. Each plot is a dict:
   zero    bar charts: True (default) draws bars from 0; False draws each mean as a dot with its
           error bar on an axis that spans the data, for metrics (losses) whose differences are
           small next to their size
-  published  bar charts: {line label: the paper's number} (labels as drawn, e.g. 'ffn=relu'),
-          drawn as a second panel with the same rows, titled `published_label` and with the axis
-          label `published_xlabel`, so that the paper's ranking sits beside ours (its units are
-          the paper's, hence its own axis)
+  published  the paper's numbers, drawn as a second panel titled `published_label` whose metric
+          axis is labelled `published_xlabel` (the paper's units, hence its own axis), so that
+          the paper's ranking or curve sits beside ours. Bar charts: {line label: number} (labels
+          as drawn, e.g. 'ffn=relu'), in the same rows; plots against an override key:
+          {line label: {x: number}}, on the same x axis
   title, file
 Each `mrr` entry ranks arms by Kazemnejad et al.'s mean reciprocal rank (tfjax/research/mrr.py):
   metric  a family prefix; a setting is one N of it (N >= min_n) for one value of every other
@@ -401,13 +402,19 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
   panel_series = [_series(members, spec, metric_keys) for _, members in panels]
   bars = spec.get("x") is None and "curve" not in spec
-  published = spec.get("published") if bars and not panel_key else None
+  published = spec.get("published") if not panel_key and "curve" not in spec else None
   height = 1.5 + 0.3 * max(len(s) for s in panel_series) if bars else 4.2  # a row per bar label
   columns = len(panels) + (1 if published else 0)
-  fig, axes = plt.subplots(1, columns, figsize=(6 * len(panels) + 3 * (columns - len(panels)),
-                                                max(3.0, height)), squeeze=False)
-  if published:
-    _published(axes[0][-1], list(panel_series[0]), published, spec)
+  extra_width = (3 if bars else 4.5) * (columns - len(panels))
+  fig, axes = plt.subplots(1, columns, figsize=(6 * len(panels) + extra_width, max(3.0, height)),
+                           squeeze=False)
+  if published and bars:
+    _published_rows(axes[0][-1], list(panel_series[0]), published, spec)
+  elif published:
+    _lines(axes[0][-1], {label: {x: {"mean": y, "std": None} for x, y in by_x.items()}
+                         for label, by_x in published.items()},
+           {**spec, "ylabel": spec.get("published_xlabel") or "published value"})
+    axes[0][-1].set_title(spec.get("published_label") or "published", fontsize=9)
   for ax, ((panel_value,), _), series in zip(axes[0], panels, panel_series):
     if bars:
       _bars(ax, series, spec)
@@ -479,7 +486,7 @@ def _bars(ax, series, spec):
   ax.grid(alpha=0.3, axis="x")
 
 
-def _published(ax, labels, published, spec):
+def _published_rows(ax, labels, published, spec):
   """The paper's numbers in the rows of the bar chart beside it (rows it lacks are left empty)."""
   rows = [i for i, label in enumerate(labels) if label in published]
   ax.plot([published[labels[i]] for i in rows], rows, "D", color="C3")
