@@ -39,8 +39,8 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/ffn.py --scale=medium \\
         --workdir=runs/ablations/ffn_medium --parallel=2
 
-  Points: 16 smoke, 24 medium and full. Runtime on 2 CPU cores with --parallel=2: smoke ~6 min
-  (estimated), medium 58 min (measured); full: one GPU, not measured.
+  Points: 16 smoke, 24 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
+  ~6 min (estimated), medium 58 min (measured); full: one GPU, not measured.
   Expected medium result (docs/ablations.md, 3 seeds): GEGLU best (eval loss ~1.703), then ReGLU
   (~1.709), Bilinear and ReLU (~1.72), SwiGLU (~1.73), GELU, GLU and Swish last (~1.82); every
   arm has 294,912 FFN weights.
