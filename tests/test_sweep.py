@@ -409,6 +409,10 @@ def test_published_curve_sits_beside_a_plot_against_an_override_key(tmp_path, mo
   assert {x: m for x, (m, _) in _errorbar_lines(paper)["paper"].items()} == {1: 5.29, 4: 5.0,
                                                                               32: 5.01}
   assert paper.get_title() == "Vaswani"
+  with pytest.raises(ValueError, match="'published' needs a plot without 'panels'"):
+    sweep_report.plot({"metric": "eval/loss", "x": "model.num_heads", "panels": "seed",
+                       "published": {"paper": {1: 5.29}}},
+                      sweep_report.collect(root, points), root)
 
 
 # ---------------------------------------------------------------------------------------------

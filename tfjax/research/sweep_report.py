@@ -402,18 +402,22 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
   panel_series = [_series(members, spec, metric_keys) for _, members in panels]
   bars = spec.get("x") is None and "curve" not in spec
-  published = spec.get("published") if not panel_key and "curve" not in spec else None
+  published = spec.get("published")
+  if published and (panel_key or "curve" in spec):
+    raise ValueError(f"plot {spec.get('file') or metric!r}: 'published' needs a plot without "
+                     "'panels' or 'curve' (the paper's panel sits beside one panel of ours)")
   height = 1.5 + 0.3 * max(len(s) for s in panel_series) if bars else 4.2  # a row per bar label
   columns = len(panels) + (1 if published else 0)
   extra_width = (3 if bars else 4.5) * (columns - len(panels))
   fig, axes = plt.subplots(1, columns, figsize=(6 * len(panels) + extra_width, max(3.0, height)),
                            squeeze=False)
-  if published and bars:
-    _published_rows(axes[0][-1], list(panel_series[0]), published, spec)
-  elif published:
-    _lines(axes[0][-1], {label: {x: {"mean": y, "std": None} for x, y in by_x.items()}
-                         for label, by_x in published.items()},
-           {**spec, "ylabel": spec.get("published_xlabel") or "published value"})
+  if published:
+    paper_spec = {**spec, "ylabel": spec.get("published_xlabel") or "published value"}
+    if bars:
+      _published_rows(axes[0][-1], list(panel_series[0]), published, paper_spec)
+    else:
+      _lines(axes[0][-1], {label: {x: {"mean": y, "std": None} for x, y in by_x.items()}
+                           for label, by_x in published.items()}, paper_spec)
     axes[0][-1].set_title(spec.get("published_label") or "published", fontsize=9)
   for ax, ((panel_value,), _), series in zip(axes[0], panels, panel_series):
     if bars:
@@ -466,7 +470,8 @@ def _bars(ax, series, spec):
   means = [series[l].get(None, {}).get("mean") for l in labels]
   stds = [series[l].get(None, {}).get("std") or 0.0 for l in labels]
   shown = [0.0 if m is None else m for m in means]
-  if spec.get("zero", True):
+  zero = spec.get("zero", True)
+  if zero:
     ax.barh(range(len(labels)), shown, xerr=stds, capsize=3,
             color=["C0" if m is not None else "lightgray" for m in means])
   else:
@@ -474,7 +479,7 @@ def _bars(ax, series, spec):
     ax.errorbar([means[i] for i in rows], rows, xerr=[stds[i] for i in rows], fmt="o",
                 capsize=3, color="C0", label="mean ± sample std over seeds")
   found = [m for m in means if m is not None]
-  text_x = 0.0 if spec.get("zero", True) or not found else min(found)
+  text_x = 0.0 if zero or not found else min(found)
   for i, m in enumerate(means):
     if m is None:
       ax.text(text_x, i, " n/a", va="center", fontsize=8)
@@ -495,8 +500,7 @@ def _published_rows(ax, labels, published, spec):
   ax.set_yticks(range(len(labels)), [""] * len(labels))
   ax.set_ylim(len(labels) - 0.5, -0.5)
   ax.margins(x=0.2)  # room for the annotations
-  ax.set_xlabel(spec.get("published_xlabel") or "published value")
-  ax.set_title(spec.get("published_label") or "published", fontsize=9)
+  ax.set_xlabel(spec["ylabel"])
   ax.grid(alpha=0.3, axis="x")
 
 
