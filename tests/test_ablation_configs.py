@@ -58,6 +58,29 @@ def test_arms_differ_from_the_baseline_only_in_documented_keys(path):
   assert used == set(module.ARM_KEYS), (name, used)  # every documented key is an arm somewhere
 
 
+@pytest.mark.parametrize("path", ABLATIONS, ids=os.path.basename)
+def test_every_plot_line_pools_only_seeds(path):
+  """Each drawn mean ± std pools points that differ only in their seed: within one line, panel
+  and x value of a plot, after its `where`, no two points differ in another override (else the
+  error bars would mix arms, or count one seed's value twice, as pooling over a key that does not
+  change the metric would). A `where` that matches no point is an error of its own."""
+  from tfjax.research import sweep_report  # pylint: disable=import-outside-toplevel
+  for scale in SCALES:
+    s = sweep.load_sweep(path, scale)
+    rows = [{"overrides": p.overrides, "status": "done"} for p in s.points]
+    for spec in s.report.get("plots", ()):
+      keys = sweep_report.variant_keys(rows)  # default lines: every key but x and the panels
+      if spec.get("lines") is not None:
+        keys = [k for k in keys if k in {*spec["lines"], spec.get("x"), spec.get("panels")}]
+      kept = sweep_report._where(rows, spec)  # pylint: disable=protected-access
+      assert kept, (scale, spec.get("file"))
+      for values, members in sweep_report.group(kept, keys):
+        others = {tuple(sorted((k, str(v)) for k, v in m["overrides"].items()
+                               if k not in set(sweep.SEED_KEYS) | set(keys)))
+                  for m in members}
+        assert len(others) == 1, (scale, spec.get("file"), values, sorted(others))
+
+
 @pytest.mark.parametrize("name", ["position.py", "position_lengthgen.py"])
 def test_position_arms_share_fair_embeddings(name):
   for scale in SCALES:

@@ -415,6 +415,43 @@ def test_published_curve_sits_beside_a_plot_against_an_override_key(tmp_path, mo
                       sweep_report.collect(root, points), root)
 
 
+def test_where_draws_only_the_matching_points_and_rejects_a_condition_matching_none(
+    tmp_path, monkeypatch):
+  """A plot restricted with `where` pools only the matching points: the per-layer line of
+  placement=post is the mean ± sample std of its warmup=60 seeds alone (the warmup=0 points, with
+  other values, would otherwise be pooled into it)."""
+  root = str(tmp_path)
+  rng = np.random.default_rng(2)
+  points, kept = [], {}
+  for placement in ("pre", "post"):
+    for warmup in (0, 60):
+      for seed in range(3):
+        grads = {f"init/grad@{i}": float(rng.uniform(0.1, 1.0)) for i in (1, 2)}
+        overrides = {"model.norm_placement": placement, "optimizer.warmup_steps": warmup,
+                     "seed": seed}
+        points.append(fabricate(root, f"p={placement},w={warmup},seed={seed}", overrides,
+                                [{"step": 10, "train/loss": 1.0, "eval/loss": 1.0}], grads))
+        if warmup == 60:
+          kept.setdefault(placement, []).append(grads)
+  saved = _drawn(monkeypatch)
+  spec = {"metric": "init/grad", "x": "@", "lines": ("model.norm_placement",),
+          "where": {"optimizer.warmup_steps": 60}}
+  sweep_report.write_report(root, points, {"metrics": ["init/grad"], "plots": [spec]})
+  (fig,) = saved
+  drawn = _errorbar_lines(fig.axes[0])
+  assert set(drawn) == {"norm_placement=pre", "norm_placement=post"}
+  for placement, seeds in kept.items():
+    for i in (1, 2):
+      values = [g[f"init/grad@{i}"] for g in seeds]
+      assert drawn[f"norm_placement={placement}"][i] == pytest.approx(
+          (np.mean(values), np.std(values, ddof=1)))
+  rows = sweep_report.collect(root, points)
+  with pytest.raises(ValueError, match=r"where optimizer.warmup_steps=\[40\] matches no point"):
+    sweep_report.plot({**spec, "where": {"optimizer.warmup_steps": [40]}}, rows, root)
+  with pytest.raises(ValueError, match="matches no point"):
+    sweep_report.plot({**spec, "where": {"model.norm": "rmsnorm"}}, rows, root)
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------

@@ -2,16 +2,19 @@
 RMSNorm, QK-norm, learning-rate warmup and Xavier init, at two depths (Xiong et al. 2020; Zhang &
 Sennrich 2019; Wang et al. 2022; Vaswani et al. 2017).
 
-The points are the union of four grids around one baseline (get_config: the char LM, pre-LN
-LayerNorm, N(0, 0.02) init, no QK-norm), all at the scale's learning rate(s), depths and seeds:
+The points are the union of five grids around one baseline (get_config: the char LM, pre-LN
+LayerNorm, N(0, 0.02) init, no QK-norm), at the scale's main learning rate(s), depths and seeds:
   placement  model.norm_placement {pre, post, sandwich, deepnorm} x warmup {0, W} (LayerNorm)
   rmsnorm    model.norm=rmsnorm x {pre, post} x warmup W: pairs with the placement grid's
              LayerNorm points at the same settings
   qk_norm    model.qk_norm=rmsnorm x {pre, post} x warmup W at the first depth
   xavier     model.init=xavier_uniform x post x warmup {0, W} at the first depth (the original
              Transformer's init; Xiong et al.'s figure 3 uses it)
-Scales: smoke depths 2 / 4, 150 steps, W = 40; medium depths 6 / 12, 600 steps, W = 60 (10%);
-full depths 6 / 12, 3000 steps, W = 300, three learning rates (the loss-vs-lr grid).
+  high lr    {pre, post} x warmup {0, W} at the first depth and a learning rate ~3-10x the main
+             one (smoke, medium): where pre-LN still trains and post-LN does not
+Scales: smoke depths 2 / 4, 150 steps, W = 40, lr 3e-3 (high 3e-2), 2 seeds; medium depths 6 / 12,
+600 steps, W = 60 (10%), lr 3e-3 (high 1e-2), 3 seeds; full depths 6 / 12, 3000 steps, W = 300,
+lr 3e-4 / 1e-3 / 3e-3 (the loss-vs-lr grid), 3 seeds.
 
 Reported per point: final eval loss; divergence; failure (diverged, or a final eval loss not at
 least 0.1 nats below `unigram/loss`, the loss of predicting every character from the training
@@ -38,37 +41,66 @@ from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 GRID = {
-    "smoke": dict(layers=(2, 4), lr=(1e-2,), warmup=40, seeds=(0, 1), steps=150, width=64),
-    "medium": dict(layers=(6, 12), lr=(1e-2,), warmup=60, seeds=(0, 1, 2), steps=600,
-                   width=64),
-    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), warmup=300, seeds=(0, 1, 2),
-                 steps=3000, width=384),
+    "smoke": dict(layers=(2, 4), lr=(3e-3,), high_lr=3e-2, warmup=40, seeds=(0, 1), steps=150,
+                  width=64),
+    "medium": dict(layers=(6, 12), lr=(3e-3,), high_lr=1e-2, warmup=60, seeds=(0, 1, 2),
+                   steps=600, width=64),
+    "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
+                 seeds=(0, 1, 2), steps=3000, width=384),
 }
 # Keys the arms change relative to get_config (tests/test_ablation_configs.py checks this).
 ARM_KEYS = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
             "model.num_layers", "optimizer.lr", "optimizer.warmup_steps")
 FAILED_MARGIN = 0.1  # nats below unigram/loss that count as having learned something
-_LINES = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
-          "optimizer.warmup_steps")
-REPORT = dict(
-    metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
-             "init/grad_norm_ffn_wo"],
-    plots=[
-        {"metric": "eval/loss", "lines": _LINES + ("model.num_layers", "optimizer.lr"),
-         "ylabel": "final eval loss (nats)", "file": "norm_eval_loss.png",
-         "title": "final eval loss per arm"},
-        {"metric": "failed", "lines": _LINES + ("model.num_layers", "optimizer.lr"),
-         "ylabel": "share of seeds that failed", "file": "norm_failed.png",
-         "title": "failure rate (diverged or no better than character frequencies)"},
-        {"metric": "init/grad_norm_ffn_wo", "x": "@", "panels": "model.num_layers",
-         "lines": ("model.norm_placement", "model.norm", "model.init"), "logy": True,
-         "xlabel": "layer (1 = nearest the input)", "ylabel": "gradient norm of FFN W_2",
-         "file": "norm_init_grad.png",
-         "title": "gradient norm of the FFN output matrix at initialization, by layer"},
-        {"metric": "train/steps_per_sec", "lines": ("model.norm", "model.num_layers"),
-         "ylabel": "training steps/s", "file": "norm_steps_per_sec.png",
-         "title": "training speed (comparable only from an idle machine, --parallel=1)"},
-    ])
+
+
+def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per scale)
+  """One figure per claim. `where` keeps each figure to the grid that tests its claim, so that no
+  line pools points differing in a key it does not name (tests/test_ablation_configs.py)."""
+  grid = GRID[_lm.check_scale(scale, "norm.py")]
+  w, lr = grid["warmup"], list(grid["lr"])
+  lr_line = ("optimizer.lr",) if len(lr) > 1 else ()  # the main grid's rates: one below full
+  loss = "final eval loss (nats)"
+  return dict(
+      metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
+               "init/grad_norm_ffn_wo"],
+      plots=[
+          {"metric": "eval/loss", "x": "optimizer.warmup_steps", "panels": "model.num_layers",
+           "lines": ("model.norm_placement", "model.init", "optimizer.lr"),
+           "where": {"model.norm": "layernorm", "model.qk_norm": "none"},
+           "xlabel": "warmup steps", "ylabel": loss, "file": "norm_warmup.png",
+           "title": f"final eval loss without and with {w} warmup steps (LayerNorm)"},
+          {"metric": "init/grad_norm_ffn_wo", "x": "@", "panels": "model.num_layers",
+           "lines": ("model.norm_placement", "model.norm", "model.init"), "logy": True,
+           # Gradients at init do not depend on the warmup or the learning rate: one of each.
+           "where": {"model.qk_norm": "none", "optimizer.warmup_steps": w, "optimizer.lr": lr[0]},
+           "xlabel": "layer (1 = nearest the input)", "ylabel": "gradient norm of FFN W_2",
+           "file": "norm_init_grad.png",
+           "title": "gradient norm of the FFN output matrix at initialization, by layer"},
+          {"metric": "eval/loss", "zero": False,
+           "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
+           "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
+                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
+           "ylabel": loss, "file": "norm_rmsnorm.png",
+           "title": f"LayerNorm vs RMSNorm (warmup {w})"},
+          {"metric": "eval/loss", "zero": False,
+           "lines": ("model.norm_placement", "model.qk_norm") + lr_line,
+           "where": {"model.num_layers": grid["layers"][0], "model.norm": "layernorm",
+                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
+           "ylabel": loss, "file": "norm_qk_norm.png",
+           "title": f"QK-norm on and off ({grid['layers'][0]} layers, warmup {w})"},
+          {"metric": "failed", "x": "model.num_layers",
+           "lines": ("model.norm_placement", "optimizer.warmup_steps", "optimizer.lr"),
+           "where": {"model.norm": "layernorm", "model.qk_norm": "none", "model.init": "normal"},
+           "xlabel": "layers", "ylabel": "share of seeds that failed", "file": "norm_failed.png",
+           "title": "failure rate (diverged, or no better than character frequencies) by depth"},
+          {"metric": "train/steps_per_sec",
+           "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
+           "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
+                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
+           "ylabel": "training steps/s", "file": "norm_steps_per_sec.png",
+           "title": "training speed (comparable only from an idle machine, --parallel=1)"},
+      ])
 
 
 def get_config(scale=None):
@@ -78,7 +110,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 48 smoke, 72 medium, 216 full. Expected runtime: smoke ~7 min, medium ~55 min on 2 CPU
+  Points: 56 smoke, 84 medium, 216 full. Expected runtime: smoke ~7 min, medium ~55 min on 2 CPU
   cores with --parallel=2 (estimated from the smoke sweep's cost per layer-step;
   docs/ablations.md); full: one GPU, not measured.
   """
@@ -110,7 +142,10 @@ def get_sweep(scale=None):
           + arms(**{"model.qk_norm": ("rmsnorm",), "model.norm_placement": ("pre", "post"),
                     "model.num_layers": first})
           + arms(**{"model.init": ("xavier_uniform",), "model.norm_placement": ("post",),
-                    "model.num_layers": first, "optimizer.warmup_steps": (0, w)}))
+                    "model.num_layers": first, "optimizer.warmup_steps": (0, w)})
+          + (arms(**{"model.norm_placement": ("pre", "post"), "model.num_layers": first,
+                     "optimizer.lr": (grid["high_lr"],), "optimizer.warmup_steps": (0, w)})
+             if grid["high_lr"] else []))
 
 
 def unigram_loss(config, workdir) -> float:

@@ -26,6 +26,9 @@ metrics (or families, by prefix) of results.md. Each plot is a dict:
   lines   override keys telling lines (bars) apart; points equal in these are pooled (mean ± std).
           Default: every override key except seeds and x.
   panels  an override key: one subplot per value
+  where   {override key: value or list of values}: only the points whose override is one of
+          those values are drawn (one figure per claim out of a larger grid, and no pooling of
+          points that differ in a key the lines do not name)
   xlabel, ylabel  axis labels (default: the x key, 'N (metric@N)' for families; the metric)
   logx, logy  log scales of the x axis / the metric axis (default: log when the positive values
           span a factor >= 8 (x) or >= 30 (metric); bar charts: metric axis linear)
@@ -385,7 +388,7 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  done = [r for r in rows if r["status"] == "done"]
+  done = [r for r in _where(rows, spec) if r["status"] == "done"]
   metric = spec.get("curve") or spec["metric"]
   found = families(sorted({k for r in done for k in r["metrics"]}))
   if isinstance(metric, (list, tuple)):  # several families against N
@@ -435,6 +438,22 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
+
+
+def _where(rows, spec):
+  """The rows (finished or not) whose overrides match every condition of spec['where']; a
+  condition that matches no point of the sweep is a mistake in the spec, not an empty plot."""
+  for key, allowed in (spec.get("where") or {}).items():
+    allowed = [_hashable(v) for v in
+               ([allowed] if isinstance(allowed, (str, int, float, bool)) else allowed)]
+    kept = [r for r in rows if _hashable(r["overrides"].get(key)) in allowed]
+    if rows and not kept:
+      values = sorted({repr(r["overrides"].get(key)) for r in rows})
+      raise ValueError(f"plot {spec.get('file') or spec.get('metric')!r}: where {key}={allowed} "
+                       f"matches no point of the sweep (its values of {key}: "
+                       f"{', '.join(values)})")
+    rows = kept
+  return rows
 
 
 def _lines(ax, series, spec):
