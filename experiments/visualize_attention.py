@@ -95,13 +95,18 @@ def plot_grid(tokens, maps, path: str, title: str = "") -> str:
   return path
 
 
+def run_title(workdir: str, num_tokens: int) -> str:
+  """The run's own name (its directory's last part, e.g. a sweep point), never the whole path."""
+  return f"{os.path.basename(os.path.normpath(workdir))}: {num_tokens} tokens"
+
+
 def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
   f = flags.FLAGS
   tokens, maps = attention_maps(f.workdir, f.text)
   out = f.out or os.path.join(f.workdir, "attention.png")
-  plot_grid(tokens, maps, out, title=f"{f.workdir}: {len(tokens)} tokens")
+  plot_grid(tokens, maps, out, title=run_title(f.workdir, len(tokens)))
   print(f"wrote {out} ({maps.shape[0]} layers x {maps.shape[1]} heads, {len(tokens)} tokens)")
 
 

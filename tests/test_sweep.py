@@ -452,6 +452,33 @@ def test_where_draws_only_the_matching_points_and_rejects_a_condition_matching_n
     sweep_report.plot({**spec, "where": {"model.norm": "rmsnorm"}}, rows, root)
 
 
+def test_sort_puts_bars_in_the_order_of_their_values(tmp_path, monkeypatch):
+  """sort=True orders the rows by the line keys' values, numbers numerically (6 before 12), so
+  that a LayerNorm / RMSNorm pair sits together; each row still draws its own variant's mean."""
+  root = str(tmp_path)
+  points, losses = [], {}
+  for layers in (12, 6):
+    for norm in ("rmsnorm", "layernorm"):
+      for seed in range(2):
+        loss = layers / 10 + (norm == "rmsnorm") / 100 + seed / 1000
+        losses.setdefault((layers, norm), []).append(loss)
+        points.append(fabricate(root, f"L={layers},n={norm},seed={seed}",
+                                {"model.num_layers": layers, "model.norm": norm, "seed": seed},
+                                [{"step": 10, "train/loss": loss, "eval/loss": loss}], {}))
+  saved = _drawn(monkeypatch)
+  sweep_report.write_report(root, points, {"metrics": ["eval/loss"], "plots": [
+      {"metric": "eval/loss", "lines": ("model.num_layers", "model.norm"), "sort": True}]})
+  (fig,) = saved
+  ax = fig.axes[0]
+  labels = [t.get_text() for t in ax.get_yticklabels()]
+  assert labels == ["num_layers=6, norm=layernorm", "num_layers=6, norm=rmsnorm",
+                    "num_layers=12, norm=layernorm", "num_layers=12, norm=rmsnorm"]
+  (bar_container,) = [c for c in ax.containers if hasattr(c, "patches")]
+  for label, patch in zip(labels, bar_container.patches):
+    layers, norm = (part.split("=")[1] for part in label.split(", "))
+    assert patch.get_width() == pytest.approx(np.mean(losses[(int(layers), norm)]))
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end through the CLI
 # ---------------------------------------------------------------------------------------------
@@ -525,3 +552,5 @@ def test_visualize_attention_writes_a_grid_of_causal_maps(text_run, tmp_path):
   np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5)  # each query's weights sum to one
   assert np.all(np.triu(maps, k=1) == 0)  # causal: no query attends to a later key
   assert png_ok(viz.plot_grid(tokens, maps, str(tmp_path / "attention.png")))
+  assert viz.run_title("runs/ablations/position_medium/position=alibi,seed=0/", 27) == (
+      "position=alibi,seed=0: 27 tokens")  # the point's name, no workdir path

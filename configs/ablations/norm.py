@@ -72,29 +72,32 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
            "title": f"final eval loss without and with {w} warmup steps (LayerNorm)"},
           {"metric": "init/grad_norm_ffn_wo", "x": "@", "panels": "model.num_layers",
            "lines": ("model.norm_placement", "model.norm", "model.init"), "logy": True,
+           "logx": False,  # layers 1..12 on a linear axis, as Xiong et al. draw them
            # Gradients at init do not depend on the warmup or the learning rate: one of each.
            "where": {"model.qk_norm": "none", "optimizer.warmup_steps": w, "optimizer.lr": lr[0]},
            "xlabel": "layer (1 = nearest the input)", "ylabel": "gradient norm of FFN W_2",
            "file": "norm_init_grad.png",
            "title": "gradient norm of the FFN output matrix at initialization, by layer"},
-          {"metric": "eval/loss", "zero": False,
+          {"metric": "eval/loss", "zero": False, "sort": True,
            "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
            "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
                      "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
            "ylabel": loss, "file": "norm_rmsnorm.png",
            "title": f"LayerNorm vs RMSNorm (warmup {w})"},
-          {"metric": "eval/loss", "zero": False,
+          {"metric": "eval/loss", "zero": False, "sort": True,
            "lines": ("model.norm_placement", "model.qk_norm") + lr_line,
-           "where": {"model.num_layers": grid["layers"][0], "model.norm": "layernorm",
+           "where": {"model.norm_placement": ["pre", "post"],
+                     "model.num_layers": grid["layers"][0], "model.norm": "layernorm",
                      "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
            "ylabel": loss, "file": "norm_qk_norm.png",
            "title": f"QK-norm on and off ({grid['layers'][0]} layers, warmup {w})"},
-          {"metric": "failed", "x": "model.num_layers",
-           "lines": ("model.norm_placement", "optimizer.warmup_steps", "optimizer.lr"),
+          {"metric": "failed", "sort": True,
+           "lines": ("model.norm_placement", "model.num_layers", "optimizer.lr",
+                     "optimizer.warmup_steps"),
            "where": {"model.norm": "layernorm", "model.qk_norm": "none", "model.init": "normal"},
-           "xlabel": "layers", "ylabel": "share of seeds that failed", "file": "norm_failed.png",
-           "title": "failure rate (diverged, or no better than character frequencies) by depth"},
-          {"metric": "train/steps_per_sec",
+           "ylabel": "share of seeds that failed", "file": "norm_failed.png",
+           "title": "failure rate (diverged, or no better than character frequencies)"},
+          {"metric": "train/steps_per_sec", "sort": True,
            "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
            "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
                      "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
@@ -110,9 +113,12 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 56 smoke, 84 medium, 216 full. Expected runtime: smoke ~7 min, medium ~55 min on 2 CPU
-  cores with --parallel=2 (estimated from the smoke sweep's cost per layer-step;
-  docs/ablations.md); full: one GPU, not measured.
+  Points: 56 smoke, 84 medium, 216 full. Expected runtime on 2 CPU cores with --parallel=2:
+  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Expected
+  medium result (docs/ablations.md, 3 seeds): pre-LN trains everywhere (eval loss ~2.20 with
+  warmup at both depths) and post-LN fails at depth 12 and at lr 1e-2 with or without warmup
+  (collapse to the unigram loss 3.35), at depth 6 and lr 3e-3 on one seed of three; RMSNorm
+  within 1 se of LayerNorm; post-LN's W_2 gradients at init level across layers, pre-LN's falling.
   """
   scale = _lm.check_scale(scale, "norm.py")
   grid = GRID[scale]

@@ -59,9 +59,9 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
         --workdir=runs/ablations/position_medium --parallel=2
 
-  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime: smoke ~6 min
-  (estimated), medium 25 min on 2 CPU cores with --parallel=2 (measured at af9ca73); full: one
-  GPU, not measured. Expected medium result (docs/ablations.md, seeds 0-2): in-distribution eval
+  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime on 2 CPU cores with
+  --parallel=2: smoke 4.4 min (measured at ab6f6c5), medium 25 min (measured at af9ca73); full:
+  one GPU, not measured. Expected medium result (docs/ablations.md, seeds 0-2): in-distribution eval
   loss rope 1.78 < t5_bias 1.82 < alibi 1.89 < sinusoidal 1.93 ~ learned 1.94 < none 2.11; ALiBi's
   perplexity flat from L to 16L (6.2 -> 6.1), every other arm rising past L.
   """

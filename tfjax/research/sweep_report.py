@@ -32,6 +32,8 @@ metrics (or families, by prefix) of results.md. Each plot is a dict:
   xlabel, ylabel  axis labels (default: the x key, 'N (metric@N)' for families; the metric)
   logx, logy  log scales of the x axis / the metric axis (default: log when the positive values
           span a factor >= 8 (x) or >= 30 (metric); bar charts: metric axis linear)
+  sort    True: lines (bars) in the order of their values of the `lines` keys, so that the
+          pairs a claim compares sit together (default: the sweep's order)
   zero    bar charts: True (default) draws bars from 0; False draws each mean as a dot with its
           error bar on an axis that spans the data, for metrics (losses) whose differences are
           small next to their size
@@ -356,7 +358,11 @@ def _series(rows, spec, metric_keys):
   x = spec.get("x")
   line_keys = spec["lines"]
   out = {}
-  for values, members in group(rows, line_keys):
+  groups = group(rows, line_keys)
+  if spec.get("sort"):  # by the line keys' values in their order (numbers as numbers)
+    groups.sort(key=lambda g: [(0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
+                               for v in g[0]])
+  for values, members in groups:
     label = ", ".join(f"{k.split('.')[-1]}={sweep_lib.format_value(v)}"
                       for k, v in zip(line_keys, values)) or "all"
     if isinstance(metric_keys, dict):  # several families
