@@ -193,6 +193,7 @@ def test_auto_resolves_to_the_tpu_kernel_on_a_tpu_backend(monkeypatch):
   assert_close(np.asarray(out), np.asarray(xla(q, k, v, causal=True)), 2e-5, "auto on tpu")
 
 
+@pytest.mark.slow  # 36 s on CPU-2: the kernel's outputs and gradients are tested above
 def test_small_model_trains_the_same_as_xla(monkeypatch):
   """20 steps of test_kernels' tiny causal LM (ALiBi, GQA) with model.attention_impl='pallas'
   routed to the TPU kernels (interpreted, default tilings) follow the xla run's losses."""

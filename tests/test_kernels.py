@@ -344,6 +344,7 @@ def tiny_model_losses(impl, steps=20):
   return np.asarray(out)
 
 
+@pytest.mark.slow  # 17 s: each implementation's outputs and gradients are tested above
 def test_small_model_trains_the_same_with_every_cpu_implementation():
   """20 training steps of a tiny causal LM with attention_impl chunked and pallas (interpret)
   follow the xla run's losses: the fused paths plug into the model, forward and backward."""

@@ -45,6 +45,7 @@ def test_train_step_matches_pytorch_step_for_step(tmp_path):
   assert result["final_max_abs_param_diff"] < 2e-5, result["final_max_abs_param_diff"]
 
 
+@pytest.mark.slow  # 18 s: the negative control of the lockstep test above
 def test_lockstep_detects_a_different_decay_mask(tmp_path):
   # Decaying the LayerNorm scales (which nanoGPT never decays) must show up as a mismatch.
   result = lockstep(tmp_path, "--config.optimizer.decay_exclude=biases")
