@@ -69,11 +69,11 @@ def test_every_plot_line_pools_only_seeds(path):
     s = sweep.load_sweep(path, scale)
     rows = [{"overrides": p.overrides, "status": "done"} for p in s.points]
     for spec in s.report.get("plots", ()):
-      keys = sweep_report.variant_keys(rows)  # default lines: every key but x and the panels
-      if spec.get("lines") is not None:
-        keys = [k for k in keys if k in {*spec["lines"], spec.get("x"), spec.get("panels")}]
-      kept = sweep_report._where(rows, spec)  # pylint: disable=protected-access
+      kept = sweep_report.select(rows, spec)
       assert kept, (scale, spec.get("file"))
+      # What plot() pools into one drawn point: rows equal in the lines, x and the panel key.
+      keys = [k for k in sweep_report.variant_keys(kept)
+              if k in {*sweep_report.line_keys(spec, kept), spec.get("x"), spec.get("panels")}]
       for values, members in sweep_report.group(kept, keys):
         others = {tuple(sorted((k, str(v)) for k, v in m["overrides"].items()
                                if k not in set(sweep.SEED_KEYS) | set(keys)))

@@ -61,6 +61,10 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
   w, lr = grid["warmup"], list(grid["lr"])
   lr_line = ("optimizer.lr",) if len(lr) > 1 else ()  # the main grid's rates: one below full
   loss = "final eval loss (nats)"
+  # The main settings, and on them the LayerNorm / RMSNorm pairs of pre and post (no QK-norm).
+  main = {"model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr}
+  pairs = {**main, "model.norm_placement": ["pre", "post"], "model.qk_norm": "none"}
+  pair_lines = ("model.norm_placement", "model.num_layers", "model.norm") + lr_line
   return dict(
       metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
                "init/grad_norm_ffn_wo"],
@@ -78,17 +82,13 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
            "xlabel": "layer (1 = nearest the input)", "ylabel": "gradient norm of FFN W_2",
            "file": "norm_init_grad.png",
            "title": "gradient norm of the FFN output matrix at initialization, by layer"},
-          {"metric": "eval/loss", "zero": False, "sort": True,
-           "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
-           "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
-                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
-           "ylabel": loss, "file": "norm_rmsnorm.png",
+          {"metric": "eval/loss", "zero": False, "sort": True, "lines": pair_lines,
+           "where": pairs, "ylabel": loss, "file": "norm_rmsnorm.png",
            "title": f"LayerNorm vs RMSNorm (warmup {w})"},
           {"metric": "eval/loss", "zero": False, "sort": True,
            "lines": ("model.norm_placement", "model.qk_norm") + lr_line,
-           "where": {"model.norm_placement": ["pre", "post"],
-                     "model.num_layers": grid["layers"][0], "model.norm": "layernorm",
-                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
+           "where": {**main, "model.norm_placement": ["pre", "post"],
+                     "model.num_layers": grid["layers"][0], "model.norm": "layernorm"},
            "ylabel": loss, "file": "norm_qk_norm.png",
            "title": f"QK-norm on and off ({grid['layers'][0]} layers, warmup {w})"},
           {"metric": "failed", "sort": True,
@@ -97,10 +97,7 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
            "where": {"model.norm": "layernorm", "model.qk_norm": "none", "model.init": "normal"},
            "ylabel": "share of seeds that failed", "file": "norm_failed.png",
            "title": "failure rate (diverged, or no better than character frequencies)"},
-          {"metric": "train/steps_per_sec", "sort": True,
-           "lines": ("model.norm_placement", "model.num_layers", "model.norm") + lr_line,
-           "where": {"model.norm_placement": ["pre", "post"], "model.qk_norm": "none",
-                     "model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr},
+          {"metric": "train/steps_per_sec", "sort": True, "lines": pair_lines, "where": pairs,
            "ylabel": "training steps/s", "file": "norm_steps_per_sec.png",
            "title": "training speed (comparable only from an idle machine, --parallel=1)"},
       ])

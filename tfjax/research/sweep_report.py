@@ -394,7 +394,7 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  done = [r for r in _where(rows, spec) if r["status"] == "done"]
+  done = [r for r in select(rows, spec) if r["status"] == "done"]
   metric = spec.get("curve") or spec["metric"]
   found = families(sorted({k for r in done for k in r["metrics"]}))
   if isinstance(metric, (list, tuple)):  # several families against N
@@ -405,9 +405,7 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   if not done or (spec.get("x") == "@" and not metric_keys):
     return None
   panel_key = spec.get("panels")
-  excluded = {spec.get("x"), panel_key}
-  spec = {**spec, "lines": tuple(spec.get("lines") or
-                                 [k for k in variant_keys(done) if k not in excluded])}
+  spec = {**spec, "lines": line_keys(spec, done)}
   panels = group(done, [panel_key]) if panel_key else [((None,), done)]
   panel_series = [_series(members, spec, metric_keys) for _, members in panels]
   bars = spec.get("x") is None and "curve" not in spec
@@ -446,7 +444,14 @@ def plot(spec: dict, rows: Sequence[dict], out_dir: str) -> Optional[str]:
   return path
 
 
-def _where(rows, spec):
+def line_keys(spec: dict, rows: Sequence[dict]) -> tuple:
+  """The override keys that tell a plot's lines (bars) apart: spec['lines'], else every variant
+  key but x and the panels. A drawn point pools the rows equal in these, x and the panel key."""
+  excluded = {spec.get("x"), spec.get("panels")}
+  return tuple(spec.get("lines") or [k for k in variant_keys(rows) if k not in excluded])
+
+
+def select(rows: Sequence[dict], spec: dict) -> list[dict]:
   """The rows (finished or not) whose overrides match every condition of spec['where']; a
   condition that matches no point of the sweep is a mistake in the spec, not an empty plot."""
   for key, allowed in (spec.get("where") or {}).items():
@@ -459,7 +464,7 @@ def _where(rows, spec):
                        f"matches no point of the sweep (its values of {key}: "
                        f"{', '.join(values)})")
     rows = kept
-  return rows
+  return list(rows)
 
 
 def _lines(ax, series, spec):
