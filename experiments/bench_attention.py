@@ -24,6 +24,7 @@ Writes results.json, results.md and results.png (plus tuning.json with --tune) u
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
 import json
@@ -109,13 +110,21 @@ def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
 
 
 def time_ms(compiled, args, iters, min_seconds):
+  """Median milliseconds per call. Calls are issued back to back in rounds of `reps` between two
+  synchronisations (reps sized from a first timed call so that a round lasts >= ~20 ms), so the
+  host's dispatch and sync overhead (tens of microseconds) stays out of sub-millisecond kernels."""
   jax.block_until_ready(compiled(*args))  # warm up
+  t0 = time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  reps = max(1, min(100, int(0.02 / max(time.perf_counter() - t0, 1e-6))))
   times = []
   start = time.perf_counter()
   while len(times) < iters or (time.perf_counter() - start < min_seconds and len(times) < 100):
     t0 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    times.append((time.perf_counter() - t0) * 1e3)
+    for _ in range(reps):
+      out = compiled(*args)
+    jax.block_until_ready(out)
+    times.append((time.perf_counter() - t0) * 1e3 / reps)
   return statistics.median(times)
 
 
@@ -135,17 +144,21 @@ def device_peak_mib():
   return None if peak is None else peak / 2 ** 20
 
 
-def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
-               phases=("fwd", "fwd_bwd")):
+@dataclasses.dataclass
+class Case:
+  """One benchmark point: its row's keys, abstract inputs, and the functions per phase."""
+  row: dict
+  shapes: dict  # name -> jax.ShapeDtypeStruct
+  phases: dict  # phase -> (fn, argument names, FLOPs)
+  compiled: dict = dataclasses.field(default_factory=dict)  # phase -> Compiled or Exception
+
+
+def make_case(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
+              phases=("fwd", "fwd_bwd")) -> Case:
   batch = max(1, cfg.tokens // seq_len)
   heads = cfg.d_model // head_dim
   kv_heads = max(1, heads // 4) if variant == "gqa" else heads
   dtype = jnp.dtype(cfg.dtype)
-  keys = jax.random.split(jax.random.PRNGKey(0), 4)
-  q = jax.random.normal(keys[0], (batch, seq_len, heads, head_dim), dtype)
-  k = jax.random.normal(keys[1], (batch, seq_len, kv_heads, head_dim), dtype)
-  v = jax.random.normal(keys[2], (batch, seq_len, kv_heads, head_dim), dtype)
-  d_out = jax.random.normal(keys[3], q.shape, dtype)
   slopes = 2.0 ** (-8.0 * jnp.arange(1, heads + 1) / heads) if variant == "alibi" else None
   attn = attention_fn(impl, causal, slopes, kv_heads != heads, tilings)
 
@@ -154,24 +167,80 @@ def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
     return vjp(d_out)
 
   fwd_flops = 4 * batch * seq_len ** 2 * heads * head_dim * (0.5 if causal else 1.0)
+  spec = lambda h: jax.ShapeDtypeStruct((batch, seq_len, h, head_dim), dtype)
+  shapes = dict(q=spec(heads), k=spec(kv_heads), v=spec(kv_heads), d_out=spec(heads))
+  every = dict(fwd=(attn, ("q", "k", "v"), fwd_flops),
+               fwd_bwd=(fwd_bwd, ("q", "k", "v", "d_out"), 3.5 * fwd_flops))
   row = dict(impl=impl, variant=variant, seq_len=seq_len, head_dim=head_dim, causal=causal,
              batch=batch, heads=heads, kv_heads=kv_heads, dtype=dtype.name)
+  if tilings is not None:
+    row["tilings"] = dataclasses.asdict(tilings)
+  return Case(row, shapes, {name: every[name] for name in phases})
+
+
+def compile_case(case: Case) -> Case:
+  """Compiles every phase from abstract inputs (no device memory): safe to run in threads."""
+  for name, (fn, arg_names, _) in case.phases.items():
+    try:
+      case.compiled[name] = jax.jit(fn).lower(*(case.shapes[a] for a in arg_names)).compile()
+    except Exception as e:  # pylint: disable=broad-except  # recorded: unsupported, smem, ...
+      case.compiled[name] = e
+  return case
+
+
+def _status(e: Exception) -> str:
+  return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def time_case(case: Case, cfg) -> dict:
+  """Times the compiled phases on fresh random inputs; errors (OOM, unsupported) are recorded."""
+  row = dict(case.row)
+  keys = jax.random.split(jax.random.PRNGKey(0), len(case.shapes))
+  arrays = {name: jax.random.normal(key, s.shape, s.dtype)
+            for key, (name, s) in zip(keys, case.shapes.items())}
   try:
-    for name, fn, args, flops in (("fwd", attn, (q, k, v), fwd_flops),
-                                  ("fwd_bwd", fwd_bwd, (q, k, v, d_out), 3.5 * fwd_flops)):
-      if name not in phases:
-        continue
-      compiled = jax.jit(fn).lower(*args).compile()
-      ms = time_ms(compiled, args, cfg.iters, cfg.min_seconds)
+    for name, (_, arg_names, flops) in case.phases.items():
+      compiled = case.compiled[name]
+      if isinstance(compiled, Exception):
+        raise compiled
+      ms = time_ms(compiled, [arrays[a] for a in arg_names], cfg.iters, cfg.min_seconds)
       row[f"{name}_ms"] = ms
       row[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
       row[f"{name}_mem_mib"] = memory_mib(compiled)
     row["device_peak_mib"] = device_peak_mib()
     row["status"] = "ok"
   except Exception as e:  # pylint: disable=broad-except  # recorded, e.g. OOM or unsupported
-    row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    row["status"] = _status(e)
+  del arrays
+  case.compiled.clear()  # free the executable
   print(json.dumps(row), flush=True)
   return row
+
+
+def run_cases(cases, cfg, on_row=None):
+  """Compiles the cases in chunks, each in a thread pool (compilation is CPU-bound and mostly
+  outside the GIL), and times a chunk's cases one at a time once it has compiled, with nothing
+  compiling meanwhile (a tracing thread holding the GIL would delay the timed dispatches)."""
+  rows, workers = [], max(1, cfg.compile_workers)
+  chunk = 2 * workers
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    for first in range(0, len(cases), chunk):
+      start = time.perf_counter()
+      compiled = list(pool.map(compile_case, cases[first:first + chunk]))
+      print(f"compiled cases {first}-{first + len(compiled) - 1} of {len(cases)} in "
+            f"{time.perf_counter() - start:.1f} s", flush=True)
+      for case in compiled:
+        rows.append(time_case(case, cfg))
+        if on_row is not None:
+          on_row(rows)
+  return rows
+
+
+def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
+               phases=("fwd", "fwd_bwd")):
+  """One point, compiled and timed (the serial path; `run_cases` overlaps compilation)."""
+  return time_case(compile_case(make_case(impl, variant, seq_len, head_dim, causal, cfg,
+                                          tilings, phases)), cfg)
 
 
 def variant_checks(rows):
@@ -257,36 +326,41 @@ TPU_TUNE_CANDIDATES = [TpuTiling(bq, bk) for bq in (128, 256, 512, 1024)
                        for bk in (128, 256, 512, 1024, 2048)]
 
 
-def tune(cfg, out_dir):
-  """Times our kernels over candidate tilings (forward first, then backward with the best
-  forward) for each head_dim, and writes the winners to tuning.json (for GPU_TILINGS on GPU,
-  TPU_TILINGS on TPU)."""
+def tune(cfg, out_dir, meta):
+  """Times our kernels over candidate tilings at the longest length, causal: every forward
+  candidate first, then every backward candidate with the best forward, for each head_dim.
+  Candidates that fail to compile (shared memory / VMEM over the limit) drop out. Writes every
+  timing and the winners (for GPU_TILINGS on GPU, TPU_TILINGS on TPU) to tuning.json."""
   on_tpu = jax.default_backend() == "tpu"
   candidates = TPU_TUNE_CANDIDATES if on_tpu else TUNE_CANDIDATES
   pair = TpuTilings if on_tpu else Tilings
-  best = {}
+  seq_len = cfg.lengths[-1]
+  fastest = lambda rows, metric: min((r for r in rows if r["status"] == "ok"),
+                                     key=lambda r: r[metric], default=None)
+  forward_rows = run_cases([make_case("pallas", "base", seq_len, head_dim, True, cfg,
+                                      pair(fwd, fwd), ["fwd"])
+                            for head_dim in cfg.head_dims for fwd in candidates], cfg)
+  best_forward = {}
   for head_dim in cfg.head_dims:
-    seq_len = cfg.lengths[-1]
-    timed = []
-    for fwd in candidates:
-      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(fwd, fwd), ["fwd"])
-      if r["status"] == "ok":
-        timed.append((r["fwd_ms"], fwd))
-    if not timed:
-      continue
-    best_fwd = min(timed, key=lambda t: t[0])[1]
-    timed = []
-    for bwd in candidates:
-      r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(best_fwd, bwd))
-      if r["status"] == "ok":
-        timed.append((r["fwd_bwd_ms"], bwd))
-    if not timed:
-      continue
-    best_bwd = min(timed, key=lambda t: t[0])[1]
-    best[f"{head_dim},{cfg.dtype}"] = dict(forward=dataclasses.asdict(best_fwd),
-                                          backward=dataclasses.asdict(best_bwd), seq_len=seq_len)
+    best = fastest([r for r in forward_rows if r["head_dim"] == head_dim], "fwd_ms")
+    if best is not None:
+      best_forward[head_dim] = KernelTiling(**best["tilings"]["forward"]) if not on_tpu else (
+          TpuTiling(**best["tilings"]["forward"]))
+  backward_rows = run_cases([make_case("pallas", "base", seq_len, head_dim, True, cfg,
+                                       pair(fwd, bwd))
+                             for head_dim, fwd in best_forward.items() for bwd in candidates],
+                            cfg)
+  best = {}
+  for head_dim, fwd in best_forward.items():
+    winner = fastest([r for r in backward_rows if r["head_dim"] == head_dim], "fwd_bwd_ms")
+    if winner is not None:
+      best[f"{head_dim},{cfg.dtype}"] = dict(
+          forward=dataclasses.asdict(fwd), backward=winner["tilings"]["backward"],
+          seq_len=seq_len, fwd_ms=fastest([r for r in forward_rows if r["head_dim"] == head_dim],
+                                          "fwd_ms")["fwd_ms"], fwd_bwd_ms=winner["fwd_bwd_ms"])
   with open(os.path.join(out_dir, "tuning.json"), "w") as f:
-    json.dump(best, f, indent=1)
+    json.dump(dict(meta=meta, best=best, forward=forward_rows, backward=backward_rows), f,
+              indent=1)
   print(json.dumps(best, indent=1))
 
 
@@ -301,6 +375,10 @@ def parse_args(argv=None):
                      f"{b}: {','.join(i)}" for b, i in DEFAULT_IMPLS.items()))
   p.add_argument("--variants", type=strs, default=["alibi", "gqa"],
                  help="extra causal variants, besides base")
+  p.add_argument("--variant_impls", type=strs, default=None,
+                 help="implementations the variants run for (default: all of --impls)")
+  p.add_argument("--compile_workers", type=int, default=min(8, os.cpu_count() or 1),
+                 help="threads compiling cases before any is timed")
   p.add_argument("--causal", type=strs, default=["false", "true"])
   p.add_argument("--tokens", type=int, default=16384, help="batch x L")
   p.add_argument("--d_model", type=int, default=2048)
@@ -324,20 +402,27 @@ def parse_args(argv=None):
 def main(argv=None):
   cfg = parse_args(argv)
   os.makedirs(cfg.out, exist_ok=True)
-  if cfg.tune:
-    return tune(cfg, cfg.out)
   device = jax.devices()[0]
   meta = dict(device=f"{device.platform}:{device.device_kind}", jax=jax.__version__,
               date=datetime.datetime.now().isoformat(timespec="seconds"), dtype=cfg.dtype,
               d_model=cfg.d_model, tokens=cfg.tokens, smoke=cfg.smoke)
-  rows = []
+  if cfg.tune:
+    return tune(cfg, cfg.out, meta)
+  cases = []
   for head_dim in cfg.head_dims:
     for seq_len in cfg.lengths:
       for impl in cfg.impls:
         for causal in cfg.causal:
-          rows.append(run_config(impl, "base", seq_len, head_dim, causal == "true", cfg))
-        for variant in cfg.variants:
-          rows.append(run_config(impl, variant, seq_len, head_dim, True, cfg))
+          cases.append(make_case(impl, "base", seq_len, head_dim, causal == "true", cfg))
+        if cfg.variant_impls is None or impl in cfg.variant_impls:
+          cases += [make_case(impl, variant, seq_len, head_dim, True, cfg)
+                    for variant in cfg.variants]
+
+  def save_partial(rows):  # so that a run stopped midway keeps what it measured
+    with open(os.path.join(cfg.out, "results.json"), "w") as f:
+      json.dump(dict(meta=meta, rows=rows, partial=True), f, indent=1)
+
+  rows = run_cases(cases, cfg, save_partial)
   checks = variant_checks(rows)
   with open(os.path.join(cfg.out, "results.json"), "w") as f:
     json.dump(dict(meta=meta, rows=rows, variant_checks=checks), f, indent=1)

@@ -52,8 +52,9 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
   runner = experiment.make_step_runner(exp, placement, layout, iterator)
   with placement.axis_rules():
     start = time.perf_counter()
-    runner.program.lower(*runner.abstract_args).compile()  # its cache serves the calls below
+    compiled = runner.program.lower(*runner.abstract_args).compile()  # serves the calls below
     compile_s = time.perf_counter() - start
+    memory = compiled_memory(compiled)
     host_lead = runtime.HostLeadLimiter()  # several CPU devices deadlock if the host runs ahead
     for _ in range(1 + warmup_calls):
       state, metrics = runner.run(state, per_call)
@@ -77,7 +78,28 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
       "flops_per_token": flops_per_token,
       "mfu": tokens_per_s * flops_per_token / (peak * jax.device_count()) if peak else None,
       "peak_flops_per_device": peak or None,
+      **memory, "device_peak_bytes": device_peak_bytes(),
   }
+
+
+def compiled_memory(compiled) -> dict:
+  """XLA's memory analysis of the compiled step (per device): what the ahead-of-time estimate
+  predicts, to compare with the device's own peak."""
+  analysis = compiled.memory_analysis()
+  if analysis is None:
+    return {}
+  fields = ("argument", "output", "temp", "alias", "generated_code")
+  memory = {f"{f}_bytes": int(getattr(analysis, f"{f}_size_in_bytes", 0)) for f in fields}
+  memory["compiled_total_bytes"] = (memory["argument_bytes"] + memory["output_bytes"]
+                                    + memory["temp_bytes"] - memory["alias_bytes"])
+  return memory
+
+
+def device_peak_bytes():
+  """The first device's peak bytes in use so far (None where the backend does not report it)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get("peak_bytes_in_use")
 
 
 def measure_full_run(config) -> dict:

@@ -11,6 +11,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -311,5 +312,6 @@ def _load_bench_attention():
   path = os.path.join(REPO, "experiments", "bench_attention.py")
   spec = importlib.util.spec_from_file_location("bench_attention", path)
   module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up there
   spec.loader.exec_module(module)
   return module

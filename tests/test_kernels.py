@@ -19,6 +19,10 @@ from tfjax.nn import ops
 from tfjax.nn.kernels import chunked_attention, flash_attention
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 
+# fp32 products at full precision: on a GPU both XLA and the Triton kernels default to TF32
+# (~1e-3 off the float64 NumPy oracle); the kernels follow the same setting (_matmul_precision).
+pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_TILINGS = Tilings(KernelTiling(16, 32), KernelTiling(32, 16))
 IMPLS = {
@@ -291,6 +295,46 @@ def test_gpu_compiled_matches_xla(impl):
   assert_close(out, ref_out, 3e-2, "out")
   for g, ref in zip(grads, ref_grads):
     assert_close(g, ref, 5e-2, "grad")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("seed", range(10))
+def test_gpu_sweep_default_tilings_matches_xla_and_numpy(seed):
+  """The seeded sweep compiled by Triton with the production tilings (GPU_TILINGS), at lengths
+  spanning several of their blocks: outputs and gradients against xla and NumPy, bf16 and fp32."""
+  shapes, kw, dtype = draw_case(seed, max_len=700, max_window=300)
+  q, k, v, d_out = random_qkv(seed, **shapes, dtype=dtype)
+  pallas = lambda *a, **kw: ops.dot_product_attention(*a, implementation="pallas", **kw)
+  xla = lambda *a, **kw: ops.dot_product_attention(*a, implementation="xla", **kw)
+  out, grads = value_and_grads(pallas, q, k, v, d_out, kw)
+  ref_out, ref_grads = value_and_grads(xla, q, k, v, d_out, kw)
+  np_out, np_grads = numpy_attention(*(x.astype(jnp.float32) for x in (q, k, v)), d_out, **kw)
+  out_tol, grad_tol = (5e-5, 2e-4) if dtype == jnp.float32 else (1.5e-2, 2e-2)
+  case = f"{shapes} {sorted(kw)} {jnp.dtype(dtype).name}"
+  for ref_name, r_out, r_grads in (("xla", ref_out, ref_grads), ("numpy", np_out, np_grads)):
+    assert_close(out, r_out, out_tol, f"out vs {ref_name}, {case}")
+    for name, g, ref in zip("qkv", grads, r_grads):
+      assert_close(g, ref, grad_tol, f"d{name} vs {ref_name}, {case}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+def test_gpu_fp32_follows_default_matmul_precision():
+  """Under the default (TF32) setting the kernel rounds fp32 products as XLA does: both land
+  ~1e-3 off the float64 oracle and close to each other; under 'float32' both are exact."""
+  q, k, v, d_out = random_qkv(11, batch=1, q_len=512, kv_len=512, heads=4, kv_heads=4,
+                              head_dim=64)
+  np_out, _ = numpy_attention(q, k, v, d_out, causal=True)
+  errors = {}
+  for setting in ("tensorfloat32", "float32"):
+    with jax.default_matmul_precision(setting):
+      for impl in ("pallas", "xla"):
+        out = np.asarray(ops.dot_product_attention(q, k, v, causal=True, implementation=impl))
+        errors[setting, impl] = float(np.abs(out - np_out).max() / np.abs(np_out).max())
+  assert errors["float32", "pallas"] < 1e-5 and errors["float32", "xla"] < 1e-5, errors
+  assert errors["tensorfloat32", "pallas"] > 1e-5, errors  # TF32 really used
+  assert errors["tensorfloat32", "pallas"] < 5 * max(errors["tensorfloat32", "xla"], 1e-4), errors
 
 
 def test_bench_smoke_writes_outputs(tmp_path):

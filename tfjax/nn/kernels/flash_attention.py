@@ -76,16 +76,30 @@ class _Config(_blocks.BlockConfig):
   forward: KernelTiling = None
   backward: KernelTiling = None
   interpret: bool = False
+  precision: lax.Precision = lax.Precision.DEFAULT  # of the fp32 dots (_matmul_precision)
 
 
 # ---------------------------------------------------------------------------------------------
 # In-kernel helpers
 
 
-def _dot(a, b, contract=(1, 0)):
+def _dot(a, b, contract=(1, 0), precision=lax.Precision.DEFAULT):
   """2-D matmul accumulating in fp32; contract=(1, 1) is a @ b.T, (0, 0) is a.T @ b."""
   return lax.dot_general(a, b, (((contract[0],), (contract[1],)), ((), ())),
-                         preferred_element_type=F32)
+                         precision=(precision, precision), preferred_element_type=F32)
+
+
+# jax_default_matmul_precision values that ask for full fp32 products.
+_FP32_PRECISIONS = ("highest", "float32", "F32_F32_F32")
+
+
+def _matmul_precision() -> lax.Precision:
+  """The precision of the kernels' dots, following `jax_default_matmul_precision` as XLA's own
+  matmuls do, so that 'pallas' and 'xla' compute the same function: by default Triton (like XLA
+  on NVIDIA GPUs) multiplies fp32 operands in TF32; under `jax.default_matmul_precision("highest")`
+  both use full fp32. bf16 / fp16 operands are unaffected."""
+  setting = jax.config.jax_default_matmul_precision
+  return lax.Precision.HIGHEST if setting in _FP32_PRECISIONS else lax.Precision.DEFAULT
 
 
 def _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked):
@@ -153,7 +167,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     kv_start = pl.multiple_of(kv_block * block_k, block_k)
     keys = pl.ds(kv_start, block_k)
     kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
-    s = _dot(q, k_ref[keys, :], (1, 1)) * cfg.scale
+    s = _dot(q, k_ref[keys, :], (1, 1), cfg.precision) * cfg.scale
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     m_new = jnp.maximum(m, s.max(axis=1))
     # While a row has met only masked keys m stays MASK_VALUE and p counts them; its first
@@ -161,7 +175,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     alpha = jnp.exp(m - m_new)
     p = jnp.exp(s - m_new[:, None])
     v = v_ref[keys, :]
-    acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v)
+    acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v, (1, 0), cfg.precision)
     return acc, m_new, l * alpha + p.sum(axis=1)
 
   ranges = _kv_ranges(cfg, q_block, block_q, block_k, k_ref.shape[0] // block_k)
@@ -189,12 +203,12 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     rows = pl.ds(q_start, block_q)
     q, do = q_ref[rows, :], do_ref[rows, :]
     q_ids = q_ids_ref[rows] if cfg.has_segments else None
-    s = _dot(q, k, (1, 1)) * cfg.scale
+    s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     p = jnp.exp(s - lse_ref[rows][:, None])
-    dv = dv + _dot(p.astype(do.dtype), do, (0, 0))
-    ds = p * (_dot(do, v, (1, 1)) - delta_ref[rows][:, None])
-    dk = dk + _dot(ds.astype(q.dtype), q, (0, 0))
+    dv = dv + _dot(p.astype(do.dtype), do, (0, 0), cfg.precision)
+    ds = p * (_dot(do, v, (1, 1), cfg.precision) - delta_ref[rows][:, None])
+    dk = dk + _dot(ds.astype(q.dtype), q, (0, 0), cfg.precision)
     return dk, dv
 
   ranges = _q_ranges(cfg, kv_block, block_q, block_k, q_ref.shape[0] // block_q)
@@ -220,11 +234,11 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     keys = pl.ds(kv_start, block_k)
     kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
     k = k_ref[keys, :]
-    s = _dot(q, k, (1, 1)) * cfg.scale
+    s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
     s, neg_dist = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     p = jnp.exp(s - lse[:, None])
-    ds = p * (_dot(do, v_ref[keys, :], (1, 1)) - delta[:, None])
-    dq = dq + _dot(ds.astype(k.dtype), k)
+    ds = p * (_dot(do, v_ref[keys, :], (1, 1), cfg.precision) - delta[:, None])
+    dq = dq + _dot(ds.astype(k.dtype), k, (1, 0), cfg.precision)
     if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
       d_slope = d_slope + (ds * neg_dist).sum(axis=1)
     return dq, d_slope
@@ -378,7 +392,8 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
       forward=forward, backward=backward,
-      interpret=_default_interpret() if interpret is None else interpret)
+      interpret=_default_interpret() if interpret is None else interpret,
+      precision=_matmul_precision())
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One measuring session on an NVIDIA GPU (H100 / H200), as one command with a fixed time budget.
+#
+#   RESULTS=bench_results/gpu bash scripts/gpu_session.sh [PHASE ...]
+#
+# Phases, in priority order (default: all), each under its own time limit so that one that hangs
+# or fails leaves the rest their time:
+#   env        versions of jax / flax / optax / orbax, nvidia-smi
+#   tests      the kernel and ops tests on the GPU (GPU-marked ones included): Triton-compiled
+#              Pallas vs xla and NumPy over the seeded sweeps, bf16 and fp32
+#   attention  experiments/bench_attention.py: ours, cuDNN, JAX's bundled Pallas mha, XLA
+#   train      experiments/bench_train.py: GPT-2 small (bf16, 1024 tokens a row), tokens/s and MFU
+#   recipe     nanoGPT's shakespeare-char GPU recipe, 5000 steps, to its published val loss
+#   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
+# Everything lands in $RESULTS (logs, JSON, markdown; default bench_results/gpu), packed into
+# results.tgz at the end; the last lines printed are a summary (scripts/gpu_summary.py). With $OUT
+# set (the device tool's return folder), results.tgz and summary.md are copied there.
+#
+# Needs: python3 with jax[cuda] (and flax, optax, orbax); ml_collections and tensorboardX as
+# wheels in .whl/ when the machine lacks them; Tiny Shakespeare under $TFJAX_DATA_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${RESULTS:-bench_results/gpu}
+mkdir -p "$RESULTS"
+export PYTHONUNBUFFERED=1 TFJAX_DATA_DIR=${TFJAX_DATA_DIR:-$PWD/.gpu/data}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=${PY:-python3}
+PHASES=${*:-env tests attention train recipe tune}
+T_TESTS=${T_TESTS:-90} T_ATTN=${T_ATTN:-150} T_TRAIN=${T_TRAIN:-85} T_RECIPE=${T_RECIPE:-125}
+T_TUNE=${T_TUNE:-60}
+SECONDS=0
+
+phase() {  # phase NAME SECONDS COMMAND...: run under a limit, log to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  echo "=== $name (limit ${limit}s, at ${SECONDS}s)"
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$RESULTS/$name.log" 2>&1
+  local rc=$?
+  printf "%s\t%s\t%s\n" "$name" "$rc" "$((SECONDS - start))" >>"$RESULTS/phases.tsv"
+  echo "=== $name rc=$rc after ${SECONDS}s"; tail -n 4 "$RESULTS/$name.log"
+}
+
+for p in $PHASES; do
+  case $p in
+    env)
+      # The machine's flax / optax / orbax first; the versions CI tests (wheels in .whl/fallback)
+      # only if tfjax does not import with them.
+      if ! $PY -c "import tfjax.training.train" >"$RESULTS/import.log" 2>&1 && ls .whl/fallback/*.whl >/dev/null 2>&1; then
+        echo "tfjax import failed with the machine's packages (import.log); using .whl/fallback"
+        $PY -m pip install -q --no-index --no-deps --target /tmp/site_fallback .whl/fallback/*.whl
+        export PYTHONPATH=$PWD:/tmp/site_fallback${PYTHONPATH#$PWD}
+      fi
+      { nvidia-smi; $PY -c "import sys, jax, jaxlib, flax, optax, orbax.checkpoint as oc
+print(sys.version); print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__,
+      'optax', optax.__version__, 'orbax', oc.__version__ if hasattr(oc, '__version__') else '?')
+print(jax.devices(), jax.devices()[0].device_kind)
+import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESULTS/env.log" 2>&1
+      cat "$RESULTS/env.log" | tail -n 6 ;;
+    tests)
+      XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 \
+        -p no:cacheprovider tests/test_kernels.py tests/test_ops.py --junitxml="$RESULTS/tests.xml" ;;
+    attention)
+      phase attention "$T_ATTN" $PY experiments/bench_attention.py --out="$RESULTS/attention" \
+        --lengths=1024,4096,16384 --head_dims=64,128 --variant_impls=pallas \
+        --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
+    train)
+      phase train "$T_TRAIN" $PY experiments/bench_train.py --config=configs/gpt2_small.py \
+        --config.data.name=tinyshakespeare --config.data.tokenizer=char \
+        --config.data.seq_len=1024 --config.data.mode=random --config.model.dropout=0.0 \
+        --config.model.dtype=bfloat16 --config.model.attention_impl=pallas \
+        --config.train.batch_size=16 --steps=20 --warmup=3 --out="$RESULTS/train" ;;
+    recipe)
+      rm -rf /tmp/tfjax_recipe
+      phase recipe "$T_RECIPE" $PY experiments/train.py --config=configs/shakespeare_char.py \
+        --workdir=/tmp/tfjax_recipe --compilation_cache=none
+      cp /tmp/tfjax_recipe/metrics.jsonl "$RESULTS/recipe_metrics.jsonl" 2>/dev/null ;;
+    tune)
+      phase tune "$T_TUNE" $PY experiments/bench_attention.py --tune --out="$RESULTS/tune" \
+        --lengths=4096 --head_dims=64,128 --iters=3 --min_seconds=0.1 --compile_workers=12 ;;
+    *) echo "unknown phase $p" ;;
+  esac
+done
+$PY scripts/gpu_summary.py "$RESULTS" 2>&1 | tee "$RESULTS/summary.md"
+tar -czf /tmp/results.tgz -C "$RESULTS" . && mv /tmp/results.tgz "$RESULTS/results.tgz"
+if [ -n "${OUT:-}" ] && [ "$OUT" != "$RESULTS" ]; then cp "$RESULTS/results.tgz" "$RESULTS/summary.md" "$OUT/"; fi
+echo "total ${SECONDS}s"

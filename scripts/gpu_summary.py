@@ -1,0 +1,111 @@
+"""Summary tables of one scripts/gpu_session.sh run (markdown on stdout).
+
+  python scripts/gpu_summary.py bench_results/gpu
+
+Reads what each phase wrote (missing phases are skipped): the tests' junit XML, the attention
+benchmark's results.json, bench_train.json, the recipe's metrics.jsonl and tuning.json.
+"""
+
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def load_json(path):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def tests(results):
+  path = os.path.join(results, "tests.xml")
+  if not os.path.exists(path):
+    return []
+  root = ET.parse(path).getroot()
+  suite = root if root.tag == "testsuite" else root.find("testsuite")
+  counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+  lines = [f"tests: {counts['tests']} run, {counts['failures']} failed, {counts['errors']} "
+           f"errors, {counts['skipped']} skipped"]
+  for case in suite.iter("testcase"):
+    for bad in list(case.findall("failure")) + list(case.findall("error")):
+      message = (bad.get("message") or "").splitlines()[0][:160] if bad.get("message") else ""
+      lines.append(f"  FAIL {case.get('name')}: {message}")
+  return lines
+
+
+def attention(results):
+  data = load_json(os.path.join(results, "attention", "results.json"))
+  if not data:
+    return []
+  lines = [f"attention ({data['meta']['device']}, jax {data['meta']['jax']}): TFLOP/s fwd / "
+           "fwd+bwd", "| impl | variant | L | D | causal | fwd | fwd+bwd | status |",
+           "|---|---|---|---|---|---|---|---|"]
+  fmt = lambda x: "-" if x is None else f"{x:.0f}"
+  for r in data["rows"]:
+    lines.append(f"| {r['impl']} | {r['variant']} | {r['seq_len']} | {r['head_dim']} | "
+                 f"{'c' if r['causal'] else 'f'} | {fmt(r.get('fwd_tflops'))} | "
+                 f"{fmt(r.get('fwd_bwd_tflops'))} | {r['status'][:40]} |")
+  for c in data.get("variant_checks", []):
+    if c["impl"] == "pallas":
+      lines.append(f"  variant {c['variant']} L{c['seq_len']} D{c['head_dim']} {c['metric']}: "
+                   f"{c['ratio_to_causal']:.3f} x causal")
+  return lines
+
+
+def train(results):
+  data = load_json(os.path.join(results, "train", "bench_train.json"))
+  if not data:
+    return []
+  mfu = data.get("mfu")
+  gib = lambda b: "-" if b is None else f"{b / 2**30:.2f} GiB"
+  return [f"train gpt2_small: {data['batch_size']}x{data['seq_len']} tokens, step "
+          f"{data['step_ms']:.1f} ms, {data['tokens_per_s']:.0f} tokens/s, MFU "
+          f"{'-' if mfu is None else f'{100 * mfu:.1f}%'}, compile {data['compile_s']:.0f} s, "
+          f"compiled {gib(data.get('compiled_total_bytes'))}, temp {gib(data.get('temp_bytes'))},"
+          f" device peak {gib(data.get('device_peak_bytes'))}"]
+
+
+def recipe(results):
+  path = os.path.join(results, "recipe_metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  rows = [json.loads(line) for line in open(path) if line.strip()]
+  evals = [(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r]
+  if not evals:
+    return ["recipe: no eval yet"]
+  best = min(evals, key=lambda e: e[1])
+  times = [r.get("time/elapsed_s") for r in rows if r.get("time/elapsed_s") is not None]
+  return [f"recipe shakespeare_char: last eval step {evals[-1][0]} loss {evals[-1][1]:.4f}; best "
+          f"{best[1]:.4f} at step {best[0]}" + (f"; elapsed {times[-1]:.0f} s" if times else "")]
+
+
+def tune(results):
+  data = load_json(os.path.join(results, "tune", "tuning.json"))
+  if not data:
+    return []
+  return [f"tune {key}: {json.dumps(value)}" for key, value in data.get("best", {}).items()]
+
+
+def phases(results):
+  path = os.path.join(results, "phases.tsv")
+  if not os.path.exists(path):
+    return []
+  rows = [line.split("\t") for line in open(path).read().splitlines() if line]
+  return ["phases (name rc seconds): " + ", ".join(" ".join(r) for r in rows)]
+
+
+def main(results):
+  for section in (phases, tests, attention, train, recipe, tune):
+    try:
+      lines = section(results)
+    except Exception as e:  # pylint: disable=broad-except  # a summary never hides the others
+      lines = [f"{section.__name__}: could not summarise ({type(e).__name__}: {e})"]
+    if lines:
+      print("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1] if len(sys.argv) > 1 else "bench_results/gpu")
