@@ -48,13 +48,15 @@ class Tilings:
   backward: KernelTiling  # Shared by the dK/dV and the dQ kernels.
 
 
-# Triton tilings by (padded head_dim, bytes per element). Starting points in the range of the
-# published FlashAttention-2 Triton configs (128x64 forward tiles, 64x64 backward; fp32 halves the
-# tiles to fit shared memory); they have NOT been re-tuned on hardware here: run
-# experiments/bench_attention.py --tune on the target GPU and update this table.
+# Triton tilings by (padded head_dim, bytes per element). The bf16 rows for head_dim 64 and 128
+# are the fastest candidates of `experiments/bench_attention.py --tune` (causal, L 4096) on an
+# NVIDIA H200 with jax 0.11.2 (docs/benchmarks.md, "GPU"): 128x64 forward tiles with 8 warps and
+# 3 stages, 64x64 backward tiles with 4 warps. The other rows are starting points in the range of
+# the published FlashAttention-2 Triton configs (fp32 halves the tiles to fit shared memory),
+# not yet tuned on hardware.
 GPU_TILINGS = {
-    (64, 2): Tilings(KernelTiling(128, 64, 4, 3), KernelTiling(64, 64, 4, 2)),
-    (128, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 8, 2)),
+    (64, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 4, 2)),
+    (128, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 4, 2)),
     (256, 2): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
     (64, 4): Tilings(KernelTiling(64, 32, 4, 2), KernelTiling(32, 32, 4, 2)),
     (128, 4): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
