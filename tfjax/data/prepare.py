@@ -129,12 +129,14 @@ def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text
         workers, shard_writer.init_worker, (spec.state,))
   else:
     shard_writer.init_worker(spec.state, single_thread=False)
-  pending = collections.deque()  # (split, result) in submission order: bounded memory
+  # (split, shard dict or a pool's AsyncResult) in submission order; bounded, so that at most
+  # 2 * workers shards of text are in memory at once.
+  pending = collections.deque()
 
   def collect(limit: int) -> None:
     while len(pending) > limit:
       split, result = pending.popleft()
-      shard = result.get() if pool is not None else result
+      shard = result if isinstance(result, dict) else result.get()
       shards[split].append(shard)
       bar.update(stats.bytes_read, shard["num_tokens"])
 
@@ -142,7 +144,7 @@ def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text
     index = len(shards[split]) + sum(1 for s, _ in pending if s == split)
     done = shard_writer.finished(output, split, index)
     if done is not None:  # a resumed prepare keeps what a killed one finished
-      pending.append((split, _Done(done)))
+      pending.append((split, done))
     elif pool is not None:
       pending.append((split, pool.apply_async(
           shard_writer.write_shard,
@@ -201,16 +203,6 @@ def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text
       os.remove(os.path.join(output, shard_writer.sidecar_file(split, index)))
   os.remove(os.path.join(output, PLAN))
   return manifest
-
-
-class _Done:
-  """A finished shard standing in for a pool result."""
-
-  def __init__(self, shard: dict):
-    self.shard = shard
-
-  def get(self) -> dict:
-    return self.shard
 
 
 def parse_args(argv):
