@@ -474,7 +474,9 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   """The dataset `data_config.name` for `task` (one of tfjax.training.tasks.TASKS).
 
   Text datasets ('tinyshakespeare', 'text') serve 'lm' and 'mlm'; their tokenizer is saved in /
-  loaded from `workdir` (None: not saved). Synthetic sequence tasks serve 'lm' with
+  loaded from `workdir` (None: not saved). 'prepared' (tfjax.training.prepared) serves the same
+  tasks from a tfjax-prepare directory, whose tokenizer must be the one `workdir` holds, if any.
+  Synthetic sequence tasks serve 'lm' with
   form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' serves 'classification'.
   """
   name = _require(data_config, "name")
