@@ -207,6 +207,13 @@ def test_cli_prints_one_error_line_and_exits_2(tmp_path):
   assert result.stderr.strip().splitlines() == [
       f"error: --input='{tmp_path}/missing.jsonl': no such file or directory"]
   assert not (tmp_path / "out").exists()
+  result = subprocess.run(
+      [sys.executable, "-m", "tfjax.data.prepare", "--input=a.txt", "--tokenizer=byte",
+       f"--output={tmp_path}/out", "--append_eos=maybe"], capture_output=True, text=True,
+      cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), timeout=60)
+  assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+      "error: argument --append_eos: 'maybe' is not a boolean (true or false) (see tfjax-prepare "
+      "--help)"]
 
 
 def _prepared_texts(tmp_path, inputs, **kwargs):

@@ -205,10 +205,23 @@ def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text
   return manifest
 
 
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    _fail(f"{message} (see {self.prog} --help)")
+
+
+def _bool(text: str) -> bool:
+  if text.lower() in ("1", "true", "yes"):
+    return True
+  if text.lower() in ("0", "false", "no"):
+    return False
+  raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
+
+
 def parse_args(argv):
-  p = argparse.ArgumentParser(prog="tfjax-prepare", description=__doc__.splitlines()[0],
-                              formatter_class=lambda prog: argparse.HelpFormatter(
-                                  prog, max_help_position=60, width=100_000))
+  p = _Parser(prog="tfjax-prepare", description=__doc__.splitlines()[0],
+              formatter_class=lambda prog: argparse.HelpFormatter(
+                  prog, max_help_position=60, width=100_000))
   p.add_argument("--input", required=True,
                  help="comma-separated .txt/.jsonl[.gz|.zst]/.parquet files or globs, or a "
                       "`datasets` save_to_disk directory")
@@ -227,9 +240,9 @@ def parse_args(argv):
                  "skip (the document) | error")
   p.add_argument("--txt_docs", default="paragraphs", help=".txt documents: paragraphs (split "
                  "at blank lines) | file")
-  p.add_argument("--append_eos", default=True, type=lambda v: v.lower() in ("1", "true", "yes"),
+  p.add_argument("--append_eos", default=True, type=_bool,
                  help="end each document with the tokenizer's end-of-text id, when it has one")
-  p.add_argument("--progress", default=True, type=lambda v: v.lower() in ("1", "true", "yes"),
+  p.add_argument("--progress", default=True, type=_bool,
                  help="show a progress bar")
   return p.parse_args(argv)
 
