@@ -13,6 +13,7 @@ tokens/s (random windows and packed rows), and the loader's memory against corpu
    global batches of 12 x 1024 (random windows, then packed rows): tokens/s, and the process's
    resident memory (VmRSS, and RssAnon: memory that is not the memory-mapped corpus itself).
    The shards were just written, so they sit in the page cache: this is the loader's own speed.
+   Then a training process (configs/gpt2_owt.py:smoke, --train_steps) on each corpus: its memory.
 Writes OUT/bench_data.json and OUT/bench_data.md stamped with the machine, JAX version and date.
 """
 
@@ -158,6 +159,24 @@ def loader_child(directory: str, batches: int) -> dict:
   return result
 
 
+def train_child(directory: str, steps: int) -> dict:
+  """Runs in a fresh process: configs/gpt2_owt.py:smoke for `steps` steps on the corpus."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location("cfg", os.path.join(REPO, "configs",
+                                                                    "gpt2_owt.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config("smoke")
+  config.data.path = directory
+  config.train.update(num_steps=steps, eval_every=steps, checkpoint_every=steps, log_every=steps)
+  with tempfile.TemporaryDirectory() as workdir:
+    start = time.perf_counter()
+    train.train_and_evaluate(config, workdir)
+    seconds = time.perf_counter() - start
+  return {"steps": steps, "seconds": seconds, "after": memory_kb()}
+
+
 def bench_loader(args, tmp: str) -> list[dict]:
   rows = []
   for megabytes in args.corpus_mb:
@@ -167,7 +186,14 @@ def bench_loader(args, tmp: str) -> list[dict]:
         [sys.executable, os.path.abspath(__file__), f"--_loader={directory}",
          f"--batches={args.batches}"], capture_output=True, text=True, check=True,
         env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
-    rows.append({"corpus_mb": megabytes, **json.loads(child.stdout.strip().splitlines()[-1])})
+    row = {"corpus_mb": megabytes, **json.loads(child.stdout.strip().splitlines()[-1])}
+    if args.train_steps:
+      child = subprocess.run(
+          [sys.executable, os.path.abspath(__file__), f"--_train={directory}",
+           f"--train_steps={args.train_steps}"], capture_output=True, text=True, check=True,
+          env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+      row["train"] = json.loads(child.stdout.strip().splitlines()[-1])
+    rows.append(row)
     for name in os.listdir(directory):
       os.remove(os.path.join(directory, name))
   return rows
@@ -206,6 +232,14 @@ def markdown(report: dict) -> str:
                    f"{row[mode]['tokens_per_s']:,.0f} | "
                    f"{row[mode]['tokens_per_s'] / g['tokens_per_s']:,.0f} | "
                    f"{row['after']['VmRSS'] / 1024:.0f} | {row['after']['RssAnon'] / 1024:.0f} |")
+  trained = [row for row in report["loader"] if "train" in row]
+  if trained:
+    lines += ["", "| corpus | training process (gpt2_owt.py:smoke) | s | VmRSS MB | RssAnon MB |",
+              "| --- | --- | --- | --- | --- |"]
+    for row in trained:
+      t = row["train"]
+      lines.append(f"| {row['corpus_mb']} MB | {t['steps']} steps | {t['seconds']:.1f} | "
+                   f"{t['after']['VmRSS'] / 1024:.0f} | {t['after']['RssAnon'] / 1024:.0f} |")
   return "\n".join(lines) + "\n"
 
 
@@ -219,8 +253,13 @@ def main() -> None:
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--corpus_mb", default="100,1000")
   p.add_argument("--batches", type=int, default=3000)
+  p.add_argument("--train_steps", type=int, default=200, help="0: no training process")
   p.add_argument("--_loader", default="", help=argparse.SUPPRESS)
+  p.add_argument("--_train", default="", help=argparse.SUPPRESS)
   args = p.parse_args()
+  if args._train:  # pylint: disable=protected-access
+    print(json.dumps(train_child(args._train, args.train_steps)))  # pylint: disable=protected-access
+    return
   if args._loader:  # pylint: disable=protected-access
     print(json.dumps(loader_child(args._loader, args.batches)))  # pylint: disable=protected-access
     return

@@ -129,6 +129,7 @@ def test_workers_and_a_killed_prepare_give_byte_identical_shards(tmp_path, monke
     mf.read_manifest(str(killed))
   # A shard whose files were written but not its sidecar counts as unfinished and is redone.
   (killed / mf.tokens_file("train", 3)).write_bytes(b"half a shard")
+  (killed / (mf.tokens_file("train", 4) + ".tmp123.npy")).write_bytes(b"killed mid-write")
   monkeypatch.setattr(shard_writer, "write_shard", real)
   calls = []
   monkeypatch.setattr(shard_writer, "write_shard", lambda *a: calls.append(a[1:3]) or real(*a))

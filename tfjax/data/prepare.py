@@ -55,6 +55,9 @@ def _check_output(output: str, plan: dict) -> None:
         raise ValueError(f"--output={output} holds an unfinished prepare of other inputs or flags "
                          f"(or inputs that changed since; see {path}): rerun with its flags, or "
                          "choose a new --output")
+    for name in os.listdir(output):  # files a killed writer left half-written
+      if ".tmp" in name:
+        os.remove(os.path.join(output, name))
     return
   if os.path.isdir(output) and os.listdir(output):
     raise ValueError(f"--output={output} is not empty; choose a new or empty directory")
