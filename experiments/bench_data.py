@@ -216,7 +216,7 @@ def markdown(report: dict) -> str:
   best = {}
   for row in report["prepare"]:
     best[row["what"]] = max(best.get(row["what"], 0), row["tokens_per_s"])
-  ceiling = next(v for k, v in best.items() if k.startswith("ceiling"))
+  ceiling = next((v for k, v in best.items() if k.startswith("ceiling")), float("nan"))
   for row in report["prepare"]:
     lines.append(f"| {row['what']} (repeat {row['repeat']}) | {row['tokens']:,} | "
                  f"{row['seconds']:.2f} | {row['tokens_per_s']:,.0f} | "

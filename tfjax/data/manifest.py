@@ -120,9 +120,58 @@ def verify(directory: str, manifest: dict, *, checksums: bool = True) -> None:
                          "manifest: the shard is corrupted (prepare again into a new directory)")
 
 
-def open_shards(directory: str, manifest: dict, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
-  """[(tokens, doc_ends)] memory maps of a split's shards: nothing is read until indexed."""
-  return [(np.load(os.path.join(directory, s["tokens"]), mmap_mode="r"),
+class TokenFile:
+  """A shard's tokens read on demand with pread: `len()` and `[start:stop]` like the array.
+
+  Why not a memory map: every page a map has touched (and the kernel's fault-around, ~64 KB per
+  fault) stays in the process's resident set, so over a run of random windows the RSS climbs to
+  the corpus size. pread copies just the rows into fresh buffers; the page cache still serves
+  repeated reads, but it is not the process's memory."""
+
+  def __init__(self, path: str):
+    with open(path, "rb") as f:
+      version = np.lib.format.read_magic(f)
+      read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                     else np.lib.format.read_array_header_2_0)
+      shape, _, dtype = read_header(f)
+      self._offset = f.tell()
+    self.dtype, self.shape, self.path = np.dtype(dtype), shape, path
+    self._fd = os.open(path, os.O_RDONLY)
+
+  def __len__(self) -> int:
+    return self.shape[0]
+
+  def __array__(self, dtype=None, copy=None):  # np.asarray(token_file): the whole shard
+    del copy
+    array = self[:]
+    return array if dtype is None else array.astype(dtype)
+
+  def __getitem__(self, key: slice) -> np.ndarray:
+    if not isinstance(key, slice):
+      raise IndexError("TokenFile reads slices: tokens[start:stop]")
+    start, stop, step = key.indices(len(self))
+    if step != 1:
+      raise IndexError("TokenFile reads contiguous slices only")
+    count = max(stop - start, 0)
+    size = self.dtype.itemsize
+    raw = os.pread(self._fd, count * size, self._offset + start * size)
+    return np.frombuffer(raw, self.dtype, count)
+
+  def __getstate__(self):  # a pickled reader (e.g. into a worker process) reopens the file
+    return {"path": self.path}
+
+  def __setstate__(self, state):
+    self.__init__(state["path"])
+
+  def __del__(self):
+    if getattr(self, "_fd", None) is not None:
+      os.close(self._fd)
+
+
+def open_shards(directory: str, manifest: dict, split: str) -> list[tuple[TokenFile, np.ndarray]]:
+  """[(tokens, doc_ends)] of a split's shards: tokens read on demand (TokenFile), the document
+  ends (8 bytes a document) memory-mapped. Nothing is read until indexed."""
+  return [(TokenFile(os.path.join(directory, s["tokens"])),
            np.load(os.path.join(directory, s["docs"]), mmap_mode="r"))
           for s in manifest["splits"][split]["shards"]]
 

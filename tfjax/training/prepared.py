@@ -1,8 +1,8 @@
 """Training batches from a prepared directory (tfjax-prepare, tfjax.data.manifest):
 `data.name='prepared'`, `data.path=DIR`.
 
-Shards stay memory-mapped: a batch reads only its own rows' tokens from disk (the page cache), so
-memory does not grow with the corpus. The multi-host contract of tfjax.training.data holds: row r
+Shards stay on disk: a batch reads only its own rows' tokens (tfjax.data.manifest.TokenFile, from
+the page cache once warm), so memory does not grow with the corpus. The multi-host contract of tfjax.training.data holds: row r
 of training batch i is a pure function of (seed, i, r), drawn with the same counter-based hash, so
 each process reads only its rows and resuming needs only the batch index.
 
@@ -54,7 +54,7 @@ def check_tokenizer(directory: str, manifest: dict, *, expect: str = "",
 
 
 class _Split:
-  """The memory-mapped shards of one split, and the two ways rows are drawn from them."""
+  """The shards of one split, and the two ways rows are drawn from them."""
 
   def __init__(self, shards: list, name: str, source: str):
     self.tokens = [t for t, _ in shards]
@@ -84,7 +84,8 @@ class _Split:
            for k in ("tokens", "segment_ids", "positions")}
     for row, (s, offset) in enumerate(zip(shard_ids, offsets)):
       tokens, ends = self.tokens[s], self.doc_ends[s]
-      doc = int(np.searchsorted(ends, offset, side="right"))
+      # uint64 on both sides: a mixed-type search would convert (read) all of `ends` every time.
+      doc = int(np.searchsorted(ends, np.uint64(offset), side="right"))
       doc_start = int(ends[doc - 1]) if doc else 0
       position = doc_start + (int(offset) - doc_start) // length * length  # its piece's start
       used, segment = 0, 1
