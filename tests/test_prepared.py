@@ -209,3 +209,20 @@ def test_tokenizer_and_vocabulary_checks(corpus, tmp_path):
   with pytest.raises(ValueError, match="model.vocab_size=200 is smaller than the data's "
                                        "vocabulary \\(256\\)"):
     experiment.prepare(full)
+
+
+def test_masked_lm_rows_are_masked_corpus_windows(corpus):
+  path, _ = corpus
+  config = data.default_data_config()
+  config.update(name="prepared", path=path, seq_len=L, seed=5)
+  ds = data.make_dataset(config, "mlm")
+  batch = ds.train_batch(2, 64)
+  assert ds.vocab_size == 257 and ds.mask_id == 256
+  selected = batch["weights"] > 0
+  assert 0.05 < selected.mean() < 0.3 and np.all(batch["inputs"][~selected] ==
+                                                 batch["targets"][~selected])
+  assert (batch["inputs"] == 256).any() and batch["inputs"].max() <= 256
+  # An mlm row is L tokens of one shard (not L+1): every target row is a window of the corpus.
+  corpus_bytes = b"".join(bytes(np.load(os.path.join(path, s["tokens"])).astype(np.uint8))
+                          for s in ds.manifest["splits"]["train"]["shards"])
+  assert all(bytes(row.astype(np.uint8)) in corpus_bytes for row in batch["targets"])
