@@ -221,6 +221,15 @@ def markdown(report: dict) -> str:
     lines.append(f"| {row['what']} (repeat {row['repeat']}) | {row['tokens']:,} | "
                  f"{row['seconds']:.2f} | {row['tokens_per_s']:,.0f} | "
                  f"{row['tokens_per_s'] / ceiling:.2f} |")
+  medians = {}
+  for row in report["prepare"]:
+    medians.setdefault(row["what"], []).append(row["tokens_per_s"])
+  if medians:
+    median_ceiling = float(np.median(next(v for k, v in medians.items()
+                                          if k.startswith("ceiling"))))
+    lines += ["", "| prepare, median of the repeats | tokens/s | / ceiling |", "| --- | --- | --- |"]
+    for what, values in medians.items():
+      lines.append(f"| {what} | {np.median(values):,.0f} | {np.median(values) / median_ceiling:.2f} |")
   g = report["gpt2_h100_50mfu"]
   lines += ["", f"GPT-2 small on one H100 at 50% MFU: {g['flops_per_token'] / 1e6:,.1f} MFLOP/token"
             f" -> {g['tokens_per_s']:,.0f} tokens/s; 20x = {g['target_20x']:,.0f} tokens/s", "",
