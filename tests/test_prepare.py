@@ -242,3 +242,34 @@ def test_save_to_disk_input(tmp_path):
   docs = corpus_docs(20)
   datasets.Dataset.from_dict({"text": docs}).save_to_disk(str(tmp_path / "ds"))
   assert _prepared_texts(tmp_path, str(tmp_path / "ds")) == docs
+
+
+@pytest.mark.slow  # ~8 s on 2 shared cores; the in-process kill above runs by default
+def test_a_sigkilled_prepare_with_workers_resumes_byte_identical(tmp_path):
+  """A real kill -9 of the prepare and its worker processes, mid-run, then the same command."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  with open(tmp_path / "c.jsonl", "w") as f:
+    for i in range(4000):
+      f.write(json.dumps({"text": "".join(rng.choice(list("abcdefgh "), 1500)) + str(i)}) + "\n")
+  command = [sys.executable, "-m", "tfjax.data.prepare", f"--input={tmp_path}/c.jsonl",
+             "--tokenizer=byte", "--val_docs=10", "--shard_mb=0.03", "--workers=2",
+             "--progress=false"]
+  env = dict(os.environ, PYTHONPATH=REPO)
+  subprocess.run(command + [f"--output={tmp_path}/straight"], check=True, env=env, cwd=REPO,
+                 capture_output=True, timeout=120)
+  killed = tmp_path / "killed"
+  process = subprocess.Popen(command + [f"--output={killed}"], env=env, cwd=REPO,
+                             start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+  deadline = time.time() + 60
+  while not (killed / shard_writer.sidecar_file("train", 20)).exists():
+    assert time.time() < deadline and process.poll() is None
+    time.sleep(0.005)
+  os.killpg(process.pid, signal.SIGKILL)
+  process.wait()
+  assert not (killed / "manifest.json").exists()  # killed mid-run: nothing presented as complete
+  subprocess.run(command + [f"--output={killed}"], check=True, env=env, cwd=REPO,
+                 capture_output=True, timeout=120)
+  assert tree_bytes(killed) == tree_bytes(tmp_path / "straight")
