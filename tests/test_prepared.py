@@ -78,6 +78,38 @@ def test_global_batch_is_the_same_for_one_and_two_processes(corpus):
                               ds.train_batch(5, 8)["inputs"])
 
 
+PROCESS_ROWS = """
+import sys, numpy as np
+from tfjax.training import data
+path, mode, process, count, out = sys.argv[1:]
+config = data.default_data_config()
+config.update(name="prepared", path=path, seq_len=16, mode=mode, seed=7)
+it = data.DataIterator(data.make_dataset(config, "lm"), 8, start_index=2,
+                       row_start=int(process) * int(count), row_count=int(count))
+np.savez(out, *[it.next()["inputs"] for _ in range(4)])
+"""
+
+
+def test_two_real_processes_build_the_one_process_global_batch(corpus, tmp_path):
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  path, _ = corpus
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for mode in ("random", "packed"):
+    runs = [(p, 4, tmp_path / f"{mode}_{p}_of_2.npz") for p in range(2)] + [
+        (0, 8, tmp_path / f"{mode}_one.npz")]
+    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_ROWS, path, mode, str(p), str(n),
+                               str(out)], env=dict(os.environ, PYTHONPATH=repo))
+             for p, n, out in runs]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0, 0]
+    halves = [np.load(out) for _, _, out in runs[:2]]
+    one = np.load(runs[2][2])
+    for b in range(4):
+      np.testing.assert_array_equal(
+          np.concatenate([h[f"arr_{b}"] for h in halves]), one[f"arr_{b}"])
+    assert not np.array_equal(one["arr_0"], one["arr_1"])
+
+
 class RecordingArray:
   """A shard standing in for the memory map, recording which token ranges are read."""
 
