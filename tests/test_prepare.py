@@ -273,3 +273,38 @@ def test_a_sigkilled_prepare_with_workers_resumes_byte_identical(tmp_path):
   subprocess.run(command + [f"--output={killed}"], check=True, env=env, cwd=REPO,
                  capture_output=True, timeout=120)
   assert tree_bytes(killed) == tree_bytes(tmp_path / "straight")
+
+
+def test_gpt2_tokenizer_from_the_hf_cache_or_the_environment(tmp_path, monkeypatch):
+  """A stand-in with GPT-2's shape (50,257 ids, <|endoftext|> = 50256; the real merges are not
+  needed to find and check the file)."""
+  tokenizers = pytest.importorskip("tokenizers")
+  from tfjax.data import tokenizer_spec  # pylint: disable=import-outside-toplevel
+  alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+  vocab = {c: i for i, c in enumerate(sorted(alphabet))}
+  vocab.update({f"filler{i}": i for i in range(len(vocab), 50256)})
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[]))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.add_special_tokens(["<|endoftext|>"])
+  snapshot = tmp_path / "hf" / "hub" / "models--gpt2" / "snapshots" / "abc"
+  snapshot.mkdir(parents=True)
+  tok.save(str(snapshot / "tokenizer.json"))
+  monkeypatch.delenv("TFJAX_GPT2_TOKENIZER", raising=False)
+  monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+  monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+  spec = tokenizer_spec.resolve("gpt2")
+  assert (spec.name, spec.vocab_size, spec.eos_id) == ("gpt2", 50257, 50256)
+  assert mf.token_dtype(spec.vocab_size) == np.uint16
+  (tmp_path / "c.txt").write_text("hello there\n\nsecond doc\n")
+  m = prep.prepare(str(tmp_path / "c.txt"), "gpt2", str(tmp_path / "o"), val_docs=1, workers=1,
+                   progress=False)
+  _, train = load(tmp_path / "o", "train")
+  assert train[0].tolist() == tok.encode("second doc").ids + [50256]
+  assert m["tokenizer"]["name"] == "gpt2" and m["dtype"] == "uint16"
+  small = tmp_path / "small"
+  small.mkdir()
+  tokenizers.Tokenizer(tokenizers.models.BPE(vocab={"a": 0}, merges=[])).save(
+      str(small / "tokenizer.json"))
+  monkeypatch.setenv("TFJAX_GPT2_TOKENIZER", str(small))  # the environment comes first
+  with pytest.raises(ValueError, match="is not GPT-2's tokenizer \\(1 ids"):
+    tokenizer_spec.resolve("gpt2")

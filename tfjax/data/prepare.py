@@ -94,7 +94,7 @@ class _Progress:
 
 def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text",
             workers: Optional[int] = None, val_fraction: float = 0.0005,
-            val_docs: Optional[int] = None, shard_mb: float = 256.0, dtype: str = "auto",
+            val_docs: Optional[int] = None, shard_mb: float = 64.0, dtype: str = "auto",
             bad_utf8: str = "replace", txt_docs: str = "paragraphs", append_eos: bool = True,
             progress: bool = True) -> dict:
   """Prepares `inputs` into `output` (see the module docstring); returns the manifest."""
@@ -237,7 +237,7 @@ def parse_args(argv):
   p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of the documents "
                  "in the val split (nanoGPT's OpenWebText split)")
   p.add_argument("--val_docs", type=int, default=None, help="instead: the first N documents")
-  p.add_argument("--shard_mb", type=float, default=256.0, help="text megabytes per shard")
+  p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
   p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
   p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
                  "skip (the document) | error")
