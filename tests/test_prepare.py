@@ -215,6 +215,12 @@ def test_cli_prints_one_error_line_and_exits_2(tmp_path):
   assert result.returncode == 2 and result.stderr.strip().splitlines() == [
       "error: argument --append_eos: 'maybe' is not a boolean (true or false) (see tfjax-prepare "
       "--help)"]
+  result = subprocess.run([sys.executable, "-m", "tfjax.data.prepare", "--help"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  flag_lines = [l.strip() for l in result.stdout.splitlines() if l.strip().startswith("--")]
+  for flag in ("--input", "--tokenizer", "--output", "--workers", "--val_fraction", "--bad_utf8"):
+    assert len([l for l in flag_lines if l.startswith(flag + " ")]) == 1, result.stdout
 
 
 def _prepared_texts(tmp_path, inputs, **kwargs):

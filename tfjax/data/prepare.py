@@ -54,7 +54,7 @@ def _check_output(output: str, plan: dict) -> None:
       if json.load(f) != plan:
         raise ValueError(f"--output={output} holds an unfinished prepare of other inputs or flags "
                          f"(or inputs that changed since; see {path}): rerun with its flags, or "
-                         "choose a new --output")
+                         "choose a new --output (or delete that one)")
     for name in os.listdir(output):  # files a killed writer left half-written
       if ".tmp" in name:
         os.remove(os.path.join(output, name))
