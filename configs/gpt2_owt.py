@@ -22,6 +22,9 @@ def get_config(arg=None):
     python experiments/train.py --config=configs/gpt2_owt.py --workdir=runs/gpt2_owt \
         --config.data.path=data/owt --config.optimizer.grad_accum_steps=5   # on 8 GPUs
 
+    python -m tfjax.params --config=configs/gpt2_owt.py   # last line "total: 124373760"
+                      # (nanoGPT prints 123.59M: the same less the 1024 x 768 position table)
+
   Expected: nanoGPT's README reports ~2.85 val loss after about 4 days on one 8xA100 40GB node
   (600k steps); not yet measured with tfjax. `smoke` (tests/test_gpt2_owt.py): a 2-layer x 64
   model, 64-token rows, 8 rows in 2 micro-batches, 6 steps, any prepared directory.

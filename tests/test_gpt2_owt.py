@@ -39,6 +39,15 @@ def test_the_recipe_is_nanogpts():
   assert c.data.name == "prepared" and c.data.expect_tokenizer == "gpt2"
 
 
+def test_parameter_count_is_nanogpts():
+  from tfjax.training import experiment, params  # pylint: disable=import-outside-toplevel
+  cfg = experiment.model_config(_get(os.path.join(REPO, "configs", "gpt2_owt.py")))
+  total = sum(params.count_by_category(cfg).values())
+  # nanoGPT prints "number of parameters: 123.59M" for this model: it leaves out the position
+  # table (1024 x 768 = 786,432), as its get_num_params does.
+  assert total == 124_373_760 and round((total - 1024 * 768) / 1e6, 2) == 123.59
+
+
 def prepared_corpus(tmp_path):
   """300 generated documents prepared with a 300-id BPE that has GPT-2's <|endoftext|>."""
   tokenizers = pytest.importorskip("tokenizers")
