@@ -61,11 +61,14 @@ class _Split:
     self.doc_ends = [d for _, d in shards]
     self.name, self.source = name, source
     self.shard_tokens = np.cumsum([len(t) for t in self.tokens])
+    self._windows_per_shard = {}  # width -> cumulative count of the windows inside each shard
 
   def windows(self, bits: np.ndarray, width: int) -> np.ndarray:
     """[rows, width] int32: uniform over the windows lying inside one shard."""
-    per_shard = np.maximum(np.asarray([len(t) for t in self.tokens]) - width + 1, 0)
-    cumulative = np.cumsum(per_shard)
+    if width not in self._windows_per_shard:
+      per_shard = np.maximum(np.asarray([len(t) for t in self.tokens]) - width + 1, 0)
+      self._windows_per_shard[width] = np.cumsum(per_shard)
+    cumulative = self._windows_per_shard[width]
     if cumulative[-1] == 0:
       raise ValueError(f"{self.source}: no {self.name} shard holds {width} tokens (the longest "
                        f"has {max(len(t) for t in self.tokens)}); lower data.seq_len")
