@@ -314,3 +314,19 @@ def test_gpt2_tokenizer_from_the_hf_cache_or_the_environment(tmp_path, monkeypat
   monkeypatch.setenv("TFJAX_GPT2_TOKENIZER", str(small))  # the environment comes first
   with pytest.raises(ValueError, match="is not GPT-2's tokenizer \\(1 ids"):
     tokenizer_spec.resolve("gpt2")
+
+
+def test_an_unfinished_prepare_refuses_inputs_changed_since(tmp_path, monkeypatch):
+  (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n")
+
+  def killed(*args):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(shard_writer, "write_shard", killed)
+  with pytest.raises(KeyboardInterrupt):
+    prep.prepare(str(tmp_path / "c.txt"), "byte", str(tmp_path / "out"), val_docs=1, workers=1,
+                 progress=False)
+  monkeypatch.undo()
+  (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n\nfour\n")  # the corpus grew meanwhile
+  assert "unfinished prepare of other inputs or flags (or inputs that changed since" in _error(
+      tmp_path, str(tmp_path / "c.txt"), "byte", str(tmp_path / "out"), val_docs=1)
