@@ -1,13 +1,12 @@
 """tfjax/data/prepare.py (tfjax-prepare): shards, manifest, determinism, resume and bad input.
 
-The references are independent of tfjax: documents split with a regex / json here, bytes encoded
+The references are independent of tfjax: documents generated here, bytes encoded
 with str.encode, BPE ids from `tokenizers` directly, checksums with hashlib."""
 
 import gzip
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 
