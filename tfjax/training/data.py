@@ -45,7 +45,8 @@ from tfjax.training.tokenizers import (TOKENIZER_FILE, ByteTokenizer, Tokenizer,
                               make_tokenizer)
 
 TEXT_DATASETS = ("tinyshakespeare", "text")
-DATASETS = TEXT_DATASETS + tuple(synthetic.TASKS)
+PREPARED = "prepared"  # a directory written by tfjax-prepare (tfjax.training.prepared)
+DATASETS = TEXT_DATASETS + (PREPARED,) + tuple(synthetic.TASKS)
 MODES = ("random", "packed")
 EVAL_MODES = ("random", "sequential")
 DOC_SPLITS = ("blank_lines", "chunks")
@@ -63,8 +64,11 @@ def default_data_config() -> ml_collections.ConfigDict:
   """Every data key with its default. make_dataset reads them without defaults (a missing key is
   an error), so build configs from this."""
   c = ml_collections.ConfigDict()
-  c.name = "tinyshakespeare"  # one of DATASETS: 'tinyshakespeare', 'text' or a synthetic task
-  c.path = ""  # name='text': the UTF-8 text file to read
+  c.name = "tinyshakespeare"  # one of DATASETS: 'tinyshakespeare', 'text', 'prepared' or synthetic
+  c.path = ""  # name='text': the UTF-8 text file to read; name='prepared': the prepared directory
+  # name='prepared' (its tokenizer and splits come from the directory's manifest).
+  c.expect_tokenizer = ""  # '' = the manifest's; else its name ('gpt2') or a sha256 prefix
+  c.verify = "checksum"  # every shard's sha256 at start-up | 'size' (sizes only: huge corpora)
   # Text datasets.
   c.tokenizer = "char"  # 'byte' (256 ids) | 'char' (corpus chars) | 'bpe' (needs `tokenizers`)
   c.bpe_vocab_size = 1024  # tokenizer='bpe': target vocabulary size (>= 256)
@@ -470,16 +474,27 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   """The dataset `data_config.name` for `task` (one of tfjax.training.tasks.TASKS).
 
   Text datasets ('tinyshakespeare', 'text') serve 'lm' and 'mlm'; their tokenizer is saved in /
-  loaded from `workdir` (None: not saved). Synthetic sequence tasks serve 'lm' with
+  loaded from `workdir` (None: not saved). 'prepared' (tfjax.training.prepared) serves the same
+  tasks from a tfjax-prepare directory, whose tokenizer must be the one `workdir` holds, if any.
+  Synthetic sequence tasks serve 'lm' with
   form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' serves 'classification'.
   """
   name = _require(data_config, "name")
   one_of("data.name", name, DATASETS)
   get = lambda key: _require(data_config, key)  # noqa: E731
-  if name != "text" and data_config.get("path"):  # a path given for nothing would be ignored
-    raise ValueError(f"data.path={data_config.path!r} is read only by data.name='text', but "
-                     f"data.name={name!r}; add --config.data.name=text to train on that file, or "
-                     "drop data.path")
+  if name not in ("text", PREPARED) and data_config.get("path"):  # it would be ignored
+    raise ValueError(f"data.path={data_config.path!r} is read only by data.name='text' (a file) "
+                     f"and 'prepared' (a directory), but data.name={name!r}; add "
+                     "--config.data.name=text (or prepared) to train on it, or drop data.path")
+  if name == PREPARED:
+    from tfjax.training import prepared  # pylint: disable=import-outside-toplevel
+    if not get("path"):
+      raise ValueError("dataset 'prepared' needs data.path: the directory tfjax-prepare wrote")
+    return prepared.PreparedDataset(
+        get("path"), task=task, seq_len=get("seq_len"), mode=get("mode"),
+        eval_mode=get("eval_mode"), mlm_prob=get("mlm_prob"), seed=get("seed"),
+        eval_seed=get("eval_seed"), verify=get("verify"),
+        expect_tokenizer=get("expect_tokenizer"), run_dir=workdir)
   if name in TEXT_DATASETS:
     if task not in ("lm", "mlm"):
       raise ValueError(f"dataset {name!r} serves tasks 'lm' and 'mlm', not {task!r}")
@@ -528,6 +543,9 @@ def resolve_vocab_size(config, dataset=None, *, workdir: Optional[str] = None,
   if dataset is not None:
     return int(dataset.vocab_size)
   name = _require(config.data, "name")
+  if name == PREPARED:
+    from tfjax.data import manifest  # pylint: disable=import-outside-toplevel
+    return text_vocab_size(manifest.vocab_size(_require(config.data, "path")), config.task)
   if name not in TEXT_DATASETS:
     return synthetic.vocab_size(name, _require(config.data, "num_symbols"))
   if workdir is not None and os.path.exists(os.path.join(workdir, TOKENIZER_FILE)):

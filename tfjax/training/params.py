@@ -148,7 +148,7 @@ def report(cfg: ModelConfig) -> str:
 def _sequence_lengths(config) -> tuple[int, int | None]:
   """(decoder/LM row length, encoder length or None) of the config's training batches: built
   from the data for synthetic tasks (cheap), else data.seq_len."""
-  if config.data.name in data.TEXT_DATASETS:
+  if config.data.name in data.TEXT_DATASETS + (data.PREPARED,):
     return int(config.data.seq_len), None
   batch = data.make_dataset(config.data, config.task).train_batch(0, 1)
   return tasks.row_lengths(batch, config.task)

@@ -1,0 +1,281 @@
+"""tfjax-prepare: tokenize a corpus once into memory-mappable token shards (tfjax.data.manifest).
+
+    tfjax-prepare --input=FILES|GLOB|HF_DATASET_DIR --tokenizer=gpt2|bpe:DIR|hf:DIR|byte|char \
+        --output=DIR [--text_field=text] [--workers=N] [--val_fraction=F | --val_docs=N]
+    python -m tfjax.data.prepare ...   # the same
+
+Documents stream from the inputs in order (tfjax.data.sources); each goes to the validation split
+when a hash of its index falls under --val_fraction (or when it is one of the first --val_docs).
+Each split is cut into shards of about --shard_mb megabytes of text, so where a shard ends depends
+only on the inputs and the flags. Worker processes encode whole shards with Hugging Face
+`tokenizers` batch encoding and write them; a finished shard gets a sidecar file, the last thing
+written for it. Run again with the same flags after a kill and the finished shards are kept and
+the rest rewritten, byte-identical to an uninterrupted run. `manifest.json` is written after the
+last shard: a directory without one is never read as a prepared corpus. A finished directory is
+never overwritten; a directory holding an unfinished prepare of other inputs or flags is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import sys
+import time
+from typing import Optional
+
+from tfjax.data import manifest as mf
+from tfjax.data import shard_writer, sources, tokenizer_spec
+
+PLAN = "prepare.json"  # the flags and inputs of an unfinished prepare (removed when finished)
+USAGE_ERROR = 2
+
+
+def _in_val(doc_index: int, val_fraction: float) -> bool:
+  """A uniform number from the document index (splitmix64), under val_fraction."""
+  z = (doc_index + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+  z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+  z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+  return ((z ^ (z >> 31)) >> 11) / float(1 << 53) < val_fraction
+
+
+def _check_output(output: str, plan: dict) -> None:
+  """Refuses a finished directory and someone else's unfinished prepare; records ours."""
+  if os.path.exists(os.path.join(output, mf.MANIFEST)):
+    raise ValueError(f"--output={output} already holds a finished prepare ({mf.MANIFEST}); "
+                     "nothing was changed: choose a new --output")
+  if os.path.isfile(output):
+    raise ValueError(f"--output={output} is a file; give a directory")
+  path = os.path.join(output, PLAN)
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      if json.load(f) != plan:
+        raise ValueError(f"--output={output} holds an unfinished prepare of other inputs or flags "
+                         f"(or inputs that changed since; see {path}): rerun with its flags, or "
+                         "choose a new --output (or delete that one)")
+    for name in os.listdir(output):  # files a killed writer left half-written
+      if ".tmp" in name:
+        os.remove(os.path.join(output, name))
+    return
+  if os.path.isdir(output) and os.listdir(output):
+    raise ValueError(f"--output={output} is not empty; choose a new or empty directory")
+  os.makedirs(output, exist_ok=True)
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(plan, f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
+class _Progress:
+  """A tqdm bar over the input bytes, showing tokens/s of finished shards."""
+
+  def __init__(self, total_bytes: int, enabled: bool):
+    self.bar = None
+    if enabled:
+      from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+      self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare",
+                      dynamic_ncols=True, file=sys.stderr)
+    self.start, self.tokens, self.read = time.time(), 0, 0
+
+  def update(self, bytes_read: int, tokens: int = 0) -> None:
+    self.tokens += tokens
+    if self.bar is not None:
+      self.bar.update(bytes_read - self.read)
+      if tokens:
+        rate = self.tokens / max(time.time() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{self.tokens:,} tokens, {rate:,.0f} tokens/s")
+    self.read = bytes_read
+
+  def close(self):
+    if self.bar is not None:
+      self.bar.close()
+
+
+def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text",
+            workers: Optional[int] = None, val_fraction: float = 0.0005,
+            val_docs: Optional[int] = None, shard_mb: float = 64.0, dtype: str = "auto",
+            bad_utf8: str = "replace", txt_docs: str = "paragraphs", append_eos: bool = True,
+            progress: bool = True) -> dict:
+  """Prepares `inputs` into `output` (see the module docstring); returns the manifest."""
+  paths = sources.resolve_inputs(inputs)
+  if val_docs is None and not 0.0 < val_fraction < 1.0:
+    raise ValueError(f"--val_fraction={val_fraction}: must be in (0, 1)")
+  if val_docs is not None and val_docs < 1:
+    raise ValueError(f"--val_docs={val_docs}: must be >= 1")
+  if shard_mb <= 0:
+    raise ValueError(f"--shard_mb={shard_mb}: must be > 0")
+  workers = (os.cpu_count() or 1) if workers is None else int(workers)
+  if workers < 1:
+    raise ValueError(f"--workers={workers}: must be >= 1")
+  source_files = [info for p in paths for info in sources.source_info(p)]
+  read = lambda stats=None: sources.documents(  # noqa: E731
+      paths, text_field=text_field, txt_docs=txt_docs, bad_utf8=bad_utf8, stats=stats)
+  spec = tokenizer_spec.resolve(tokenizer, read() if tokenizer == "char" else None)
+  token_dtype = mf.token_dtype(spec.vocab_size, dtype)
+  eos_id = spec.eos_id if append_eos else None
+  settings = {"text_field": text_field, "val_fraction": None if val_docs else val_fraction,
+              "val_docs": val_docs, "shard_mb": shard_mb, "dtype": token_dtype.name,
+              "bad_utf8": bad_utf8, "txt_docs": txt_docs, "eos_appended": eos_id is not None}
+  plan = {"inputs": [os.path.abspath(p) for p in paths], "sources": source_files,
+          "tokenizer": spec.manifest_entry(), "settings": settings}
+  _check_output(output, plan)
+  with open(os.path.join(output, mf.TOKENIZER), "w", encoding="utf-8") as f:
+    json.dump(spec.state, f, ensure_ascii=False)
+
+  stats = sources.Stats()
+  bar = _Progress(sum(s["bytes"] for s in source_files), progress)
+  shards = {split: [] for split in mf.SPLITS}
+  pool = None
+  if workers > 1:
+    pool = multiprocessing.get_context("spawn").Pool(
+        workers, shard_writer.init_worker, (spec.state,))
+  else:
+    shard_writer.init_worker(spec.state, single_thread=False)
+  # (split, shard dict or a pool's AsyncResult) in submission order; bounded, so that at most
+  # 2 * workers shards of text are in memory at once.
+  pending = collections.deque()
+
+  def collect(limit: int) -> None:
+    while len(pending) > limit:
+      split, result = pending.popleft()
+      shard = result if isinstance(result, dict) else result.get()
+      shards[split].append(shard)
+      bar.update(stats.bytes_read, shard["num_tokens"])
+
+  def submit(split: str, texts: list[str]) -> None:
+    index = len(shards[split]) + sum(1 for s, _ in pending if s == split)
+    done = shard_writer.finished(output, split, index)
+    if done is not None:  # a resumed prepare keeps what a killed one finished
+      pending.append((split, done))
+    elif pool is not None:
+      pending.append((split, pool.apply_async(
+          shard_writer.write_shard,
+          (output, split, index, texts, token_dtype.name, eos_id))))
+    else:
+      pending.append((split, shard_writer.write_shard(output, split, index, texts,
+                                                      token_dtype.name, eos_id)))
+    collect(2 * workers)
+
+  try:
+    buffers = {split: ([], 0) for split in mf.SPLITS}
+    limit = int(shard_mb * 1e6)
+    for doc_index, text in enumerate(read(stats)):
+      split = "val" if (doc_index < val_docs if val_docs else _in_val(doc_index, val_fraction)) \
+          else "train"
+      texts, size = buffers[split]
+      texts.append(text)
+      size += len(text)
+      if size >= limit:
+        submit(split, texts)
+        texts, size = [], 0
+      buffers[split] = (texts, size)
+      if doc_index % 1024 == 0:
+        bar.update(stats.bytes_read)
+    for split, (texts, _) in buffers.items():
+      if texts:
+        submit(split, texts)
+    collect(0)
+  finally:
+    if pool is not None:
+      pool.terminate()
+      pool.join()
+    bar.close()
+  for split in mf.SPLITS:
+    if not shards[split]:
+      raise ValueError(
+          f"--input={inputs}: the {split} split got no document ({stats.documents} documents "
+          "read in all); " + ("the inputs are empty" if not stats.documents else
+                              "change --val_fraction / --val_docs"))
+  manifest = {
+      "format": mf.FORMAT, "dtype": token_dtype.name, "tokenizer": spec.manifest_entry(),
+      "splits": {split: {"shards": shards[split],
+                         "num_tokens": sum(s["num_tokens"] for s in shards[split]),
+                         "num_docs": sum(s["num_docs"] for s in shards[split])}
+                 for split in mf.SPLITS},
+      "num_docs": stats.documents, "sources": source_files, "settings": settings,
+      "bad_utf8": {"policy": bad_utf8, "documents": stats.bad_utf8_documents},
+      "skipped_documents": stats.skipped_documents,
+  }
+  path = os.path.join(output, mf.MANIFEST)
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(manifest, f, indent=1)
+  os.replace(path + ".tmp", path)
+  for split in mf.SPLITS:  # the manifest now holds what the sidecars and the plan said
+    for index in range(len(shards[split])):
+      os.remove(os.path.join(output, shard_writer.sidecar_file(split, index)))
+  os.remove(os.path.join(output, PLAN))
+  return manifest
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    _fail(f"{message} (see {self.prog} --help)")
+
+
+def _bool(text: str) -> bool:
+  if text.lower() in ("1", "true", "yes"):
+    return True
+  if text.lower() in ("0", "false", "no"):
+    return False
+  raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
+
+
+def parse_args(argv):
+  p = _Parser(prog="tfjax-prepare", description=__doc__.splitlines()[0],
+              formatter_class=lambda prog: argparse.HelpFormatter(
+                  prog, max_help_position=60, width=100_000))
+  p.add_argument("--input", required=True,
+                 help="comma-separated .txt/.jsonl[.gz|.zst]/.parquet files or globs, or a "
+                      "`datasets` save_to_disk directory")
+  p.add_argument("--tokenizer", required=True, help="gpt2 | bpe:DIR | hf:DIR | byte | char")
+  p.add_argument("--output", required=True, help="the prepared directory to write")
+  p.add_argument("--text_field", default="text", help="the text field of JSONL / column of "
+                 "Parquet and datasets")
+  p.add_argument("--workers", type=int, default=None, help="tokenizing processes (default: "
+                 "one per CPU core)")
+  p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of the documents "
+                 "in the val split (nanoGPT's OpenWebText split)")
+  p.add_argument("--val_docs", type=int, default=None, help="instead: the first N documents")
+  p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
+  p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
+  p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
+                 "skip (the document) | error")
+  p.add_argument("--txt_docs", default="paragraphs", help=".txt documents: paragraphs (split "
+                 "at blank lines) | file")
+  p.add_argument("--append_eos", default=True, type=_bool,
+                 help="end each document with the tokenizer's end-of-text id, when it has one")
+  p.add_argument("--progress", default=True, type=_bool,
+                 help="show a progress bar")
+  return p.parse_args(argv)
+
+
+def _fail(message: str):
+  # tfjax.training.cli's convention (one `error:` line, exit 2); tfjax.data sits below training.
+  print("error: " + " ".join(str(message).split()), file=sys.stderr)
+  sys.exit(USAGE_ERROR)
+
+
+def main(argv=None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    manifest = prepare(args.input, args.tokenizer, args.output, text_field=args.text_field,
+                       workers=args.workers, val_fraction=args.val_fraction,
+                       val_docs=args.val_docs, shard_mb=args.shard_mb, dtype=args.dtype,
+                       bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
+                       append_eos=args.append_eos, progress=args.progress)
+  except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+    if os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0"):
+      raise
+    _fail(str(e) if not isinstance(e, OSError) or not e.filename else
+          (f"{e.filename}: {e.strerror}" if e.strerror else str(e)))
+  train, val = manifest["splits"]["train"], manifest["splits"]["val"]
+  print(f"{args.output}: train {train['num_tokens']:,} tokens / {train['num_docs']:,} documents "
+        f"in {len(train['shards'])} shards, val {val['num_tokens']:,} / {val['num_docs']:,}; "
+        f"{manifest['dtype']}, tokenizer {manifest['tokenizer']['name']} "
+        f"({manifest['tokenizer']['vocab_size']:,} ids); non-UTF-8 documents: "
+        f"{manifest['bad_utf8']['documents']} ({manifest['bad_utf8']['policy']})")
+
+
+if __name__ == "__main__":
+  main()
