@@ -3,6 +3,7 @@ tokens/s (random windows and packed rows), and the loader's memory against corpu
 
   python experiments/bench_data.py --out=bench_results [--text_mb=20] [--tokenizer=hf:DIR]
       [--workers=1,2] [--corpus_mb=100,1000] [--batches=3000]
+      [--grain_batches=1000] [--grain_workers=0,2] [--grain_corpus_mb=100]
 
 1. Prepare: --text_mb of text (Tiny Shakespeare repeated, a document per paragraph) tokenized
    by `tokenizers` encode_batch in one process on every core (the ceiling: no reading, writing or
@@ -14,6 +15,10 @@ tokens/s (random windows and packed rows), and the loader's memory against corpu
    resident memory (VmRSS, and RssAnon: memory that is not the memory-mapped corpus itself).
    The shards were just written, so they sit in the page cache: this is the loader's own speed.
    Then a training process (configs/gpt2_owt.py:smoke, --train_steps) on each corpus: its memory.
+3. grain (experiments/bench_data_grain.py; skipped, saying so, when grain or array_record is not
+   installed, or with --grain_batches=0): on a --grain_corpus_mb directory, grain's DataLoader
+   over the prepared shards (each --grain_workers count) against the loader above, and
+   ArrayRecord random reads of the same windows against pread.
 Writes OUT/bench_data.json and OUT/bench_data.md stamped with the machine, JAX version and date.
 """
 
@@ -199,6 +204,21 @@ def bench_loader(args, tmp: str) -> list[dict]:
   return rows
 
 
+def bench_grain(args, tmp: str) -> dict:
+  import bench_data_grain as grain_bench  # pylint: disable=import-outside-toplevel
+  missing = grain_bench.available()
+  if missing:
+    return {"skipped": missing}
+  directory = os.path.join(tmp, f"grain_{args.grain_corpus_mb}mb")
+  write_corpus(directory, args.grain_corpus_mb)
+  return {"corpus_mb": args.grain_corpus_mb,
+          "versions": {name: importlib.metadata.version(name) for name in ("grain", "array_record")},
+          "loaders": grain_bench.bench_loaders(directory, args.grain_batches, args.grain_repeats,
+                                               args.grain_workers),
+          "random_access": grain_bench.bench_random_access(directory, args.grain_batches,
+                                                           args.grain_repeats)}
+
+
 def gpt2_consumption() -> dict:
   """Tokens/s GPT-2 small trains at on one H100 at 50% MFU: FLOPs per token = 6N plus the
   attention term 12 * layers * d_model * context (PaLM's appendix B; nanoGPT's estimate_mfu)."""
@@ -249,6 +269,9 @@ def markdown(report: dict) -> str:
       t = row["train"]
       lines.append(f"| {row['corpus_mb']} MB | {t['steps']} steps | {t['seconds']:.1f} | "
                    f"{t['after']['VmRSS'] / 1024:.0f} | {t['after']['RssAnon'] / 1024:.0f} |")
+  if "grain" in report:
+    import bench_data_grain as grain_bench  # pylint: disable=import-outside-toplevel
+    lines += grain_bench.markdown(report["grain"])
   return "\n".join(lines) + "\n"
 
 
@@ -263,6 +286,10 @@ def main() -> None:
   p.add_argument("--corpus_mb", default="100,1000")
   p.add_argument("--batches", type=int, default=3000)
   p.add_argument("--train_steps", type=int, default=200, help="0: no training process")
+  p.add_argument("--grain_batches", type=int, default=1000, help="0: no grain comparison")
+  p.add_argument("--grain_workers", default="0,2", help="grain DataLoader worker counts")
+  p.add_argument("--grain_corpus_mb", type=int, default=100)
+  p.add_argument("--grain_repeats", type=int, default=3)
   p.add_argument("--_loader", default="", help=argparse.SUPPRESS)
   p.add_argument("--_train", default="", help=argparse.SUPPRESS)
   args = p.parse_args()
@@ -274,6 +301,7 @@ def main() -> None:
     return
   args.workers = [int(w) for w in args.workers.split(",")]
   args.corpus_mb = [int(m) for m in args.corpus_mb.split(",") if m]
+  args.grain_workers = [int(w) for w in args.grain_workers.split(",") if w]
   report = {"env": {"machine": platform.node() or platform.machine(), "cpus": os.cpu_count(),
                     "jax": importlib.metadata.version("jax"),
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
@@ -282,6 +310,8 @@ def main() -> None:
   with tempfile.TemporaryDirectory() as tmp:
     report["prepare"] = bench_prepare(args, tmp) if args.text_mb > 0 else []
     report["loader"] = bench_loader(args, tmp)
+    if args.grain_batches > 0:
+      report["grain"] = bench_grain(args, tmp)
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_data.json"), "w") as f:
     json.dump(report, f, indent=1)
