@@ -133,16 +133,19 @@ def _same(ds, kept: list) -> bool:
 
 
 def bench_loaders(directory: str, batches: int, repeats: int, workers: list[int]) -> list[dict]:
-  """One row per (mode, loader): seconds for the first batch and tokens/s over the rest."""
+  """One row per (mode, loader): seconds for the first batch and tokens/s over the rest. Each
+  repeat runs every loader once, so a change in the machine's load hits all of them alike;
+  `vs_tfjax` pairs each repeat with tfjax's loader in the same repeat (its speed / tfjax's)."""
   variants = [("tfjax PreparedDataset.train_batch", None, False)]
   variants += [(f"grain DataLoader, record = batch, worker_count={w}", w, False) for w in workers]
   variants += [("grain DataLoader, record = row + grain Batch, worker_count=0", 0, True)]
   rows = []
   for mode in ("random", "packed"):
     ds = _dataset(directory, mode)
-    for name, worker_count, rows_per_record in variants:
-      firsts, rests, same = [], [], True
-      for _ in range(repeats):
+    runs = {name: {"first_batch_s": [], "rest_s": [], "same_batches": True}
+            for name, _, _ in variants}
+    for _ in range(repeats):
+      for name, worker_count, rows_per_record in variants:
         if worker_count is None:
           loader = _ours(ds, batches + 1)
         else:
@@ -150,14 +153,17 @@ def bench_loaders(directory: str, batches: int, repeats: int, workers: list[int]
           loader = _grain_loader(source, workers=worker_count, rows_per_record=rows_per_record)
         first, rest, kept = _time_iterator(loader, batches + 1)
         del loader  # grain's worker processes stop here, outside the timing
-        same = same and _same(ds, kept)
-        firsts.append(first)
-        rests.append(rest)
-      rest = float(np.median(rests))
-      rows.append({"mode": mode, "loader": name, "batches": batches, "repeats": repeats,
-                   "first_batch_s": firsts, "rest_s": rests,
+        run = runs[name]
+        run["same_batches"] = run["same_batches"] and _same(ds, kept)
+        run["first_batch_s"].append(first)
+        run["rest_s"].append(rest)
+    ours = runs[variants[0][0]]["rest_s"]
+    for name, run in runs.items():
+      rest = float(np.median(run["rest_s"]))
+      rows.append({"mode": mode, "loader": name, "batches": batches, "repeats": repeats, **run,
                    "ms_per_batch": 1e3 * rest / batches,
-                   "tokens_per_s": batches * ROWS * SEQ_LEN / rest, "same_batches": same})
+                   "tokens_per_s": batches * ROWS * SEQ_LEN / rest,
+                   "vs_tfjax": [a / b for a, b in zip(ours, run["rest_s"])]})
   return rows
 
 
@@ -207,21 +213,25 @@ def bench_random_access(directory: str, batches: int, repeats: int,
       out.append(np.frombuffer(raw, dtype)[offset:offset + width].astype(np.int32))
     return out
 
-  rows, reference = [], None
-  for name, read in (("pread (tfjax TokenFile)", pread_windows),
-                     (f"ArrayRecordReader, {chunk}-token records", array_record_windows)):
-    seconds = []
-    for _ in range(repeats):
+  readers_by_name = {"pread (tfjax TokenFile)": pread_windows,
+                     f"ArrayRecordReader, {chunk}-token records": array_record_windows}
+  seconds = {name: [] for name in readers_by_name}
+  windows = {}
+  for _ in range(repeats):  # alternating, so a change in the machine's load hits both alike
+    for name, read in readers_by_name.items():
       start = time.perf_counter()
-      windows = read()
-      seconds.append(time.perf_counter() - start)
-    windows = np.stack(windows)
-    reference = windows if reference is None else reference
-    median = float(np.median(seconds))
+      windows[name] = read()
+      seconds[name].append(time.perf_counter() - start)
+  reference = np.stack(windows["pread (tfjax TokenFile)"])
+  rows = []
+  for name in readers_by_name:
+    median = float(np.median(seconds[name]))
     rows.append({"reader": name, "windows": len(starts), "width": width, "repeats": repeats,
-                 "seconds": seconds, "us_per_window": 1e6 * median / len(starts),
+                 "seconds": seconds[name], "us_per_window": 1e6 * median / len(starts),
                  "tokens_per_s": len(starts) * SEQ_LEN / median,
-                 "same_windows": bool(np.array_equal(windows, reference))})
+                 "vs_pread": [a / b for a, b in zip(seconds["pread (tfjax TokenFile)"],
+                                                    seconds[name])],
+                 "same_windows": bool(np.array_equal(np.stack(windows[name]), reference))})
   for reader in readers:
     reader.close()
   return rows
@@ -233,15 +243,15 @@ def markdown(report: dict) -> list[str]:
   lines = ["", f"grain {report['versions']['grain']}, array_record "
            f"{report['versions']['array_record']}, {report['corpus_mb']} MB corpus, "
            f"median of {report['loaders'][0]['repeats']} repeats", "",
-           "| mode | loader | first batch s | ms / 12x1024 batch | tokens/s | same batches |",
-           "| --- | --- | --- | --- | --- | --- |"]
+           "| mode | loader | first batch s | ms / 12x1024 batch | tokens/s | speed / tfjax "
+           "(paired median) | same batches |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for row in report["loaders"]:
     lines.append(f"| {row['mode']} | {row['loader']} | {np.median(row['first_batch_s']):.3f} | "
                  f"{row['ms_per_batch']:.3f} | {row['tokens_per_s']:,.0f} | "
-                 f"{row['same_batches']} |")
-  lines += ["", "| random access, windows of 1,025 tokens | us / window | tokens/s | same windows |",
-            "| --- | --- | --- | --- |"]
+                 f"{np.median(row['vs_tfjax']):.2f} | {row['same_batches']} |")
+  lines += ["", "| random access, windows of 1,025 tokens | us / window | tokens/s | "
+            "speed / pread (paired median) | same windows |", "| --- | --- | --- | --- | --- |"]
   for row in report["random_access"]:
     lines.append(f"| {row['reader']} | {row['us_per_window']:.1f} | {row['tokens_per_s']:,.0f} | "
-                 f"{row['same_windows']} |")
+                 f"{np.median(row['vs_pread']):.2f} | {row['same_windows']} |")
   return lines
