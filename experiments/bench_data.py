@@ -212,7 +212,8 @@ def bench_grain(args, tmp: str) -> dict:
   directory = os.path.join(tmp, f"grain_{args.grain_corpus_mb}mb")
   write_corpus(directory, args.grain_corpus_mb)
   return {"corpus_mb": args.grain_corpus_mb,
-          "versions": {name: importlib.metadata.version(name) for name in ("grain", "array_record")},
+          "versions": {name: importlib.metadata.version(name)
+                       for name in ("grain", "array_record")},
           "loaders": grain_bench.bench_loaders(directory, args.grain_batches, args.grain_repeats,
                                                args.grain_workers),
           "random_access": grain_bench.bench_random_access(directory, args.grain_batches,

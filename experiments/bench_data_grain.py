@@ -1,4 +1,4 @@
-"""grain and ArrayRecord against the prepared loader, for experiments/bench_data.py (--grain_batches).
+"""grain and ArrayRecord against the prepared loader (experiments/bench_data.py --grain_batches).
 
 The question (issue 33): would grain's DataLoader (worker processes, prefetch) or ArrayRecord's
 random access feed 12 x 1024 batches faster than tfjax.training.prepared (pread from .npy shards
@@ -19,7 +19,8 @@ in the training process)? Both sides read the same prepared directory and draw t
 2. Random access: the train shards rewritten as ArrayRecord files (records of CHUNK tokens,
    group_size 1, uncompressed: its fastest random-access layout), then the same windows of
    SEQ_LEN + 1 tokens (the rows of the random-window batches) read by pread (TokenFile) and by
-   ArrayRecordReader (the records a window spans, joined and sliced); windows checked equal.
+   ArrayRecordReader (the records a window spans, joined and sliced); windows checked equal to
+   each other, and batch 1's to PreparedDataset.train_batch(1)'s rows.
 
 Timings are the median over `repeats`; every repeat is kept in the JSON.
 """
@@ -192,8 +193,9 @@ def bench_random_access(directory: str, batches: int, repeats: int,
   width = SEQ_LEN + 1
   split.windows(np.zeros(1, np.uint64), width)  # fills the per-shard window counts
   cumulative = split._windows_per_shard[width]  # pylint: disable=protected-access
-  bits = np.concatenate([data.hash_bits(ds.seed, data._TRAIN, i, np.arange(ROWS))  # pylint: disable=protected-access
-                         for i in range(1, batches + 1)])
+  train_key = data._TRAIN  # pylint: disable=protected-access
+  bits = np.concatenate([data.hash_bits(ds.seed, train_key, i, np.arange(ROWS))
+                         for i in range(1, batches + 1)])  # the rows of batches 1..batches
   picks = data._randint(bits, int(cumulative[-1]))  # pylint: disable=protected-access
   shard_ids = np.searchsorted(cumulative, picks, side="right")
   starts = picks - np.concatenate([[0], cumulative])[shard_ids]
@@ -223,6 +225,8 @@ def bench_random_access(directory: str, batches: int, repeats: int,
       windows[name] = read()
       seconds[name].append(time.perf_counter() - start)
   reference = np.stack(windows["pread (tfjax TokenFile)"])
+  loader = ds.train_batch(1, ROWS)  # the first ROWS windows are batch 1's rows: inputs + 1 target
+  from_loader = np.concatenate([loader["inputs"], loader["targets"][:, -1:]], axis=1)
   rows = []
   for name in readers_by_name:
     median = float(np.median(seconds[name]))
@@ -231,7 +235,9 @@ def bench_random_access(directory: str, batches: int, repeats: int,
                  "tokens_per_s": len(starts) * SEQ_LEN / median,
                  "vs_pread": [a / b for a, b in zip(seconds["pread (tfjax TokenFile)"],
                                                     seconds[name])],
-                 "same_windows": bool(np.array_equal(np.stack(windows[name]), reference))})
+                 "same_windows": bool(np.array_equal(np.stack(windows[name]), reference)),
+                 "batch_1_as_loader": bool(np.array_equal(np.stack(windows[name][:ROWS]),
+                                                          from_loader))})
   for reader in readers:
     reader.close()
   return rows
@@ -253,5 +259,6 @@ def markdown(report: dict) -> list[str]:
             "speed / pread (paired median) | same windows |", "| --- | --- | --- | --- | --- |"]
   for row in report["random_access"]:
     lines.append(f"| {row['reader']} | {row['us_per_window']:.1f} | {row['tokens_per_s']:,.0f} | "
-                 f"{np.median(row['vs_pread']):.2f} | {row['same_windows']} |")
+                 f"{np.median(row['vs_pread']):.2f} | "
+                 f"{row['same_windows'] and row['batch_1_as_loader']} |")
   return lines

@@ -30,6 +30,7 @@ def run_grain_comparison(tmp_path, workers):
   [pread, array_record] = report["random_access"]
   assert pread["windows"] == array_record["windows"] == 9 * bench_data_grain.ROWS
   assert array_record["same_windows"] and array_record["width"] == bench_data_grain.SEQ_LEN + 1
+  assert pread["batch_1_as_loader"] and array_record["batch_1_as_loader"]
   # 1 MB of uint16 = 500,000 tokens in 4,096-token records.
   assert os.path.getsize(os.path.join(tmp_path, "grain_1mb", "train_00000.arrayrecord")) >= 1e6
   text = "\n".join(bench_data_grain.markdown(report))
