@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -47,6 +48,8 @@ FACTORIES = {
     "mistral": lambda: T.MistralForCausalLM(T.MistralConfig(
         **_small(num_key_value_heads=2), sliding_window=5)),
     "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**_small(num_key_value_heads=2))),
+    "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(
+        **_small(num_key_value_heads=2, head_dim=16), tie_word_embeddings=False)),
     "gemma": lambda: T.GemmaForCausalLM(T.GemmaConfig(
         **_small(num_key_value_heads=1, head_dim=16))),
     "gemma2": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(
@@ -72,8 +75,9 @@ FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
     **_BART, pad_token_id=V - 1, decoder_start_token_id=V - 1, eos_token_id=0,
     scale_embedding=True, activation_function="swish"))
 SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
-DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "gemma", "gemma2", "gpt2")
-FAST = ("llama3", "qwen2", "gemma2", "gpt2", "bert", "t5v11", "bart",
+DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+            "gpt2")
+FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "bert", "t5v11", "bart",
         "marian")
 
 
@@ -149,7 +153,9 @@ def _parity(tmp_path, name):
   decoder_ids = _ids(seed=3, length=7) if name in SEQ2SEQ else None
   _assert_close(_tfjax_logits(run, ids, decoder_ids), _hf_logits(model, ids, decoder_ids))
   prompt = [int(t) for t in _ids(seed=2, batch=1, length=5)[0]]
-  if name in DECODERS:
+  if name in DECODERS:  # the same parameters, counted as transformers counts them (tied once)
+    ours = sum(int(np.size(p)) for p in jax.tree.leaves(run.params))
+    assert ours == sum(p.numel() for p in model.parameters())
     out = decode.generate(run.model_config, run.params, [prompt], max_new_tokens=7)
     assert [int(t) for t in np.asarray(out.tokens[0])] == _hf_greedy(model, prompt, 7)
   if name in SEQ2SEQ:

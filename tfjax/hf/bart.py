@@ -14,6 +14,15 @@ from tfjax.nn.positions import has_learned_table
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
+# config.json fields that do not change the seq2seq logits (beyond mapping.IGNORED): the
+# classification head's dropout and label count under their legacy names, the legacy layer
+# count, flags transformers no longer reads (Marian has no embedding norm, so its
+# normalize_embedding is never read).
+_COMMON = ("classif_dropout", "num_hidden_layers", "extra_pos_embeddings",
+           "force_bos_token_to_be_generated")
+IGNORED = {"bart": frozenset(_COMMON),
+           "marian": frozenset(_COMMON + ("normalize_embedding",))}
+
 ACTS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu",
         "gelu_new": "gelu_tanh"}
 ACT_NAMES = {"gelu": "gelu", "relu": "relu", "silu": "swish", "gelu_tanh": "gelu_new"}
@@ -37,8 +46,6 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   f.expect("add_final_layer_norm", (False,), False)
   f.expect("add_bias_logits", (False,), False)
   f.expect("static_position_embeddings", (kind == "marian",), kind == "marian")
-  f.ignore("num_labels", "num_hidden_layers", "extra_pos_embeddings", "gradient_checkpointing",
-           "force_bos_token_to_be_generated")
   if not f.get("tie_word_embeddings", True):
     raise UnsupportedError(f"{kind} config.json tie_word_embeddings=False is not supported")
   out = dict(family="encoder_decoder", vocab_size=f.require("vocab_size"),

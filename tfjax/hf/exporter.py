@@ -40,7 +40,7 @@ def architecture_config(cfg: ModelConfig) -> dict:
 def hf_config(arch: registry.Architecture, cfg: ModelConfig, names: set) -> dict:
   """config.json fields of `cfg` as `arch`, checked by translating them back."""
   out = arch.config_to_hf(arch.model_type, cfg)
-  fields = Fields(out, arch.model_type)
+  fields = Fields(out, arch.model_type, arch.ignored)
   back = ModelConfig(**arch.config_from_hf(arch.model_type, fields, names)).validated()
   fields.finish()
   want, got = architecture_config(cfg), architecture_config(back)

@@ -1,9 +1,11 @@
-"""LLaMA 1/2/3, Mistral, Qwen2, Gemma and Gemma 2: the pre-RMSNorm, RoPE, gated-FFN decoders.
+"""LLaMA 1/2/3, Mistral, Qwen2, Qwen3, Gemma and Gemma 2: the pre-RMSNorm, RoPE, gated-FFN
+decoders.
 
 All share Hugging Face's `LlamaForCausalLM` tensor layout (q/k/v/o_proj, gate/up/down_proj,
 input/post_attention_layernorm); they differ in config: Mistral's sliding window, Qwen2's q/k/v
-biases without an o_proj bias, Gemma's sqrt(d_model) embedding scale, (1 + w) norm gain and tanh
-GEGLU, Gemma 2's sandwich norms, soft-capping, alternating sliding/global layers and query scale.
+biases without an o_proj bias, Qwen3's per-head RMSNorm of q and k (q_norm/k_norm, `qk_norm`),
+Gemma's sqrt(d_model) embedding scale, (1 + w) norm gain and tanh GEGLU, Gemma 2's sandwich
+norms, soft-capping, alternating sliding/global layers and query scale.
 HF's RoPE is the rotate-half pairing (tfjax `position="rope"`).
 """
 
@@ -17,6 +19,38 @@ from tfjax.nn.config import ModelConfig
 GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
               "gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
 ACT_NAMES = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
+
+# config.json fields each model_type's transformers model does not read (beyond
+# mapping.IGNORED). Qwen2/Qwen3 read the window fields only with use_sliding_window=True (which
+# is refused); Gemma 2 reads `hidden_activation` only, so its released configs' `hidden_act` is
+# inert.
+_QWEN = ("sliding_window", "max_window_layers")
+IGNORED = {"qwen2": frozenset(_QWEN), "qwen3": frozenset(_QWEN),
+           "gemma2": frozenset(("hidden_act",))}
+
+
+def activation(kind: str, f: Fields) -> str:
+  """The gated FFN's activation name as transformers runs it.
+
+  Gemma 2 reads `hidden_activation` (default tanh GELU). Gemma 1 reads `hidden_act` and, like
+  transformers' GemmaConfig, runs its legacy value "gelu" as tanh GELU (the released
+  checkpoints were trained with it); transformers releases before that rewrite read
+  `hidden_activation` instead, so a config where the two disagree is refused. The others read
+  `hidden_act`.
+  """
+  if kind == "gemma2":
+    return f.get("hidden_activation") or "gelu_pytorch_tanh"
+  if kind != "gemma":
+    return f.get("hidden_act", "silu")
+  act = f.get("hidden_act", "gelu_pytorch_tanh")
+  act = "gelu_pytorch_tanh" if act == "gelu" else act
+  legacy = f.get("hidden_activation")
+  if legacy is not None and GATED_ACTS.get(legacy) != GATED_ACTS.get(act):
+    raise UnsupportedError(
+        f"gemma config.json hidden_act={f.values.get('hidden_act')!r} (run as {act!r}) and "
+        f"hidden_activation={legacy!r} disagree, and transformers versions read different "
+        "ones; remove hidden_activation or make them agree")
+  return act
 
 
 def rope_from_hf(f: Fields, max_len: int) -> dict:
@@ -80,8 +114,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   d, heads = f.require("hidden_size"), f.require("num_attention_heads")
   head_dim = f.get("head_dim") or d // heads
   max_len = int(f.get("max_position_embeddings", 2048))
-  act = f.get("hidden_activation") if kind.startswith("gemma") else None
-  act = act or f.get("hidden_act", "silu")
+  act = activation(kind, f)
   if act not in GATED_ACTS:
     raise UnsupportedError(f"{kind} config.json hidden_act={act!r} is not supported "
                            f"(supported: {sorted(GATED_ACTS)})")
@@ -98,12 +131,14 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
       **rope_from_hf(f, max_len))
   layer_types = f.get("layer_types")
-  if kind == "qwen2":
-    cfg["attention_bias"], cfg["attention_out_bias"] = True, False
+  if kind in ("qwen2", "qwen3"):
+    if kind == "qwen2":
+      cfg["attention_bias"], cfg["attention_out_bias"] = True, False
+    else:
+      cfg["qk_norm"] = "rmsnorm"
     if f.get("use_sliding_window", False):
-      raise UnsupportedError("qwen2 config.json use_sliding_window=True (sliding window on the "
+      raise UnsupportedError(f"{kind} config.json use_sliding_window=True (sliding window on the "
                              "layers above max_window_layers) is not supported")
-    f.ignore("sliding_window", "max_window_layers")
   elif kind == "mistral":
     window = f.get("sliding_window")
     if window is not None:
@@ -146,11 +181,17 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   if kind == "llama":
     out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)
   if kind == "gemma":
+    if cfg.ffn == "geglu":
+      raise UnsupportedError(
+          "model_type 'gemma' cannot express model.ffn='geglu' (exact-erf GeGLU): transformers' "
+          "GemmaConfig runs hidden_act='gelu' as tanh GELU; train with model.ffn='geglu_tanh'")
     out["attention_bias"] = cfg.attention_bias
   if kind == "mistral":
     out["sliding_window"] = cfg.window
-  if kind == "qwen2":
+  if kind in ("qwen2", "qwen3"):
     out.update(use_sliding_window=False, sliding_window=None)
+  if kind == "qwen3":
+    out["attention_bias"] = cfg.attention_bias
   if kind == "gemma2":
     del out["hidden_act"]
     out.update(hidden_activation=ACT_NAMES[cfg.ffn], attention_bias=cfg.attention_bias,
@@ -174,6 +215,9 @@ def rules(cfg: ModelConfig) -> list:
       out.append(mapping.heads_in(f"{hf}self_attn.{name}_proj.weight", att + (path, "kernel"), n))
       if cfg.attention_bias:
         out.append(mapping.heads_bias(f"{hf}self_attn.{name}_proj.bias", att + (path, "bias"), n))
+    if cfg.qk_norm == "rmsnorm":  # Qwen3: one [head_dim] gain for every head
+      out += [mapping.copy(f"{hf}self_attn.q_norm.weight", att + ("query_norm", "scale")),
+              mapping.copy(f"{hf}self_attn.k_norm.weight", att + ("key_norm", "scale"))]
     out.append(mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"), heads))
     if cfg.out_bias:
       out.append(mapping.copy(f"{hf}self_attn.o_proj.bias", att + ("out", "bias")))

@@ -27,6 +27,7 @@ class Architecture:
   rules: Callable                # (cfg, names or None) -> [Rule]
   droppable: Callable
   needs: tuple = ()              # ModelConfig fields this architecture needs
+  ignored: frozenset = frozenset()  # its config.json fields that do not change the model
 
 
 def _plain_rules(module):
@@ -39,9 +40,20 @@ def _bert_rules(cfg, names=None):
   return bert.rules(cfg, bert._prefix(names))  # pylint: disable=protected-access
 
 
+def _ignored(module, model_type) -> frozenset:
+  return frozenset(module.IGNORED.get(model_type, ()))
+
+
 def _decoder(model_type, hf_class, module, needs=()):
   return Architecture(model_type, hf_class, "lm", module.config_from_hf, module.config_to_hf,
-                      _plain_rules(module), module.droppable, tuple(needs))
+                      _plain_rules(module), module.droppable, tuple(needs),
+                      _ignored(module, model_type))
+
+
+def _seq2seq(model_type, hf_class, module, needs=()):
+  return Architecture(model_type, hf_class, "seq2seq", module.config_from_hf,
+                      module.config_to_hf, _plain_rules(module), module.droppable, tuple(needs),
+                      _ignored(module, model_type))
 
 
 ARCHITECTURES = {a.model_type: a for a in (
@@ -49,22 +61,20 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("llama", "LlamaForCausalLM", llama, needs=("rope_scaling",)),
     _decoder("mistral", "MistralForCausalLM", llama),
     _decoder("qwen2", "Qwen2ForCausalLM", llama, needs=("attention_out_bias",)),
+    _decoder("qwen3", "Qwen3ForCausalLM", llama, needs=("qk_norm",)),
     _decoder("gemma", "GemmaForCausalLM", llama, needs=("norm_unit_offset", "ffn:geglu_tanh")),
     _decoder("gemma2", "Gemma2ForCausalLM", llama,
              needs=("norm_unit_offset", "attention_softcap", "logits_softcap", "window_pattern",
                     "attention_scale", "norm_placement:sandwich")),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
-                 _bert_rules, bert.droppable),
-    Architecture("bart", "BartForConditionalGeneration", "seq2seq", bart.config_from_hf,
-                 bart.config_to_hf, _plain_rules(bart), bart.droppable,
-                 ("share_positions", "position_offset", "final_logits_bias")),
-    Architecture("marian", "MarianMTModel", "seq2seq", bart.config_from_hf, bart.config_to_hf,
-                 _plain_rules(bart), bart.droppable,
-                 ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
-    Architecture("t5", "T5ForConditionalGeneration", "seq2seq", t5.config_from_hf,
-                 t5.config_to_hf, _plain_rules(t5), t5.droppable,
-                 ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
-                  "ffn:geglu_tanh")),
+                 _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
+    _seq2seq("bart", "BartForConditionalGeneration", bart,
+             ("share_positions", "position_offset", "final_logits_bias")),
+    _seq2seq("marian", "MarianMTModel", bart,
+             ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
+    _seq2seq("t5", "T5ForConditionalGeneration", t5,
+             ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
+              "ffn:geglu_tanh")),
 )}
 
 
