@@ -58,6 +58,13 @@ FACTORIES = {
     "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(
         vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=0,
         eos_token_id=0)),
+    "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        **_small(hidden_size=64), rotary_pct=0.25, rotary_emb_base=500.0)),
+    "gpt_neox_sequential": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        **_small(hidden_size=64), rotary_pct=0.5, use_parallel_residual=False,
+        tie_word_embeddings=True, hidden_act="gelu_new")),
+    "phi": lambda: T.PhiForCausalLM(T.PhiConfig(
+        **_small(hidden_size=40, num_key_value_heads=2), partial_rotary_factor=0.4)),
     "bert": lambda: T.BertForMaskedLM(T.BertConfig(**_small(max_position_embeddings=32))),
     "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(
         vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1,
@@ -76,8 +83,8 @@ FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
     scale_embedding=True, activation_function="swish"))
 SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gpt2")
-FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "bert", "t5v11", "bart",
+            "gpt2", "gpt_neox", "gpt_neox_sequential", "phi")
+FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",
         "marian")
 
 

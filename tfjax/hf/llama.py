@@ -53,14 +53,23 @@ def activation(kind: str, f: Fields) -> str:
   return act
 
 
-def rope_from_hf(f: Fields, max_len: int) -> dict:
-  """model.rope_* from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`."""
+def rope_from_hf(f: Fields, max_len: int, *, theta_key: str = "rope_theta",
+                 fraction_key: str = "partial_rotary_factor",
+                 fraction_default: float = 1.0) -> dict:
+  """model.rope_* (and rotary_fraction) from `rope_parameters` (transformers 5) or the legacy
+  top-level fields: `theta_key` (GPT-NeoX: rotary_emb_base), `rope_scaling`, and `fraction_key`
+  (GPT-NeoX: rotary_pct, Phi: partial_rotary_factor; `fraction_default` when absent, as each
+  transformers config sets it)."""
   params = f.get("rope_parameters") or {}
   legacy = f.get("rope_scaling") or {}
-  theta = params.get("rope_theta", f.get("rope_theta", 10000.0))
+  theta = params.get("rope_theta", f.get(theta_key, 10000.0))
   scaling = dict(legacy, **{k: v for k, v in params.items() if k != "rope_theta"})
+  fraction = float(scaling.pop("partial_rotary_factor",
+                               f.get(fraction_key, fraction_default)))
   kind = scaling.pop("rope_type", scaling.pop("type", "default"))
   out = {"rope_base": float(theta)}
+  if fraction != 1.0:
+    out["rotary_fraction"] = fraction
   allowed = {"default": (), "linear": ("factor",),
              "dynamic": ("factor", "original_max_position_embeddings"),
              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
@@ -92,8 +101,12 @@ def rope_from_hf(f: Fields, max_len: int) -> dict:
   return out
 
 
-def rope_to_hf(cfg: ModelConfig) -> dict:
+def rope_to_hf(cfg: ModelConfig, with_fraction: bool = False) -> dict:
+  """`rope_parameters`; `with_fraction` writes partial_rotary_factor (families whose default
+  is not 1)."""
   params = {"rope_theta": cfg.rope_base, "rope_type": "default"}
+  if with_fraction or cfg.rotary_fraction != 1.0:
+    params["partial_rotary_factor"] = cfg.rotary_fraction
   if cfg.rope_scaling != "none":
     params.update(rope_type=cfg.rope_scaling, factor=cfg.rope_scaling_factor)
   if cfg.rope_scaling in ("dynamic", "llama3", "yarn"):
@@ -130,6 +143,10 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       norm_placement="pre", position="rope", max_len=max_len,
       tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
       **rope_from_hf(f, max_len))
+  if "rotary_fraction" in cfg:
+    raise UnsupportedError(f"{kind} config.json partial_rotary_factor={cfg['rotary_fraction']} "
+                           f"(partial RoPE) is not supported for {kind}: its attention rotates "
+                           "every channel")
   layer_types = f.get("layer_types")
   if kind in ("qwen2", "qwen3"):
     if kind == "qwen2":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gpt2, llama, t5
+from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, phi, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -66,6 +66,10 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("gemma2", "Gemma2ForCausalLM", llama,
              needs=("norm_unit_offset", "attention_softcap", "logits_softcap", "window_pattern",
                     "attention_scale", "norm_placement:sandwich")),
+    _decoder("gpt_neox", "GPTNeoXForCausalLM", gpt_neox,
+             needs=("parallel_block", "parallel_shared_norm", "rotary_fraction")),
+    _decoder("phi", "PhiForCausalLM", phi,
+             needs=("parallel_block", "rotary_fraction", "final_logits_bias")),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
     _seq2seq("bart", "BartForConditionalGeneration", bart,
