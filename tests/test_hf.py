@@ -65,6 +65,12 @@ FACTORIES = {
         tie_word_embeddings=True, hidden_act="gelu_new")),
     "phi": lambda: T.PhiForCausalLM(T.PhiConfig(
         **_small(hidden_size=40, num_key_value_heads=2), partial_rotary_factor=0.4)),
+    "opt": lambda: T.OPTForCausalLM(T.OPTConfig(
+        vocab_size=V, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=32)),
+    "opt_post_ln": lambda: T.OPTForCausalLM(T.OPTConfig(
+        vocab_size=V, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=32, do_layer_norm_before=False, activation_function="gelu")),
     "bert": lambda: T.BertForMaskedLM(T.BertConfig(**_small(max_position_embeddings=32))),
     "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(
         vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1,
@@ -83,7 +89,7 @@ FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
     scale_embedding=True, activation_function="swish"))
 SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gpt2", "gpt_neox", "gpt_neox_sequential", "phi")
+            "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "opt", "opt_post_ln")
 FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",
         "marian")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, phi, t5
+from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, opt, phi, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -70,6 +70,7 @@ ARCHITECTURES = {a.model_type: a for a in (
              needs=("parallel_block", "parallel_shared_norm", "rotary_fraction")),
     _decoder("phi", "PhiForCausalLM", phi,
              needs=("parallel_block", "rotary_fraction", "final_logits_bias")),
+    _decoder("opt", "OPTForCausalLM", opt, needs=("position_offset",)),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
     _seq2seq("bart", "BartForConditionalGeneration", bart,
