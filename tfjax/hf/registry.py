@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, opt, phi, t5
+from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, opt, phi, roberta, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -73,6 +73,9 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("opt", "OPTForCausalLM", opt, needs=("position_offset",)),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
+    Architecture("roberta", "RobertaForMaskedLM", "mlm", roberta.config_from_hf,
+                 roberta.config_to_hf, roberta.rules, roberta.droppable, ("position_offset",),
+                 _ignored(roberta, "roberta")),
     _seq2seq("bart", "BartForConditionalGeneration", bart,
              ("share_positions", "position_offset", "final_logits_bias")),
     _seq2seq("marian", "MarianMTModel", bart,
