@@ -173,6 +173,7 @@ def _parity(tmp_path, name):
   if name not in SEQ2SEQ:  # the same parameters, counted as transformers counts them (tied once)
     ours = sum(int(np.size(p)) for p in jax.tree.leaves(run.params))
     assert ours == sum(p.numel() for p in model.parameters())
+  if name in DECODERS:
     out = decode.generate(run.model_config, run.params, [prompt], max_new_tokens=7)
     assert [int(t) for t in np.asarray(out.tokens[0])] == _hf_greedy(model, prompt, 7)
   if name in SEQ2SEQ:
