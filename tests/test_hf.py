@@ -89,7 +89,9 @@ FACTORIES["bart"] = lambda: T.BartForConditionalGeneration(T.BartConfig(**_BART)
 FACTORIES["marian"] = lambda: T.MarianMTModel(T.MarianConfig(
     **_BART, pad_token_id=V - 1, decoder_start_token_id=V - 1, eos_token_id=0,
     scale_embedding=True, activation_function="swish"))
-SEQ2SEQ = ("t5", "t5v11", "bart", "marian")
+FACTORIES["mbart"] = lambda: T.MBartForConditionalGeneration(T.MBartConfig(
+    **_BART, scale_embedding=True))
+SEQ2SEQ = ("t5", "t5v11", "bart", "mbart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
             "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "opt", "opt_post_ln")
 FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",

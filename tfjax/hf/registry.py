@@ -78,6 +78,8 @@ ARCHITECTURES = {a.model_type: a for a in (
                  _ignored(roberta, "roberta")),
     _seq2seq("bart", "BartForConditionalGeneration", bart,
              ("share_positions", "position_offset", "final_logits_bias")),
+    _seq2seq("mbart", "MBartForConditionalGeneration", bart,
+             ("share_positions", "position_offset", "final_logits_bias")),
     _seq2seq("marian", "MarianMTModel", bart,
              ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
     _seq2seq("t5", "T5ForConditionalGeneration", t5,
