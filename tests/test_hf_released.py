@@ -181,6 +181,65 @@ RELEASED = {
         "transformers_version": "4.22.0.dev0", "use_cache": True, "vocab_size": 58101},
         dict(_SEQ2SEQ, max_position_embeddings=32, decoder_vocab_size=V, pad_token_id=V - 1,
              decoder_start_token_id=V - 1, bad_words_ids=[[V - 1]]), "seq2seq"),
+    "pythia-70m": ({
+        "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+        "hidden_act": "gelu", "hidden_size": 512, "initializer_range": 0.02,
+        "intermediate_size": 2048, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+        "model_type": "gpt_neox", "num_attention_heads": 8, "num_hidden_layers": 6,
+        "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+        "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+        "use_parallel_residual": True, "vocab_size": 50304},
+        dict(_DECODER, hidden_size=64), "causal"),
+    "phi-2": ({
+        "_name_or_path": "microsoft/phi-2", "architectures": ["PhiForCausalLM"],
+        "attention_dropout": 0.0, "bos_token_id": 50256, "embd_pdrop": 0.0,
+        "eos_token_id": 50256, "hidden_act": "gelu_new", "hidden_size": 2560,
+        "initializer_range": 0.02, "intermediate_size": 10240, "layer_norm_eps": 1e-05,
+        "max_position_embeddings": 2048, "model_type": "phi", "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32, "partial_rotary_factor": 0.4,
+        "qk_layernorm": False, "resid_pdrop": 0.1, "rope_scaling": None, "rope_theta": 10000.0,
+        "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.37.0",
+        "use_cache": True, "vocab_size": 51200},
+        dict(_DECODER, hidden_size=40, num_key_value_heads=4, bos_token_id=0, eos_token_id=0),
+        "causal"),
+    "opt-125m": ({
+        "_name_or_path": "facebook/opt-125m", "_remove_final_layer_norm": False,
+        "activation_dropout": 0.0, "activation_function": "relu",
+        "architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2,
+        "do_layer_norm_before": True, "dropout": 0.1, "eos_token_id": 2, "ffn_dim": 3072,
+        "hidden_size": 768, "init_std": 0.02, "layerdrop": 0.0, "max_position_embeddings": 2048,
+        "model_type": "opt", "num_attention_heads": 12, "num_hidden_layers": 12,
+        "pad_token_id": 1, "prefix": "</s>", "torch_dtype": "float16",
+        "transformers_version": "4.21.0.dev0", "use_cache": True, "vocab_size": 50272,
+        "word_embed_proj_dim": 768},
+        dict(vocab_size=V, hidden_size=32, word_embed_proj_dim=32, ffn_dim=48,
+             num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=32), "causal"),
+    "roberta-base": ({
+        "architectures": ["RobertaForMaskedLM"], "attention_probs_dropout_prob": 0.1,
+        "bos_token_id": 0, "eos_token_id": 2, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+        "layer_norm_eps": 1e-05, "max_position_embeddings": 514, "model_type": "roberta",
+        "num_attention_heads": 12, "num_hidden_layers": 12, "pad_token_id": 1,
+        "type_vocab_size": 1, "vocab_size": 50265},
+        dict(_DECODER, max_position_embeddings=34), "mlm"),
+    "mbart-large-cc25": ({
+        "_num_labels": 3, "activation_dropout": 0.0, "activation_function": "gelu",
+        "add_bias_logits": False, "add_final_layer_norm": True,
+        "architectures": ["MBartForConditionalGeneration"], "attention_dropout": 0.1,
+        "bos_token_id": 0, "classif_dropout": 0.0, "classifier_dropout": 0.0, "d_model": 1024,
+        "decoder_attention_heads": 16, "decoder_ffn_dim": 4096, "decoder_layerdrop": 0.0,
+        "decoder_layers": 12, "dropout": 0.1, "encoder_attention_heads": 16,
+        "encoder_ffn_dim": 4096, "encoder_layerdrop": 0.0, "encoder_layers": 12,
+        "eos_token_id": 2, "forced_eos_token_id": 2,
+        "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"}, "init_std": 0.02,
+        "is_encoder_decoder": True, "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2},
+        "max_length": 1024, "max_position_embeddings": 1024, "model_type": "mbart",
+        "normalize_before": True, "normalize_embedding": True, "num_beams": 5,
+        "num_hidden_layers": 12, "output_past": True, "pad_token_id": 1, "scale_embedding": True,
+        "static_position_embeddings": False,
+        "task_specific_params": {"translation_en_to_ro": {"decoder_start_token_id": 250020}},
+        "transformers_version": "4.2.0.dev0", "use_cache": True, "vocab_size": 250027},
+        dict(_SEQ2SEQ, max_position_embeddings=32), "seq2seq"),
 }
 # Three in the default run (the Gemma activation rules and the Marian legacy fields; every set is
 # read in full by test_every_released_config_is_read); the rest are slow.
@@ -220,7 +279,7 @@ def test_every_released_config_is_read():
   for name, (fields, _, _) in RELEASED.items():
     arch = registry.architecture(fields["model_type"])
     reader = mapping.Fields(fields, arch.model_type, arch.ignored)
-    names = {"cls.predictions.transform.dense.weight"} if arch.model_type == "bert" else set()
+    names = {"cls.predictions.transform.dense.weight", "lm_head.dense.weight"}
     arch.config_from_hf(arch.model_type, reader, names)
     reader.finish()  # raises naming any field left unread
     assert name
@@ -235,7 +294,12 @@ MATH_FIELDS = [("gpt2", {"scale_attn_by_inverse_layer_idx": True}),
                ("gemma-2b", {"hidden_activation": "gelu"}),
                ("Mistral-7B-v0.1", {"hidden_act": "relu"}),
                ("bert-base-uncased", {"position_embedding_type": "relative_key"}),
-               ("gpt2", {"some_future_switch": 1})]
+               ("gpt2", {"some_future_switch": 1}),
+               ("phi-2", {"qk_layernorm": True}),
+               ("opt-125m", {"word_embed_proj_dim": 512}),
+               ("opt-125m", {"layer_norm_elementwise_affine": False}),
+               ("mbart-large-cc25", {"normalize_before": False}),
+               ("Llama-3.2-1B", {"partial_rotary_factor": 0.5})]
 
 
 @pytest.mark.parametrize("name,change", MATH_FIELDS)
