@@ -58,6 +58,10 @@ FACTORIES = {
     "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(
         vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=32, bos_token_id=0,
         eos_token_id=0)),
+    "gemma3": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
+        **_small(num_key_value_heads=2, head_dim=8, num_hidden_layers=3), sliding_window=4,
+        sliding_window_pattern=2, query_pre_attn_scalar=12, rope_theta=5000.0,
+        rope_local_base_freq=100.0, rope_scaling={"rope_type": "linear", "factor": 2.0})),
     "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
         **_small(hidden_size=64), rotary_pct=0.25, rotary_emb_base=500.0)),
     "gpt_neox_sequential": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
@@ -93,7 +97,7 @@ FACTORIES["mbart"] = lambda: T.MBartForConditionalGeneration(T.MBartConfig(
     **_BART, scale_embedding=True))
 SEQ2SEQ = ("t5", "t5v11", "bart", "mbart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "opt", "opt_post_ln")
+            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "opt", "opt_post_ln")
 FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",
         "marian")
 

@@ -181,6 +181,20 @@ RELEASED = {
         "transformers_version": "4.22.0.dev0", "use_cache": True, "vocab_size": 58101},
         dict(_SEQ2SEQ, max_position_embeddings=32, decoder_vocab_size=V, pad_token_id=V - 1,
              decoder_start_token_id=V - 1, bad_words_ids=[[V - 1]]), "seq2seq"),
+    "gemma-3-1b-pt": ({
+        "architectures": ["Gemma3ForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "attn_logit_softcapping": None, "bos_token_id": 2,
+        "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": None,
+        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+        "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+        "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26,
+        "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+        "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": None,
+        "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+        "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": True,
+        "vocab_size": 262144},
+        dict(_DECODER, num_key_value_heads=1, head_dim=8, num_hidden_layers=7, sliding_window=4),
+        "causal"),
     "pythia-70m": ({
         "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
         "hidden_act": "gelu", "hidden_size": 512, "initializer_range": 0.02,
@@ -299,7 +313,9 @@ MATH_FIELDS = [("gpt2", {"scale_attn_by_inverse_layer_idx": True}),
                ("opt-125m", {"word_embed_proj_dim": 512}),
                ("opt-125m", {"layer_norm_elementwise_affine": False}),
                ("mbart-large-cc25", {"normalize_before": False}),
-               ("Llama-3.2-1B", {"partial_rotary_factor": 0.5})]
+               ("Llama-3.2-1B", {"partial_rotary_factor": 0.5}),
+               ("gemma-3-1b-pt", {"use_bidirectional_attention": True}),
+               ("gemma-3-1b-pt", {"layer_types": ["full_attention"] + ["sliding_attention"] * 25})]
 
 
 @pytest.mark.parametrize("name,change", MATH_FIELDS)

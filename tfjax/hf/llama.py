@@ -32,13 +32,13 @@ IGNORED = {"qwen2": frozenset(_QWEN), "qwen3": frozenset(_QWEN),
 def activation(kind: str, f: Fields) -> str:
   """The gated FFN's activation name as transformers runs it.
 
-  Gemma 2 reads `hidden_activation` (default tanh GELU). Gemma 1 reads `hidden_act` and, like
+  Gemma 2 and 3 read `hidden_activation` (default tanh GELU). Gemma 1 reads `hidden_act` and, like
   transformers' GemmaConfig, runs its legacy value "gelu" as tanh GELU (the released
   checkpoints were trained with it); transformers releases before that rewrite read
   `hidden_activation` instead, so a config where the two disagree is refused. The others read
   `hidden_act`.
   """
-  if kind == "gemma2":
+  if kind in ("gemma2", "gemma3_text"):
     return f.get("hidden_activation") or "gelu_pytorch_tanh"
   if kind != "gemma":
     return f.get("hidden_act", "silu")

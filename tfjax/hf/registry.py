@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gpt2, gpt_neox, llama, opt, phi, roberta, t5
+from tfjax.hf import bart, bert, gemma3, gpt2, gpt_neox, llama, opt, phi, roberta, t5
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -66,6 +66,8 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("gemma2", "Gemma2ForCausalLM", llama,
              needs=("norm_unit_offset", "attention_softcap", "logits_softcap", "window_pattern",
                     "attention_scale", "norm_placement:sandwich")),
+    _decoder("gemma3_text", "Gemma3ForCausalLM", gemma3,
+             needs=("rope_local_base", "qk_norm", "window_pattern", "norm_placement:sandwich")),
     _decoder("gpt_neox", "GPTNeoXForCausalLM", gpt_neox,
              needs=("parallel_block", "parallel_shared_norm", "rotary_fraction")),
     _decoder("phi", "PhiForCausalLM", phi,
