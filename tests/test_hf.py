@@ -69,6 +69,9 @@ FACTORIES = {
         tie_word_embeddings=True, hidden_act="gelu_new")),
     "phi": lambda: T.PhiForCausalLM(T.PhiConfig(
         **_small(hidden_size=40, num_key_value_heads=2), partial_rotary_factor=0.4)),
+    "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(
+        **_small(num_key_value_heads=2), sliding_window=5, partial_rotary_factor=0.5,
+        pad_token_id=0)),
     "opt": lambda: T.OPTForCausalLM(T.OPTConfig(
         vocab_size=V, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=32)),
@@ -97,7 +100,7 @@ FACTORIES["mbart"] = lambda: T.MBartForConditionalGeneration(T.MBartConfig(
     **_BART, scale_embedding=True))
 SEQ2SEQ = ("t5", "t5v11", "bart", "mbart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "opt", "opt_post_ln")
+            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt", "opt_post_ln")
 FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",
         "marian")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import gpt_neox, llama, mapping
+from tfjax.hf import gpt_neox, llama, mapping, phi3
 
 
 def test_neox_interleaved_qkv_rows_are_head_then_qkv_then_channel():
@@ -24,6 +24,26 @@ def test_neox_interleaved_qkv_rows_are_head_then_qkv_then_channel():
         assert biases[j][h, c] == b[h * 3 * e + j * e + c]
   np.testing.assert_array_equal(w_rule.to_hf(kernels)[0], w)
   np.testing.assert_array_equal(b_rule.to_hf(biases)[0], b)
+
+
+def test_phi3_fused_rows_are_query_key_value_and_gate_up_blocks():
+  """Phi-3's qkv_proj rows: H query heads, then K key heads, then K value heads (E rows each);
+  gate_up_proj rows: the gate's F, then up's F."""
+  heads, kv, e, d, f = 4, 2, 3, 5, 6
+  w = np.random.default_rng(2).normal(size=((heads + 2 * kv) * e, d))
+  rule = phi3.stacked_heads("w", [("q",), ("k",), ("v",)], (heads, kv, kv), e)
+  q, k, v = rule.to_tfjax([w])
+  assert q.shape == (d, heads, e) and k.shape == v.shape == (d, kv, e)
+  np.testing.assert_array_equal(q[:, 3, 1], w[3 * e + 1])
+  np.testing.assert_array_equal(k[:, 1, 2], w[heads * e + 1 * e + 2])
+  np.testing.assert_array_equal(v[:, 0, 0], w[(heads + kv) * e])
+  np.testing.assert_array_equal(rule.to_hf([q, k, v])[0], w)
+  gu = np.random.default_rng(3).normal(size=(2 * f, d))
+  rule = phi3.stacked_linear("gu", [("gate",), ("up",)])
+  gate, up = rule.to_tfjax([gu])
+  np.testing.assert_array_equal(gate, gu[:f].T)
+  np.testing.assert_array_equal(up, gu[f:].T)
+  np.testing.assert_array_equal(rule.to_hf([gate, up])[0], gu)
 
 
 def test_heads_rules_invert():

@@ -216,6 +216,22 @@ RELEASED = {
         "use_cache": True, "vocab_size": 51200},
         dict(_DECODER, hidden_size=40, num_key_value_heads=4, bos_token_id=0, eos_token_id=0),
         "causal"),
+    "Phi-3-mini-4k-instruct": ({
+        "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"],
+        "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                     "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+        "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+        "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+        "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0,
+        "sliding_window": 2047, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.40.2", "use_cache": True, "attention_bias": False,
+        "vocab_size": 32064},
+        dict(_DECODER, num_key_value_heads=4, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+             sliding_window=5), "causal"),
     "opt-125m": ({
         "_name_or_path": "facebook/opt-125m", "_remove_final_layer_norm": False,
         "activation_dropout": 0.0, "activation_function": "relu",
@@ -315,6 +331,9 @@ MATH_FIELDS = [("gpt2", {"scale_attn_by_inverse_layer_idx": True}),
                ("mbart-large-cc25", {"normalize_before": False}),
                ("Llama-3.2-1B", {"partial_rotary_factor": 0.5}),
                ("gemma-3-1b-pt", {"use_bidirectional_attention": True}),
+               ("Phi-3-mini-4k-instruct", {"rope_scaling": {"type": "longrope",
+                                                            "short_factor": [1.0],
+                                                            "long_factor": [1.0]}}),
                ("gemma-3-1b-pt", {"layer_types": ["full_attention"] + ["sliding_attention"] * 25})]
 
 

@@ -77,8 +77,8 @@ def rope_from_hf(f: Fields, max_len: int, *, theta_key: str = "rope_theta",
              "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
                       "attention_factor", "truncate")}
   if kind not in allowed:
-    raise UnsupportedError(f"{f.arch} rope scaling type {kind!r} is not supported (supported: "
-                           f"{list(allowed)})")
+    raise UnsupportedError(f"{f.arch} config.json rope_scaling / rope_parameters type {kind!r} "
+                           f"is not supported (supported: {list(allowed)})")
   extra = sorted(set(scaling) - set(allowed[kind]))
   if extra:
     raise UnsupportedError(f"{f.arch} rope scaling {kind!r} has field(s) {extra} that tfjax does "

@@ -131,7 +131,7 @@ attention_dropout attn_pdrop embd_pdrop resid_pdrop summary_first_dropout dropou
 activation_dropout hidden_dropout_prob attention_probs_dropout_prob classifier_dropout
 encoder_layerdrop decoder_layerdrop layerdrop
 gradient_checkpointing _attn_implementation_autoset attn_implementation pretraining_tp
-output_past cache_implementation num_labels _num_labels
+output_past cache_implementation num_labels _num_labels auto_map custom_pipelines
 """.split())
 
 
