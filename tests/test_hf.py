@@ -72,6 +72,15 @@ FACTORIES = {
     "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(
         **_small(num_key_value_heads=2), sliding_window=5, partial_rotary_factor=0.5,
         pad_token_id=0)),
+    "falcon7b": lambda: T.FalconForCausalLM(T.FalconConfig(  # multi-query, one shared norm
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        ffn_hidden_size=48)),
+    "falcon40b": lambda: T.FalconForCausalLM(T.FalconConfig(  # grouped kv, ln_attn + ln_mlp
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_kv_heads=2, new_decoder_architecture=True, bias=True, tie_word_embeddings=False)),
+    "falcon_sequential": lambda: T.FalconForCausalLM(T.FalconConfig(  # multi-head, sequential
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        multi_query=False, parallel_attn=False, bias=True)),
     "opt": lambda: T.OPTForCausalLM(T.OPTConfig(
         vocab_size=V, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=32)),
@@ -100,7 +109,8 @@ FACTORIES["mbart"] = lambda: T.MBartForConditionalGeneration(T.MBartConfig(
     **_BART, scale_embedding=True))
 SEQ2SEQ = ("t5", "t5v11", "bart", "mbart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt", "opt_post_ln")
+            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt", "opt_post_ln", "falcon7b", "falcon40b",
+            "falcon_sequential")
 FAST = ("llama3", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart",
         "marian")
 
@@ -265,7 +275,7 @@ def test_unsupported_architecture_and_fields(tmp_path):
   _, hf_dir = _hf_dir(tmp_path, "llama")
   path = os.path.join(hf_dir, "config.json")
   original = json.load(open(path))
-  cases = [({"model_type": "falcon"}, "model_type 'falcon' is not supported"),
+  cases = [({"model_type": "falcon_mamba"}, "model_type 'falcon_mamba' is not supported"),
            ({"some_new_option": 3}, "some_new_option=3"),
            ({"hidden_act": "relu"}, "hidden_act='relu'"),
            ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "'longrope'"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import gpt_neox, llama, mapping, phi3
+from tfjax.hf import falcon, gpt_neox, llama, mapping, phi3
 
 
 def test_neox_interleaved_qkv_rows_are_head_then_qkv_then_channel():
@@ -44,6 +44,30 @@ def test_phi3_fused_rows_are_query_key_value_and_gate_up_blocks():
   np.testing.assert_array_equal(gate, gu[:f].T)
   np.testing.assert_array_equal(up, gu[f:].T)
   np.testing.assert_array_equal(rule.to_hf([gate, up])[0], gu)
+
+
+def test_falcon_grouped_qkv_rows_per_kv_group():
+  """Falcon's query_key_value: per kv group g, its G = H/K query heads, its key, its value (E rows
+  each); K = 1 is multi-query, K = H the per-head [q, k, v] layout."""
+  e, d = 3, 5
+  for heads, kv in ((4, 2), (4, 1), (4, 4)):
+    g = heads // kv
+    w = np.random.default_rng(heads + kv).normal(size=(kv * (g + 2) * e, d))
+    b = np.random.default_rng(7).normal(size=(kv * (g + 2) * e,))
+    rule = falcon.grouped_qkv("w", [("q",), ("k",), ("v",)], heads, kv, weight=True)
+    q, k, v = rule.to_tfjax([w])
+    assert q.shape == (d, heads, e) and k.shape == v.shape == (d, kv, e)
+    row = lambda grp, slot, c: (grp * (g + 2) + slot) * e + c
+    for h in range(heads):
+      np.testing.assert_array_equal(q[:, h, 1], w[row(h // g, h % g, 1)])
+    for grp in range(kv):
+      np.testing.assert_array_equal(k[:, grp, 2], w[row(grp, g, 2)])
+      np.testing.assert_array_equal(v[:, grp, 0], w[row(grp, g + 1, 0)])
+    np.testing.assert_array_equal(rule.to_hf([q, k, v])[0], w)
+    brule = falcon.grouped_qkv("b", [("q",), ("k",), ("v",)], heads, kv, weight=False)
+    bq, bk, bv = brule.to_tfjax([b])
+    assert bq[heads - 1, 0] == b[row(kv - 1, g - 1, 0)] and bv[0, 2] == b[row(0, g + 1, 2)]
+    np.testing.assert_array_equal(brule.to_hf([bq, bk, bv])[0], b)
 
 
 def test_heads_rules_invert():

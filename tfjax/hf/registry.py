@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta, t5
+from tfjax.hf import (bart, bert, falcon, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta,
+                     t5)
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -72,6 +73,8 @@ ARCHITECTURES = {a.model_type: a for a in (
              needs=("parallel_block", "parallel_shared_norm", "rotary_fraction")),
     _decoder("phi", "PhiForCausalLM", phi,
              needs=("parallel_block", "rotary_fraction", "final_logits_bias")),
+    _decoder("falcon", "FalconForCausalLM", falcon,
+             needs=("parallel_block", "parallel_shared_norm")),
     _decoder("opt", "OPTForCausalLM", opt, needs=("position_offset",)),
     _decoder("phi3", "Phi3ForCausalLM", phi3, needs=("rotary_fraction",)),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
