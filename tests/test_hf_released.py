@@ -285,9 +285,9 @@ RELEASED = {
         "transformers_version": "4.2.0.dev0", "use_cache": True, "vocab_size": 250027},
         dict(_SEQ2SEQ, max_position_embeddings=32), "seq2seq"),
 }
-# Three in the default run (the Gemma activation rules and the Marian legacy fields; every set is
-# read in full by test_every_released_config_is_read); the rest are slow.
-FAST = ("gemma-2b", "gemma-2-2b", "opus-mt-en-de")
+# Four in the default run (the Gemma activation rules, the Marian legacy fields, Qwen3's QK-norm;
+# every set is read in full by test_every_released_config_is_read); the rest are slow.
+FAST = ("gemma-2b", "gemma-2-2b", "opus-mt-en-de", "Qwen3-0.6B")
 AUTO = {"causal": T.AutoModelForCausalLM, "mlm": T.AutoModelForMaskedLM,
         "seq2seq": T.AutoModelForSeq2SeqLM}
 
