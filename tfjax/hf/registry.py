@@ -2,9 +2,11 @@
 
 Each `Architecture` names its family mapping's functions: `config_from_hf(kind, fields, names)`
 (ModelConfig keys; `names` = the checkpoint's tensor names, for optional heads),
-`config_to_hf(kind, cfg)`, `rules(cfg, names)` (tfjax/hf/mapping.py Rules) and
-`droppable(cfg, name)` (checkpoint tensors the model derives rather than stores). An unknown
-model_type, or a model_type whose tfjax switches do not exist yet, is an UnsupportedError naming it.
+`config_to_hf(kind, cfg)`, `rules(cfg, names)` (tfjax/hf/mapping.py Rules),
+`droppable(cfg, name)` (checkpoint tensors the model derives rather than stores) and `ignored`
+(the family's config.json fields that do not change the model: its module's `IGNORED`, read
+together with mapping.IGNORED). An unknown model_type, or a model_type whose tfjax switches do
+not exist yet, is an UnsupportedError naming it.
 """
 
 from __future__ import annotations
