@@ -7,6 +7,7 @@ and the seconds `tfjax.hf.importer.load` took (read, map, place; nothing written
 Writes OUT/bench_hf_parity.json and .md stamped with the machine, JAX version and date.
 """
 
+# pylint: disable=protected-access  (the shared helpers of tests/test_hf.py)
 from __future__ import annotations
 
 import argparse
@@ -42,18 +43,18 @@ def main(argv=None) -> int:
   rows = []
   scratch = pathlib.Path(tempfile.mkdtemp(prefix="bench_hf_parity_"))
   for name in names:
-    model, hf_dir = parity._hf_dir(scratch, name)  # pylint: disable=protected-access
+    model, hf_dir = parity._hf_dir(scratch, name)
     start = time.time()
     cfg, params = importer.load(hf_dir)
     seconds = time.time() - start
-    ids = parity._ids()  # pylint: disable=protected-access
+    ids = parity._ids()
     if name == "roberta":
       ids[ids == model.config.pad_token_id] = 0
-    dec = parity._ids(seed=3, length=7) if name in parity.SEQ2SEQ else None  # pylint: disable=protected-access
+    dec = parity._ids(seed=3, length=7) if name in parity.SEQ2SEQ else None
     inputs = (ids,) if dec is None else (ids, dec)
     out = build_model(cfg).apply({"params": params}, *[a.astype(np.int32) for a in inputs])
     ours = np.asarray(out["mlm_logits"] if isinstance(out, dict) else out)
-    ref = parity._hf_logits(model, ids, dec)  # pylint: disable=protected-access
+    ref = parity._hf_logits(model, ids, dec)
     rel = float(np.abs(ours - ref).max() / np.abs(ref).max())
     rows.append(dict(name=name, model_type=model.config.model_type,
                      params=sum(int(np.size(p)) for p in jax.tree.leaves(params)),

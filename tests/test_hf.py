@@ -109,8 +109,8 @@ FACTORIES["mbart"] = lambda: T.MBartForConditionalGeneration(T.MBartConfig(
     **_BART, scale_embedding=True))
 SEQ2SEQ = ("t5", "t5v11", "bart", "mbart", "marian")
 DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt", "opt_post_ln", "falcon7b", "falcon40b",
-            "falcon_sequential")
+            "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt",
+            "opt_post_ln", "falcon7b", "falcon40b", "falcon_sequential")
 # qwen3's QK-norm is in the default run through tests/test_hf_released.py (Qwen3-0.6B's fields).
 FAST = ("llama3", "qwen2", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart", "marian")
 

@@ -4,6 +4,7 @@ to a tiny model. transformers builds a random model from those fields; its direc
 released config.json back (save_pretrained would rewrite it); tfjax reads it and must give
 transformers' logits within 1e-5. Fields that change the math are still refused by name."""
 
+# pylint: disable=protected-access  (the shared helpers of tests/test_hf.py)
 from __future__ import annotations
 
 import copy
@@ -298,7 +299,7 @@ def released_dir(tmp_path, name) -> tuple:
   released = {**fields, **sizes}
   config = T.AutoConfig.for_model(**copy.deepcopy(released))  # it edits nested dicts in place
   torch.manual_seed(0)
-  model = parity._randomize(AUTO[kind].from_config(config, dtype=torch.float32))  # pylint: disable=protected-access
+  model = parity._randomize(AUTO[kind].from_config(config, dtype=torch.float32))
   path = str(tmp_path / name)
   model.save_pretrained(path)
   with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
@@ -309,12 +310,12 @@ def released_dir(tmp_path, name) -> tuple:
 def _check(tmp_path, name):
   model, path, kind = released_dir(tmp_path, name)
   cfg, params = importer.load(path)
-  ids = parity._ids()  # pylint: disable=protected-access
-  decoder_ids = parity._ids(seed=3, length=7) if kind == "seq2seq" else None  # pylint: disable=protected-access
+  ids = parity._ids()
+  decoder_ids = parity._ids(seed=3, length=7) if kind == "seq2seq" else None
   args = (ids,) if decoder_ids is None else (ids, decoder_ids)
   out = build_model(cfg).apply({"params": params}, *[a.astype(np.int32) for a in args])
   ours = np.asarray(out["mlm_logits"] if isinstance(out, dict) else out)
-  parity._assert_close(ours, parity._hf_logits(model, ids, decoder_ids))  # pylint: disable=protected-access
+  parity._assert_close(ours, parity._hf_logits(model, ids, decoder_ids))
 
 
 def test_every_released_config_is_read():
