@@ -139,6 +139,23 @@ def test_global_layer_ignores_the_window():
   np.testing.assert_allclose(y, np_attention(to_numpy(params), x), rtol=2e-5, atol=2e-5)
 
 
+def test_local_rope_base_on_sliding_layers_only():
+  """model.rope_local_base (Gemma 3): a sliding layer rotates with the local base and no scaling,
+  a global layer with rope_base and its linear scaling, each as NumPy computes them."""
+  cfg = tiny_config(position="rope", window=3, rope_base=1e6, rope_local_base=10.0,
+                    rope_scaling="linear", rope_scaling_factor=2.0)
+  x = rand((2, 6, 16), seed=7)
+  for sliding, rope, window in ((True, dict(inv_freq=_np_inv_freq(8, 10.0), rot_dim=8), 3),
+                                (False, dict(inv_freq=_np_inv_freq(8, 1e6) / 2, rot_dim=8), None)):
+    module = MultiHeadAttention(cfg, causal=True, sliding=sliding)
+    params = random_params(module, x, seed=8)
+    y = np.asarray(module.apply({"params": params}, x))
+    np.testing.assert_allclose(y, np_attention(to_numpy(params), x, rope=rope, window=window),
+                               rtol=2e-5, atol=2e-5)
+  with pytest.raises(ValueError, match="rope_local_base"):
+    tiny_config(position="rope", rope_local_base=10.0)  # no window: no local layers
+
+
 def test_softcap_needs_the_xla_attention():
   with pytest.raises(ValueError, match="attention_impl='xla'"):
     tiny_config(attention_softcap=50.0, attention_impl="pallas")

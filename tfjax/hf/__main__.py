@@ -2,6 +2,7 @@
 
   python -m tfjax.hf import --hf_dir=DIR --workdir=RUN [--dtype=float32|bfloat16] [--mesh=1,-1,1]
   python -m tfjax.hf export --workdir=RUN --hf_dir=OUT [--model_type=llama] [--dtype=float32]
+                            [--max_shard_size=5GB]
 
 See docs/hf.md for the architectures and fields supported.
 """
@@ -28,6 +29,9 @@ def parse_args(argv):
   exp.add_argument("--model_type", default=None,
                    help="architecture to write (default: the one the run was imported from)")
   exp.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
+  exp.add_argument("--max_shard_size", default="5GB",
+                   help="above this size (500MB, 5GB, 2GiB or bytes) weights are written as "
+                        "shards with model.safetensors.index.json")
   return parser.parse_args(argv)
 
 
@@ -42,7 +46,7 @@ def main(argv=None) -> int:
             f"d_model {cfg.d_model}, vocab {cfg.vocab_size})")
     else:
       config = exporter.export_model(args.workdir, args.hf_dir, model_type=args.model_type,
-                                     dtype=args.dtype)
+                                     dtype=args.dtype, max_shard_size=args.max_shard_size)
       print(f"exported {args.workdir} -> {args.hf_dir} ({config['architectures'][0]})")
   except ValueError as e:  # unsupported architecture / field, bad directory: one clear line
     print(f"error: {e}", file=sys.stderr)

@@ -1,7 +1,9 @@
-"""BART and Marian: post-LayerNorm encoder-decoders with biases everywhere and a final-logits bias.
+"""BART, mBART and Marian: encoder-decoders with biases everywhere and a final-logits bias.
 
-BART: one token table (`model.shared`) with per-side learned position tables read at p + 2 and
-per-side embedding LayerNorms (`share_positions=False`, `position_offset=2`). Marian: no embedding
+BART: post-LN; one token table (`model.shared`) with per-side learned position tables read at
+p + 2 and per-side embedding LayerNorms (`share_positions=False`, `position_offset=2`). mBART:
+BART's embeddings with pre-LN layers and a final LayerNorm on each stack (`layer_norm`), the
+sqrt(d_model) embedding scale of its released configs. Marian: post-LN, no embedding
 norm, fixed sinusoidal positions in the [sin | cos] layout (`sinusoid_layout='halves'`, not
 stored), sqrt(d_model) embedding scale when `scale_embedding`. Both tie the output head to the
 token table and add `final_logits_bias` (a buffer in HF, a parameter here).
@@ -13,6 +15,15 @@ from tfjax.hf import mapping
 from tfjax.nn.positions import has_learned_table
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+
+# config.json fields that do not change the seq2seq logits (beyond mapping.IGNORED): the
+# classification head's dropout and label count under their legacy names, the legacy layer
+# count, flags transformers no longer reads (Marian has no embedding norm, so its
+# normalize_embedding is never read).
+_COMMON = ("classif_dropout", "num_hidden_layers", "extra_pos_embeddings",
+           "force_bos_token_to_be_generated")
+IGNORED = {"bart": frozenset(_COMMON), "mbart": frozenset(_COMMON),
+           "marian": frozenset(_COMMON + ("normalize_embedding",))}
 
 ACTS = {"gelu": "gelu", "relu": "relu", "swish": "silu", "silu": "silu",
         "gelu_new": "gelu_tanh"}
@@ -33,12 +44,13 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
     raise UnsupportedError(f"{kind} config.json activation_function={act!r} is not supported "
                            f"(supported: {sorted(ACTS)})")
   f.expect("is_decoder", (False,), False)
-  f.expect("normalize_before", (False,), False)
-  f.expect("add_final_layer_norm", (False,), False)
+  # transformers' classes fix the norm placement (BART, Marian post-LN; mBART pre-LN with final
+  # norms) whatever these legacy flags say; one that contradicts its class is refused.
+  pre = kind == "mbart"
+  f.expect("normalize_before", (pre,), pre)
+  f.expect("add_final_layer_norm", (pre,), pre)
   f.expect("add_bias_logits", (False,), False)
   f.expect("static_position_embeddings", (kind == "marian",), kind == "marian")
-  f.ignore("num_labels", "num_hidden_layers", "extra_pos_embeddings", "gradient_checkpointing",
-           "force_bos_token_to_be_generated")
   if not f.get("tie_word_embeddings", True):
     raise UnsupportedError(f"{kind} config.json tie_word_embeddings=False is not supported")
   out = dict(family="encoder_decoder", vocab_size=f.require("vocab_size"),
@@ -49,10 +61,10 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
              ffn_bias=True, attention_bias=True, norm="layernorm", norm_placement="post",
              max_len=f.require("max_position_embeddings"), tie_embeddings=True,
              embed_scale=bool(f.get("scale_embedding", False)), final_logits_bias=True)
-  if kind == "bart":
+  if kind in ("bart", "mbart"):
     f.expect("normalize_embedding", (True,), True)
     out.update(position="learned", position_offset=2, embed_norm=True, share_embeddings=True,
-               share_positions=False)
+               share_positions=False, norm_placement="pre" if pre else "post")
   else:
     if f.get("decoder_vocab_size", out["vocab_size"]) != out["vocab_size"]:
       raise UnsupportedError("marian config.json decoder_vocab_size differs from vocab_size "
@@ -100,6 +112,8 @@ def rules(cfg: ModelConfig) -> list:
       out.append(mapping.copy(f"{hf_stack}embed_positions.weight",
                               (f"{stack}_embed", "positions", "embedding")))
       out += _norm(f"{hf_stack}layernorm_embedding", (f"{stack}_embed", "norm"))
+    if cfg.has_final_norm:  # mBART
+      out += _norm(f"{hf_stack}layer_norm", (stack, "final_norm"))
     for i in range(layers):
       hf, tj = f"{hf_stack}layers.{i}.", (stack, f"layers_{i}")
       out += _attention(f"{hf}self_attn", tj + ("self_attention",), h)

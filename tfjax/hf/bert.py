@@ -11,6 +11,10 @@ from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
+# config.json fields that do not change BertForMaskedLM's logits: none beyond mapping.IGNORED
+# (bert-base-uncased's released config.json reads entirely through it and the mapping below).
+IGNORED = {"bert": frozenset()}
+
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
 ACT_NAMES = {v: k for k, v in ACTS.items()}
 

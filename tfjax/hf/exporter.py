@@ -1,5 +1,7 @@
-"""tfjax run directory -> Hugging Face model directory (config.json, model.safetensors,
-tokenizer files) that `transformers` `AutoModel*.from_pretrained` loads.
+"""tfjax run directory -> Hugging Face model directory (config.json, model.safetensors or
+shards with an index above --max_shard_size, tokenizer files) that `transformers`
+`AutoModel*.from_pretrained` loads. A directory that already holds weights is refused (export
+into a new one), so an export never mixes with or replaces earlier files.
 
 The architecture is the one the run was imported from (kept in <run>/hf/config.json) or
 `model_type`. Before anything is written, the config is translated to config.json and back: a
@@ -18,7 +20,7 @@ from typing import Optional
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import importer, reader, registry
+from tfjax.hf import importer, reader, registry, shards
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 from tfjax.training import runs, tokenizers
@@ -40,7 +42,7 @@ def architecture_config(cfg: ModelConfig) -> dict:
 def hf_config(arch: registry.Architecture, cfg: ModelConfig, names: set) -> dict:
   """config.json fields of `cfg` as `arch`, checked by translating them back."""
   out = arch.config_to_hf(arch.model_type, cfg)
-  fields = Fields(out, arch.model_type)
+  fields = Fields(out, arch.model_type, arch.ignored)
   back = ModelConfig(**arch.config_from_hf(arch.model_type, fields, names)).validated()
   fields.finish()
   want, got = architecture_config(cfg), architecture_config(back)
@@ -52,9 +54,16 @@ def hf_config(arch: registry.Architecture, cfg: ModelConfig, names: set) -> dict
 
 
 def export_model(workdir: str, hf_dir: str, *, model_type: Optional[str] = None,
-                 dtype: Optional[str] = None) -> dict:
+                 dtype: Optional[str] = None,
+                 max_shard_size=shards.DEFAULT_MAX_SHARD_SIZE) -> dict:
   """Writes `hf_dir` from the newest checkpoint of run `workdir`; returns the config.json dict.
-  `dtype` (float32 | bfloat16; default: the run's params dtype, float32) is the stored dtype."""
+  `dtype` (float32 | bfloat16; default: the run's params dtype, float32) is the stored dtype;
+  weights above `max_shard_size` (bytes, or "500MB", "5GB", ...) are written as shards."""
+  shards.parse_size(max_shard_size)  # a bad size stops here, before anything is read
+  present = shards.existing_weights(hf_dir)
+  if present:
+    raise ValueError(f"{hf_dir} already holds weights {present[:3]}; export into a new "
+                     "directory")
   source = importer.hf_metadata(workdir) or {}
   model_type = model_type or source.get("model_type")
   if model_type is None:
@@ -78,8 +87,7 @@ def export_model(workdir: str, hf_dir: str, *, model_type: Optional[str] = None,
     for name, value in zip(rule.hf, rule.to_hf([np.asarray(params[p]) for p in rule.tfjax])):
       tensors[name] = np.ascontiguousarray(value.astype(store))
   os.makedirs(hf_dir, exist_ok=True)
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-  save_file(tensors, os.path.join(hf_dir, "model.safetensors"), metadata={"format": "pt"})
+  shards.write(tensors, hf_dir, max_shard_size)
   with open(os.path.join(hf_dir, "config.json"), "w", encoding="utf-8") as f:
     json.dump(config, f, indent=2, sort_keys=True)
   _write_tokenizer(workdir, hf_dir)

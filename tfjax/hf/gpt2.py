@@ -10,6 +10,11 @@ from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
+# config.json fields transformers' GPT-2 model does not read (beyond mapping.IGNORED): the
+# double-heads model's summary (multiple-choice) head settings and the legacy context length.
+IGNORED = {"gpt2": frozenset(("reorder_and_upcast_attn", "n_ctx", "summary_activation",
+                              "summary_proj_to_labels", "summary_type", "summary_use_proj"))}
+
 ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
         "relu": "relu"}
 ACT_NAMES = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
@@ -25,8 +30,6 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   f.expect("scale_attn_weights", (True,), True)
   f.expect("scale_attn_by_inverse_layer_idx", (False,), False)
   f.expect("add_cross_attention", (False,), False)
-  f.ignore("reorder_and_upcast_attn", "n_ctx", "summary_activation", "summary_proj_to_labels",
-           "summary_type", "summary_use_proj")
   if not f.get("tie_word_embeddings", True):
     raise UnsupportedError("gpt2 config.json tie_word_embeddings=False is not supported")
   return dict(family="decoder", vocab_size=f.require("vocab_size"), d_model=d,

@@ -1,9 +1,11 @@
-"""LLaMA 1/2/3, Mistral, Qwen2, Gemma and Gemma 2: the pre-RMSNorm, RoPE, gated-FFN decoders.
+"""LLaMA 1/2/3, Mistral, Qwen2, Qwen3, Gemma and Gemma 2: the pre-RMSNorm, RoPE, gated-FFN
+decoders.
 
 All share Hugging Face's `LlamaForCausalLM` tensor layout (q/k/v/o_proj, gate/up/down_proj,
 input/post_attention_layernorm); they differ in config: Mistral's sliding window, Qwen2's q/k/v
-biases without an o_proj bias, Gemma's sqrt(d_model) embedding scale, (1 + w) norm gain and tanh
-GEGLU, Gemma 2's sandwich norms, soft-capping, alternating sliding/global layers and query scale.
+biases without an o_proj bias, Qwen3's per-head RMSNorm of q and k (q_norm/k_norm, `qk_norm`),
+Gemma's sqrt(d_model) embedding scale, (1 + w) norm gain and tanh GEGLU, Gemma 2's sandwich
+norms, soft-capping, alternating sliding/global layers and query scale.
 HF's RoPE is the rotate-half pairing (tfjax `position="rope"`).
 """
 
@@ -18,15 +20,56 @@ GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
               "gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
 ACT_NAMES = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
 
+# config.json fields each model_type's transformers model does not read (beyond
+# mapping.IGNORED). Qwen2/Qwen3 read the window fields only with use_sliding_window=True (which
+# is refused); Gemma 2 reads `hidden_activation` only, so its released configs' `hidden_act` is
+# inert.
+_QWEN = ("sliding_window", "max_window_layers")
+IGNORED = {"qwen2": frozenset(_QWEN), "qwen3": frozenset(_QWEN),
+           "gemma2": frozenset(("hidden_act",))}
 
-def rope_from_hf(f: Fields, max_len: int) -> dict:
-  """model.rope_* from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`."""
+
+def activation(kind: str, f: Fields) -> str:
+  """The gated FFN's activation name as transformers runs it.
+
+  Gemma 2 and 3 read `hidden_activation` (default tanh GELU). Gemma 1 reads `hidden_act` and, like
+  transformers' GemmaConfig, runs its legacy value "gelu" as tanh GELU (the released
+  checkpoints were trained with it); transformers releases before that rewrite read
+  `hidden_activation` instead, so a config where the two disagree is refused. The others read
+  `hidden_act`.
+  """
+  if kind in ("gemma2", "gemma3_text"):
+    return f.get("hidden_activation") or "gelu_pytorch_tanh"
+  if kind != "gemma":
+    return f.get("hidden_act", "silu")
+  act = f.get("hidden_act", "gelu_pytorch_tanh")
+  act = "gelu_pytorch_tanh" if act == "gelu" else act
+  legacy = f.get("hidden_activation")
+  if legacy is not None and GATED_ACTS.get(legacy) != GATED_ACTS.get(act):
+    raise UnsupportedError(
+        f"gemma config.json hidden_act={f.values.get('hidden_act')!r} (run as {act!r}) and "
+        f"hidden_activation={legacy!r} disagree, and transformers versions read different "
+        "ones; remove hidden_activation or make them agree")
+  return act
+
+
+def rope_from_hf(f: Fields, max_len: int, *, theta_key: str = "rope_theta",
+                 fraction_key: str = "partial_rotary_factor",
+                 fraction_default: float = 1.0) -> dict:
+  """model.rope_* (and rotary_fraction) from `rope_parameters` (transformers 5) or the legacy
+  top-level fields: `theta_key` (GPT-NeoX: rotary_emb_base), `rope_scaling`, and `fraction_key`
+  (GPT-NeoX: rotary_pct, Phi: partial_rotary_factor; `fraction_default` when absent, as each
+  transformers config sets it)."""
   params = f.get("rope_parameters") or {}
   legacy = f.get("rope_scaling") or {}
-  theta = params.get("rope_theta", f.get("rope_theta", 10000.0))
+  theta = params.get("rope_theta", f.get(theta_key, 10000.0))
   scaling = dict(legacy, **{k: v for k, v in params.items() if k != "rope_theta"})
+  fraction = float(scaling.pop("partial_rotary_factor",
+                               f.get(fraction_key, fraction_default)))
   kind = scaling.pop("rope_type", scaling.pop("type", "default"))
   out = {"rope_base": float(theta)}
+  if fraction != 1.0:
+    out["rotary_fraction"] = fraction
   allowed = {"default": (), "linear": ("factor",),
              "dynamic": ("factor", "original_max_position_embeddings"),
              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
@@ -34,8 +77,8 @@ def rope_from_hf(f: Fields, max_len: int) -> dict:
              "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
                       "attention_factor", "truncate")}
   if kind not in allowed:
-    raise UnsupportedError(f"{f.arch} rope scaling type {kind!r} is not supported (supported: "
-                           f"{list(allowed)})")
+    raise UnsupportedError(f"{f.arch} config.json rope_scaling / rope_parameters type {kind!r} "
+                           f"is not supported (supported: {list(allowed)})")
   extra = sorted(set(scaling) - set(allowed[kind]))
   if extra:
     raise UnsupportedError(f"{f.arch} rope scaling {kind!r} has field(s) {extra} that tfjax does "
@@ -58,8 +101,12 @@ def rope_from_hf(f: Fields, max_len: int) -> dict:
   return out
 
 
-def rope_to_hf(cfg: ModelConfig) -> dict:
+def rope_to_hf(cfg: ModelConfig, with_fraction: bool = False) -> dict:
+  """`rope_parameters`; `with_fraction` writes partial_rotary_factor (families whose default
+  is not 1)."""
   params = {"rope_theta": cfg.rope_base, "rope_type": "default"}
+  if with_fraction or cfg.rotary_fraction != 1.0:
+    params["partial_rotary_factor"] = cfg.rotary_fraction
   if cfg.rope_scaling != "none":
     params.update(rope_type=cfg.rope_scaling, factor=cfg.rope_scaling_factor)
   if cfg.rope_scaling in ("dynamic", "llama3", "yarn"):
@@ -80,8 +127,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   d, heads = f.require("hidden_size"), f.require("num_attention_heads")
   head_dim = f.get("head_dim") or d // heads
   max_len = int(f.get("max_position_embeddings", 2048))
-  act = f.get("hidden_activation") if kind.startswith("gemma") else None
-  act = act or f.get("hidden_act", "silu")
+  act = activation(kind, f)
   if act not in GATED_ACTS:
     raise UnsupportedError(f"{kind} config.json hidden_act={act!r} is not supported "
                            f"(supported: {sorted(GATED_ACTS)})")
@@ -97,13 +143,19 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       norm_placement="pre", position="rope", max_len=max_len,
       tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
       **rope_from_hf(f, max_len))
+  if "rotary_fraction" in cfg:
+    raise UnsupportedError(f"{kind} config.json partial_rotary_factor={cfg['rotary_fraction']} "
+                           f"(partial RoPE) is not supported for {kind}: its attention rotates "
+                           "every channel")
   layer_types = f.get("layer_types")
-  if kind == "qwen2":
-    cfg["attention_bias"], cfg["attention_out_bias"] = True, False
+  if kind in ("qwen2", "qwen3"):
+    if kind == "qwen2":
+      cfg["attention_bias"], cfg["attention_out_bias"] = True, False
+    else:
+      cfg["qk_norm"] = "rmsnorm"
     if f.get("use_sliding_window", False):
-      raise UnsupportedError("qwen2 config.json use_sliding_window=True (sliding window on the "
+      raise UnsupportedError(f"{kind} config.json use_sliding_window=True (sliding window on the "
                              "layers above max_window_layers) is not supported")
-    f.ignore("sliding_window", "max_window_layers")
   elif kind == "mistral":
     window = f.get("sliding_window")
     if window is not None:
@@ -146,11 +198,17 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   if kind == "llama":
     out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)
   if kind == "gemma":
+    if cfg.ffn == "geglu":
+      raise UnsupportedError(
+          "model_type 'gemma' cannot express model.ffn='geglu' (exact-erf GeGLU): transformers' "
+          "GemmaConfig runs hidden_act='gelu' as tanh GELU; train with model.ffn='geglu_tanh'")
     out["attention_bias"] = cfg.attention_bias
   if kind == "mistral":
     out["sliding_window"] = cfg.window
-  if kind == "qwen2":
+  if kind in ("qwen2", "qwen3"):
     out.update(use_sliding_window=False, sliding_window=None)
+  if kind == "qwen3":
+    out["attention_bias"] = cfg.attention_bias
   if kind == "gemma2":
     del out["hidden_act"]
     out.update(hidden_activation=ACT_NAMES[cfg.ffn], attention_bias=cfg.attention_bias,
@@ -174,6 +232,9 @@ def rules(cfg: ModelConfig) -> list:
       out.append(mapping.heads_in(f"{hf}self_attn.{name}_proj.weight", att + (path, "kernel"), n))
       if cfg.attention_bias:
         out.append(mapping.heads_bias(f"{hf}self_attn.{name}_proj.bias", att + (path, "bias"), n))
+    if cfg.qk_norm == "rmsnorm":  # Qwen3: one [head_dim] gain for every head
+      out += [mapping.copy(f"{hf}self_attn.q_norm.weight", att + ("query_norm", "scale")),
+              mapping.copy(f"{hf}self_attn.k_norm.weight", att + ("key_norm", "scale"))]
     out.append(mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"), heads))
     if cfg.out_bias:
       out.append(mapping.copy(f"{hf}self_attn.o_proj.bias", att + ("out", "bias")))

@@ -110,8 +110,10 @@ def row_vector(hf: str, path: Path) -> Rule:
 
 # ---- config.json ------------------------------------------------------------------------------
 
-# Fields that never change the forward pass of the imported weights: bookkeeping, generation
-# defaults, token ids (kept with the tokenizer), training-time dropout and initialization.
+# Fields of every family that never change the forward pass of the imported weights: bookkeeping,
+# generation defaults, cache settings, token ids (kept with the tokenizer), training-time dropout
+# and initialization, task-head label maps. A family's own ignorable fields (legacy names, task-head
+# settings it has no head for) are listed beside its mapping (`IGNORED` in tfjax/hf/<family>.py).
 IGNORED = frozenset("""
 _name_or_path architectures model_type transformers_version dtype torch_dtype use_cache
 bos_token_id eos_token_id pad_token_id sep_token_id cls_token_id mask_token_id unk_token_id
@@ -129,15 +131,17 @@ attention_dropout attn_pdrop embd_pdrop resid_pdrop summary_first_dropout dropou
 activation_dropout hidden_dropout_prob attention_probs_dropout_prob classifier_dropout
 encoder_layerdrop decoder_layerdrop layerdrop
 gradient_checkpointing _attn_implementation_autoset attn_implementation pretraining_tp
+output_past cache_implementation num_labels _num_labels auto_map custom_pipelines
 """.split())
 
 
 class Fields:
   """Strict reading of a Hugging Face config.json (see the module docstring)."""
 
-  def __init__(self, values: dict, arch: str):
+  def __init__(self, values: dict, arch: str, ignored=()):
+    """`ignored`: the family's own fields that do not change the model (beside IGNORED)."""
     self.values, self.arch = dict(values), arch
-    self._seen = set(IGNORED)
+    self._seen = set(IGNORED) | set(ignored)
 
   def get(self, key: str, default: Any = None) -> Any:
     """The field's value (or `default`), marked as understood."""

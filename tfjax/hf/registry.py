@@ -2,9 +2,11 @@
 
 Each `Architecture` names its family mapping's functions: `config_from_hf(kind, fields, names)`
 (ModelConfig keys; `names` = the checkpoint's tensor names, for optional heads),
-`config_to_hf(kind, cfg)`, `rules(cfg, names)` (tfjax/hf/mapping.py Rules) and
-`droppable(cfg, name)` (checkpoint tensors the model derives rather than stores). An unknown
-model_type, or a model_type whose tfjax switches do not exist yet, is an UnsupportedError naming it.
+`config_to_hf(kind, cfg)`, `rules(cfg, names)` (tfjax/hf/mapping.py Rules),
+`droppable(cfg, name)` (checkpoint tensors the model derives rather than stores) and `ignored`
+(the family's config.json fields that do not change the model: its module's `IGNORED`, read
+together with mapping.IGNORED). An unknown model_type, or a model_type whose tfjax switches do
+not exist yet, is an UnsupportedError naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import bart, bert, gpt2, llama, t5
+from tfjax.hf import (bart, bert, falcon, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta,
+                     t5)
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -27,6 +30,7 @@ class Architecture:
   rules: Callable                # (cfg, names or None) -> [Rule]
   droppable: Callable
   needs: tuple = ()              # ModelConfig fields this architecture needs
+  ignored: frozenset = frozenset()  # its config.json fields that do not change the model
 
 
 def _plain_rules(module):
@@ -39,9 +43,20 @@ def _bert_rules(cfg, names=None):
   return bert.rules(cfg, bert._prefix(names))  # pylint: disable=protected-access
 
 
+def _ignored(module, model_type) -> frozenset:
+  return frozenset(module.IGNORED.get(model_type, ()))
+
+
 def _decoder(model_type, hf_class, module, needs=()):
   return Architecture(model_type, hf_class, "lm", module.config_from_hf, module.config_to_hf,
-                      _plain_rules(module), module.droppable, tuple(needs))
+                      _plain_rules(module), module.droppable, tuple(needs),
+                      _ignored(module, model_type))
+
+
+def _seq2seq(model_type, hf_class, module, needs=()):
+  return Architecture(model_type, hf_class, "seq2seq", module.config_from_hf,
+                      module.config_to_hf, _plain_rules(module), module.droppable, tuple(needs),
+                      _ignored(module, model_type))
 
 
 ARCHITECTURES = {a.model_type: a for a in (
@@ -49,22 +64,35 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("llama", "LlamaForCausalLM", llama, needs=("rope_scaling",)),
     _decoder("mistral", "MistralForCausalLM", llama),
     _decoder("qwen2", "Qwen2ForCausalLM", llama, needs=("attention_out_bias",)),
+    _decoder("qwen3", "Qwen3ForCausalLM", llama, needs=("qk_norm",)),
     _decoder("gemma", "GemmaForCausalLM", llama, needs=("norm_unit_offset", "ffn:geglu_tanh")),
     _decoder("gemma2", "Gemma2ForCausalLM", llama,
              needs=("norm_unit_offset", "attention_softcap", "logits_softcap", "window_pattern",
                     "attention_scale", "norm_placement:sandwich")),
+    _decoder("gemma3_text", "Gemma3ForCausalLM", gemma3,
+             needs=("rope_local_base", "qk_norm", "window_pattern", "norm_placement:sandwich")),
+    _decoder("gpt_neox", "GPTNeoXForCausalLM", gpt_neox,
+             needs=("parallel_block", "parallel_shared_norm", "rotary_fraction")),
+    _decoder("phi", "PhiForCausalLM", phi,
+             needs=("parallel_block", "rotary_fraction", "final_logits_bias")),
+    _decoder("falcon", "FalconForCausalLM", falcon,
+             needs=("parallel_block", "parallel_shared_norm")),
+    _decoder("opt", "OPTForCausalLM", opt, needs=("position_offset",)),
+    _decoder("phi3", "Phi3ForCausalLM", phi3, needs=("rotary_fraction",)),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
-                 _bert_rules, bert.droppable),
-    Architecture("bart", "BartForConditionalGeneration", "seq2seq", bart.config_from_hf,
-                 bart.config_to_hf, _plain_rules(bart), bart.droppable,
-                 ("share_positions", "position_offset", "final_logits_bias")),
-    Architecture("marian", "MarianMTModel", "seq2seq", bart.config_from_hf, bart.config_to_hf,
-                 _plain_rules(bart), bart.droppable,
-                 ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
-    Architecture("t5", "T5ForConditionalGeneration", "seq2seq", t5.config_from_hf,
-                 t5.config_to_hf, _plain_rules(t5), t5.droppable,
-                 ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
-                  "ffn:geglu_tanh")),
+                 _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
+    Architecture("roberta", "RobertaForMaskedLM", "mlm", roberta.config_from_hf,
+                 roberta.config_to_hf, roberta.rules, roberta.droppable, ("position_offset",),
+                 _ignored(roberta, "roberta")),
+    _seq2seq("bart", "BartForConditionalGeneration", bart,
+             ("share_positions", "position_offset", "final_logits_bias")),
+    _seq2seq("mbart", "MBartForConditionalGeneration", bart,
+             ("share_positions", "position_offset", "final_logits_bias")),
+    _seq2seq("marian", "MarianMTModel", bart,
+             ("final_logits_bias", "sinusoid_layout", "ffn:silu")),
+    _seq2seq("t5", "T5ForConditionalGeneration", t5,
+             ("position:t5_bias", "attention_scale", "scale_tied_logits", "ffn:reglu",
+              "ffn:geglu_tanh")),
 )}
 
 

@@ -14,6 +14,11 @@ from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
+# config.json fields that do not change T5's logits (beyond mapping.IGNORED): `n_positions`
+# (relative position buckets have no table length; the released v1.0 configs carry it) and
+# the activation fields transformers derives from feed_forward_proj.
+IGNORED = {"t5": frozenset(("n_positions", "dense_act_fn", "is_gated_act"))}
+
 # feed_forward_proj -> model.ffn
 FFNS = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu_tanh", "gated-relu": "reglu",
         "gated-silu": "swiglu", "gated-gelu_new": "geglu_tanh"}
@@ -28,7 +33,6 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   if proj not in FFNS:
     raise UnsupportedError(f"t5 config.json feed_forward_proj={proj!r} is not supported "
                            f"(supported: {sorted(FFNS)})")
-  f.ignore("dense_act_fn", "is_gated_act")
   f.expect("is_decoder", (False,), False)
   tie_flag = f.get("tie_word_embeddings", True)
   untied = "lm_head.weight" in names and tie_flag is False

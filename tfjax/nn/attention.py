@@ -30,7 +30,8 @@ from tfjax.nn.inits import kernel_init
 from tfjax.nn.masks import default_positions, query_key_positions
 from tfjax.nn.norms import Norm
 from tfjax.nn.relative_bias import t5_bias
-from tfjax.nn.positions import alibi_slopes, apply_rope, scaled_rope_frequencies
+from tfjax.nn.positions import (alibi_slopes, apply_rope, rope_frequencies,
+                                 scaled_rope_frequencies)
 
 
 # nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
@@ -88,7 +89,10 @@ class MultiHeadAttention(nn.Module):
     if positions is None:
       positions = default_positions(q_len, batch=batch)
     if relative and cfg.position in ROPE_POSITIONS:
-      inv_freq, gain = scaled_rope_frequencies(cfg, positions)
+      if self.window is not None and cfg.rope_local_base is not None:  # Gemma 3's local layers
+        inv_freq, gain = rope_frequencies(cfg.rotary_dim, cfg.rope_local_base), 1.0
+      else:
+        inv_freq, gain = scaled_rope_frequencies(cfg, positions)
       rope = dict(interleaved=cfg.position == "rope_interleaved", inv_freq=inv_freq,
                   rotary_dim=cfg.rotary_dim, gain=gain)
       q_BxTxHxE = apply_rope(q_BxTxHxE, positions, **rope)

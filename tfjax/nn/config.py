@@ -81,6 +81,9 @@ class ModelConfig:
   sinusoid_layout: str = "interleaved"  # interleaved: [sin, cos] per pair (Vaswani et al.) |
                                      # halves: [sin ... | cos ...] (Marian, Pegasus)
   rope_base: float = 10000.0
+  rope_local_base: Optional[float] = None  # RoPE base of the sliding-window layers, which also
+                                     # skip rope_scaling (Gemma 3: 10000 local, 1e6 global);
+                                     # None = rope_base and the scaling on every layer
   # RoPE frequency scaling (tfjax/nn/positions.py): none | linear (position interpolation, Chen et
   # al. 2023) | dynamic (NTK-aware base growing with the sequence) | yarn (Peng et al. 2023) |
   # llama3 (Llama 3.1's banded rescale), by rope_scaling_factor (>= 1).
@@ -383,6 +386,12 @@ class ModelConfig:
       if self.rope_attention_factor is not None and not self.rope_attention_factor > 0:
         raise ValueError(f"model.rope_attention_factor={self.rope_attention_factor} must be > 0 "
                          "or None (0.1 ln(factor) + 1)")
+    if self.rope_local_base is not None and not (
+        rope and self.window is not None and self.rope_local_base > 0):
+      raise ValueError(
+          f"model.rope_local_base={self.rope_local_base} is the RoPE base of sliding-window "
+          f"layers; it needs model.position='rope' (got {self.position!r}), a model.window (got "
+          f"{self.window}) and a positive base, or rope_local_base=None")
     if self.rotary_fraction != 1.0:
       if not rope:
         raise ValueError(
@@ -409,7 +418,7 @@ _OPTIONAL_FIELDS = {"num_decoder_layers": int, "num_kv_heads": int, "head_dim": 
                     "rope_attention_factor": float, "window_pattern": int,
                     "attention_scale": float, "attention_softcap": float,
                     "logits_softcap": float, "share_positions": bool,
-                    "position_init_std": float}
+                    "position_init_std": float, "rope_local_base": float}
 
 
 def default_model_config(**overrides):

@@ -24,16 +24,22 @@ _log = logging.getLogger(__name__)
 
 
 class Checkpointer:
-  def __init__(self, workdir: str, keep: int = 3):
+  """`use_ocdbt=False` writes each array as its own TensorStore array instead of one OCDBT
+  database: TensorStore then holds one array's write buffers at a time rather than every
+  array's until the database commits (about 0.6x the state on top of it), which is what a
+  one-off write of a large state (tfjax/hf/importer.py) needs. Restore reads either format."""
+
+  def __init__(self, workdir: str, keep: int = 3, use_ocdbt: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self._keep = keep
+    self._use_ocdbt = use_ocdbt
     self._manager = self._open()
 
   def _open(self):
     return ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=self._keep, create=True),
-        item_handlers={"state": ocp.StandardCheckpointHandler(),
+        item_handlers={"state": ocp.StandardCheckpointHandler(use_ocdbt=self._use_ocdbt),
                        "data": ocp.JsonCheckpointHandler(),
                        "config": ocp.JsonCheckpointHandler()})
 

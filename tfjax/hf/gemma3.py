@@ -1,0 +1,107 @@
+"""Gemma 3 (text, `gemma3_text`): Gemma 2's sandwich-normed decoder with QK RMSNorm, a
+local/global layer pattern and two RoPE bases.
+
+Layer i is global iff (i + 1) % pattern == 0 (pattern 6 in the released models: five
+sliding-window layers, then one global; tfjax `window_pattern`), from `layer_types` or the legacy
+`sliding_window_pattern`. Global layers rotate with `rope_theta` (1e6) and the config's RoPE
+scaling, sliding layers with `rope_local_base_freq` (1e4) unscaled (tfjax `rope_local_base`);
+transformers 5 writes both as `rope_parameters` {"full_attention": ..., "sliding_attention":
+...}. q and k get a per-head (1 + w) RMSNorm before RoPE (`qk_norm`), scores scale by
+query_pre_attn_scalar^-0.5, embeddings by sqrt(d_model). The tensors are LLaMA's plus Gemma 2's
+norms and q_norm / k_norm (tfjax/hf/llama.py rules).
+"""
+
+from __future__ import annotations
+
+from tfjax.hf import llama
+from tfjax.hf.mapping import Fields, UnsupportedError
+from tfjax.nn.config import ModelConfig
+
+# config.json fields Gemma 3's text model does not read (beyond mapping.IGNORED): `hidden_act`
+# (it reads hidden_activation) and the pattern fields when `layer_types` is given.
+IGNORED = {"gemma3_text": frozenset(("hidden_act",))}
+
+
+def _window_pattern(f: Fields, n: int):
+  """tfjax window_pattern of the layer types (None: every layer slides)."""
+  types = f.get("layer_types")
+  legacy = f.get("sliding_window_pattern", f.get("_sliding_window_pattern", 6))
+  if types is None:
+    return int(legacy)
+  full = [i for i, t in enumerate(types) if t == "full_attention"]
+  pattern = full[0] + 1 if full else None
+  expected = ["full_attention" if pattern and (i + 1) % pattern == 0 else "sliding_attention"
+              for i in range(n)]
+  if list(types) != expected:
+    raise UnsupportedError(f"gemma3_text config.json layer_types={types}: tfjax supports a "
+                           "global layer every k-th layer (sliding otherwise) only")
+  return pattern
+
+
+def _rope(f: Fields, max_len: int) -> dict:
+  params = f.get("rope_parameters") or {}
+  full = dict(params.get("full_attention") or {"rope_type": "default"})
+  full.update(f.get("rope_scaling") or {})
+  full.setdefault("rope_theta", f.get("rope_theta", 1e6))
+  local = dict(params.get("sliding_attention") or {"rope_type": "default"})
+  local.setdefault("rope_theta", f.get("rope_local_base_freq", 1e4))
+  if local.pop("rope_type", local.pop("type", "default")) != "default" or set(local) != {
+      "rope_theta"}:
+    raise UnsupportedError(f"gemma3_text config.json sliding_attention rope parameters {local} "
+                           "(scaled local RoPE) are not supported")
+  out = llama.rope_from_hf(Fields({"rope_parameters": full}, f.arch), max_len)
+  if "rotary_fraction" in out:
+    raise UnsupportedError("gemma3_text config.json partial_rotary_factor is not supported")
+  local_base = float(local["rope_theta"])
+  if local_base != out["rope_base"] or "rope_scaling" in out:
+    out["rope_local_base"] = local_base
+  return out
+
+
+def config_from_hf(kind: str, f: Fields, names: set) -> dict:
+  del names
+  d, heads = f.require("hidden_size"), f.require("num_attention_heads")
+  head_dim = f.get("head_dim") or d // heads
+  n = f.require("num_hidden_layers")
+  act = llama.activation(kind, f)
+  if act not in llama.GATED_ACTS:
+    raise UnsupportedError(f"{kind} config.json hidden_activation={act!r} is not supported "
+                           f"(supported: {sorted(llama.GATED_ACTS)})")
+  if f.get("use_bidirectional_attention"):
+    raise UnsupportedError(f"{kind} config.json use_bidirectional_attention=True is not "
+                           "supported")
+  max_len = int(f.get("max_position_embeddings", 131072))
+  return dict(
+      family="decoder", vocab_size=f.require("vocab_size"), d_model=d, num_layers=n,
+      num_heads=heads, num_kv_heads=f.get("num_key_value_heads") or heads,
+      head_dim=None if head_dim * heads == d else head_dim, d_ff=f.require("intermediate_size"),
+      ffn=llama.GATED_ACTS[act], ffn_bias=False,
+      attention_bias=bool(f.get("attention_bias", False)), norm="rmsnorm",
+      norm_eps=float(f.get("rms_norm_eps", 1e-6)), norm_placement="sandwich",
+      norm_unit_offset=True, embed_scale=True, qk_norm="rmsnorm", position="rope",
+      max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", True)),
+      window=int(f.require("sliding_window")), window_pattern=_window_pattern(f, n),
+      attention_scale=float(f.get("query_pre_attn_scalar", head_dim)) ** -0.5,
+      attention_softcap=f.get("attn_logit_softcapping"),
+      logits_softcap=f.get("final_logit_softcapping"), **_rope(f, max_len))
+
+
+def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
+  local = cfg.rope_base if cfg.rope_local_base is None else cfg.rope_local_base
+  return dict(
+      model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+      num_key_value_heads=cfg.kv_heads, head_dim=cfg.dim_per_head, intermediate_size=cfg.d_ff,
+      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn), rms_norm_eps=cfg.norm_eps,
+      max_position_embeddings=cfg.max_len, tie_word_embeddings=cfg.tie_embeddings,
+      attention_bias=cfg.attention_bias, sliding_window=cfg.window,
+      layer_types=["sliding_attention" if cfg.is_sliding_layer(i) else "full_attention"
+                   for i in range(cfg.num_layers)],
+      query_pre_attn_scalar=round(cfg.attention_scale ** -2),
+      attn_logit_softcapping=cfg.attention_softcap, final_logit_softcapping=cfg.logits_softcap,
+      rope_parameters={"full_attention": llama.rope_to_hf(cfg)["rope_parameters"],
+                       "sliding_attention": {"rope_type": "default", "rope_theta": local}})
+
+
+rules = llama.rules
+droppable = llama.droppable
