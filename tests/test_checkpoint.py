@@ -48,7 +48,7 @@ def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
       open(os.path.join(root, name), "w").close()
   with caplog.at_level("WARNING"):
     train.train_and_evaluate(config, workdir)  # same config: resumes from step 4
-  assert "corrupt or partial" in caplog.text
+  assert "checkpoint step 8 is corrupt" in caplog.text
   quarantined = os.listdir(os.path.join(workdir, "checkpoints_unreadable"))
   assert len(quarantined) == 1 and quarantined[0].startswith("8-")
   assert sorted(os.listdir(ckpt_dir), key=int) == ["4", "8"]

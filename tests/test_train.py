@@ -117,7 +117,7 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
        "--config.train.num_steps=100000", "--config.train.log_every=1",
        "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
        "--config.model.num_layers=1", "--config.model.d_model=32"],
-      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     metrics = workdir / "metrics.jsonl"
     deadline = time.time() + 120
@@ -125,11 +125,42 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
       time.sleep(0.5)
     assert metrics.exists(), "training never logged a step"
     proc.send_signal(signum)
-    proc.wait(timeout=60)
+    out, err = proc.communicate(timeout=60)
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
   steps = [int(s) for s in os.listdir(workdir / "checkpoints")]
   assert len(steps) == 1 and steps[0] >= 1
-  assert proc.returncode == 0
+  # A scheduler must tell a stopped run from a finished one: 128 + the signal, never `done:`.
+  assert proc.returncode == 128 + signum, err[-2000:]
+  name = signal.Signals(signum).name
+  assert out.strip().splitlines()[-1] == (
+      f"stopped at step {steps[0]} by {name}; resume with the same command"), out
+  assert "done:" not in out
+
+
+def test_a_signal_before_the_first_step_exits_128_plus_it_and_writes_nothing(tmp_path):
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
+       "--config.model.num_layers=1", "--config.model.d_model=32"],
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    # Once the workdir exists the run is past flag parsing and imports, before its first step
+    # (compiling a fresh model takes seconds): the stop must undo what the start wrote.
+    deadline = time.time() + 60
+    while not workdir.exists() and time.time() < deadline and proc.poll() is None:
+      time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert err.strip().splitlines()[-1] == (
+      "stopped by SIGTERM before the first step; nothing was written"), err[-2000:]
+  assert "Traceback" not in err
+  assert not workdir.exists()
