@@ -140,6 +140,7 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
   assert "done:" not in out
 
 
+@pytest.mark.slow  # ~15 s: a child process imports JAX and compiles before the signal lands
 def test_a_signal_before_the_first_step_exits_128_plus_it_and_writes_nothing(tmp_path):
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))

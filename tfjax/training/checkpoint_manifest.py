@@ -64,6 +64,11 @@ def has_manifest(step_dir: str) -> bool:
   return os.path.exists(os.path.join(step_dir, MANIFEST))
 
 
+def read_entries(step_dir: str) -> dict:
+  """{relative path: {"size", "crc32"}} of `step_dir`'s manifest."""
+  return files.read_json(os.path.join(step_dir, MANIFEST))["files"]
+
+
 def verify(step_dir: str) -> str:
   """'' if `step_dir` is whole (every file of its manifest there, with its size and CRC-32; or,
   without a manifest, the files orbax needs there); else one phrase naming the first fault."""
@@ -74,7 +79,7 @@ def verify(step_dir: str) -> str:
   if not os.path.exists(path):
     return ""
   try:
-    entries = files.read_json(path)["files"]
+    entries = read_entries(step_dir)
   except (ValueError, KeyError, TypeError) as e:
     return f"its manifest {MANIFEST} is unreadable ({type(e).__name__})"
   for rel, want in sorted(entries.items()):

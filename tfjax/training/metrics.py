@@ -2,8 +2,8 @@
 
 Only process 0 writes (multi-host runs call every method on every process).
 
-History survives a killed run: every row is flushed to metrics.jsonl and to the event file as it
-is written. A run resumed from checkpoint step S logs the steps after S again, so the rows a
+History survives a killed run: every row is flushed to metrics.jsonl as it is written, and to
+the event file within TB_FLUSH_S seconds. A run resumed from checkpoint step S logs the steps after S again, so the rows a
 killed run wrote past S are superseded: they move from metrics.jsonl to
 metrics_superseded.jsonl (kept, never deleted), leaving one row per (step, key), and the new
 event file starts with TensorBoard's purge_step = S + 1, so TensorBoard drops the old events
@@ -25,6 +25,7 @@ from tfjax.training import files, runtime
 
 METRICS_FILE = "metrics.jsonl"
 SUPERSEDED_FILE = "metrics_superseded.jsonl"
+TB_FLUSH_S = 1  # at most this many seconds of TensorBoard events are lost to a kill -9
 
 _log = logging.getLogger(__name__)
 
@@ -57,8 +58,10 @@ class MetricsWriter:
       # purge_step: TensorBoard drops the earlier files' events from this step on (the killed
       # segment past the restored step). A fresh run (no earlier events) needs none.
       purge = initial_step + 1 if initial_step > 0 or superseded else None
+      # flush_secs: tensorboardX writes events from a queue on its own thread, and its flush()
+      # does not wait for the queue, so the thread's periodic flush is what bounds a kill's loss.
       self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"),
-                                                purge_step=purge)
+                                                purge_step=purge, flush_secs=TB_FLUSH_S)
     except ImportError:  # pragma: no cover - tensorboardX is a dependency
       _log.warning("tensorboardX missing: no TensorBoard events")
     use_bar = sys.stderr.isatty() if progress is None else progress
@@ -76,7 +79,7 @@ class MetricsWriter:
       for key, value in clean.items():
         if isinstance(value, (int, float)) and math.isfinite(value):
           self._tb.add_scalar(key, value, step)
-      self._tb.flush()  # a kill -9 keeps every row written so far
+      self._tb.flush()  # what the writer thread has taken from its queue (see TB_FLUSH_S)
     if self._bar is None:
       shown = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items())
       _log.info("step %d %s", step, shown)
