@@ -165,3 +165,20 @@ def test_a_signal_before_the_first_step_exits_128_plus_it_and_writes_nothing(tmp
       "stopped by SIGTERM before the first step; nothing was written"), err[-2000:]
   assert "Traceback" not in err
   assert not workdir.exists()
+
+
+def test_a_start_that_fails_leaves_no_workdir_behind(tmp_path):
+  # A model that cannot hold the data's rows fails while its state is traced; the workdir this
+  # start created must be gone, so the corrected rerun is not refused as "a different model".
+  config = tiny_config(num_steps=1)
+  config.model.update(position="learned", max_len=4)  # rows are longer than 4 tokens
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match="max_len=4"):
+    train.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()
+  # An existing workdir is left as it was: nothing of a failed start is written into it.
+  workdir.mkdir()
+  (workdir / "notes.txt").write_text("mine")
+  with pytest.raises(ValueError, match="max_len=4"):
+    train.train_and_evaluate(config, str(workdir))
+  assert sorted(os.listdir(workdir)) == ["notes.txt"]

@@ -88,14 +88,14 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
 
 def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | None) -> dict:
   config = experiment.config
-  _prepare_workdir(workdir, experiment)
   train_cfg = config.train
   placement = BatchPlacement.for_config(config)
   _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
             jax.default_backend())
-  layout = state_layout(experiment, placement)
+  layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
+  _prepare_workdir(workdir, experiment)  # the first write, after every check above
   row_start, row_count = placement.process_rows(train_cfg.batch_size)
   iterator = data.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
