@@ -95,6 +95,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
   layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
+  changes = runs.config_changes(workdir, config)  # before config.json takes the new values
   _prepare_workdir(workdir, experiment)  # the first write, after every check above
   row_start, row_count = placement.process_rows(train_cfg.batch_size)
   iterator = data.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
@@ -104,7 +105,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
   ckpt.remove_partial_saves()  # a save killed or failed in an earlier run
   try:
     return _train_with(experiment, workdir, stop_after_step, placement, layout, eval_step,
-                       eval_batches, iterator, runner, ckpt)
+                       eval_batches, iterator, runner, ckpt, changes)
   finally:
     try:
       ckpt.close()
@@ -113,8 +114,8 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
 
 
 def _train_with(experiment, workdir, stop_after_step, placement, layout, eval_step, eval_batches,
-                iterator, runner, ckpt) -> dict:
-  config, train_cfg = experiment.config, experiment.config.train
+                iterator, runner, ckpt, changes) -> dict:
+  train_cfg = experiment.config.train
   compile_jobs = [(runner.program, runner.abstract_args)] + _eval_compile_jobs(
       eval_step, layout, eval_batches)
   with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
@@ -123,6 +124,7 @@ def _train_with(experiment, workdir, stop_after_step, placement, layout, eval_st
     state = _restored_or_initial_state(ckpt, layout, iterator, workdir, experiment)
     stop_signals.raise_if_pending()
     step = restored_step = int(jax.device_get(state.step))
+    runs.record_config_changes(workdir, changes, step)
     writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, step)
     try:
       last, diverged_at = _loop(experiment, stop_after_step, placement, eval_step, eval_batches,
