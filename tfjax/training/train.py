@@ -149,7 +149,10 @@ def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, itera
   throughput = _Throughput(experiment)
   sampler = (sampling.GreedySampler(experiment, placement)
              if sampling.GreedySampler.wanted(experiment) else None)
-  evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
+  # synthetic tasks: the headline eval/loss covers the trained lengths only (steps.evaluate)
+  trained_lengths = getattr(experiment.dataset, "train_lengths", None)
+  evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, trained_lengths,
+                               writer, sampler)
   config_json = json.loads(config.to_json_best_effort())
   host_lead, last = runtime.HostLeadLimiter(), {}
   _last_stop["signal"] = _last_stop["step"] = None
@@ -290,10 +293,10 @@ def _log_train_metrics(writer: metrics.MetricsWriter, step: int, step_metrics,
   return logged
 
 
-def _evaluate_and_sample(eval_step, eval_batches, writer: metrics.MetricsWriter,
+def _evaluate_and_sample(eval_step, eval_batches, trained_lengths, writer: metrics.MetricsWriter,
                          sampler: sampling.GreedySampler | None, state: steps.TrainState,
                          step: int) -> dict:
-  out = steps.evaluate(eval_step, state.params, eval_batches)
+  out = steps.evaluate(eval_step, state.params, eval_batches, trained_lengths)
   writer.write(step, out)
   if sampler is not None:
     writer.text(step, "sample", sampler.sample(state.params))
