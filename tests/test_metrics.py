@@ -128,3 +128,52 @@ def test_a_resume_supersedes_the_killed_segment_in_metrics_and_tensorboard(tmp_p
     assert [json.loads(line)["step"] for line in f] == [5, 6]  # kept, not lost
   shown = tensorboard_history(workdir)
   assert shown == {("train/loss", s): 10.0 + s if s <= 4 else 20.0 + s for s in range(1, 9)}
+
+
+@pytest.mark.slow  # five runs of the train command (~90 s on 2 cores)
+def test_three_kill_9_and_a_resume_give_the_uninterrupted_runs_history(tmp_path):
+  import signal  # pylint: disable=import-outside-toplevel
+  from run_helpers import run_cli  # pylint: disable=import-outside-toplevel
+  flags = ["--config.train.num_steps=60", "--config.train.checkpoint_every=10",
+           "--config.train.log_every=2", "--config.train.eval_every=10",
+           "--config.model.num_layers=1", "--config.model.d_model=32",
+           "--config.train.steps_per_call=1", "--config.mesh.cpu_devices=1"]
+  reference = tmp_path / "reference"
+  done = run_cli([f"--workdir={reference}", *flags], tmp_path, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  killed = tmp_path / "killed"
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  for past_step in (14, 30, 46):  # each kill lands after a checkpoint, mid-segment
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "experiments", "train.py"),
+                             f"--workdir={killed}", *flags], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    try:
+      while time.time() < deadline:
+        rows = _rows(killed / "metrics.jsonl")
+        if rows and rows[-1]["step"] >= past_step:
+          break
+        time.sleep(0.05)
+      proc.send_signal(signal.SIGKILL)
+      proc.wait()
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  resumed = run_cli([f"--workdir={killed}", *flags], tmp_path, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  want, got = _rows(reference / "metrics.jsonl"), _rows(killed / "metrics.jsonl")
+  assert [(r["step"], sorted(r)) for r in got] == [(r["step"], sorted(r)) for r in want]
+  for a, b in zip(got, want):  # the same numbers, timings aside
+    assert {k: v for k, v in a.items() if "per_sec" not in k} == {
+        k: v for k, v in b.items() if "per_sec" not in k}
+  shown = tensorboard_history(str(killed))
+  logged = {(k, r["step"]) for r in want for k in r if k != "step"}
+  assert {key for key in shown if key in logged} == logged
+
+
+def _rows(path):
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.endswith("\n")]
