@@ -13,6 +13,7 @@ deleted here except by `keep` (orbax's max_to_keep) after a successful save, and
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import logging
 import os
@@ -127,7 +128,20 @@ class Checkpointer:
     steps = self.steps()
     moved_aside = []
     for step in reversed(steps):
-      fault = checkpoint_manifest.verify(self.step_dir(step))
+      # Presence and sizes first (instant); the checksums read every file, on a thread beside
+      # orbax's own read of them, and the restored state is used only if they all match.
+      fault = checkpoint_manifest.verify(self.step_dir(step), checksums=False)
+      restored = None
+      if not fault:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+          checksums = pool.submit(checkpoint_manifest.verify_checksums, self.step_dir(step))
+          try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+            error = None
+          except Exception as e:  # pylint: disable=broad-except
+            error = e
+          fault = checksums.result()
       if fault:
         moved = self._quarantine(step)
         moved_aside.append(step)
@@ -136,8 +150,8 @@ class Checkpointer:
                      f" and falling back to step {earlier[-1]}" if earlier else "")
         continue
       try:
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        if error is not None:
+          raise error
         return step, restored["state"], dict(restored["data"])
       except Exception as e:  # pylint: disable=broad-except
         different = self._layout_difference(step, abstract_state)
