@@ -144,3 +144,23 @@ def test_a_non_finite_loss_right_after_a_restore_names_the_restored_step():
   assert "first step after restoring checkpoint step 10" in suspect and "suspect" in suspect
   assert "Lower optimizer.lr" not in suspect
   assert "Lower optimizer.lr" in str(divergence.Diverged(12, 10, 1e-3))
+
+
+def test_a_disk_without_room_for_the_next_step_stops_before_writing_it(tmp_path, monkeypatch):
+  ckpt = saved_steps(tmp_path, values=(1,))
+  need = sum(e["size"] for e in checkpoint_manifest.read_entries(ckpt.step_dir(1)).values())
+  monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+                      lambda path: shutil_usage(free=need // 2))
+  try:
+    with pytest.raises(checkpoint.SaveFailed, match=r"not enough disk space .* step 2 .*\(1\) "
+                                                    r"are intact"):
+      ckpt.save(2, state(2.0), {"position": 2}, {})
+    assert sorted(os.listdir(ckpt.directory)) == ["1"]  # nothing of step 2 was written
+  finally:
+    monkeypatch.undo()
+    ckpt.close()
+
+
+def shutil_usage(free):
+  import collections  # pylint: disable=import-outside-toplevel
+  return collections.namedtuple("usage", "total used free")(10 * free, 9 * free, free)

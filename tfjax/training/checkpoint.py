@@ -100,6 +100,7 @@ class Checkpointer:
       raise ValueError(
           f"refusing to save checkpoint step {step} in {self.directory}: {', '.join(bad)} hold "
           "NaN/inf values; the earlier checkpoints are kept (see tfjax/training/divergence.py)")
+    self._check_free_space(step, state)
     with self._save_errors(step):
       self._manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(_one_replica(state)), data=ocp.args.JsonSave(data_state),
@@ -118,6 +119,37 @@ class Checkpointer:
 
   def _save_errors(self, step: Optional[int]):
     return _SaveErrors(self, step)
+
+  def check_for_errors(self) -> None:
+    """Raises SaveFailed if the save running in the background has failed. The loop calls it at
+    every step boundary, so a failed save stops training at once, not at the next save."""
+    with self._save_errors(self._unsealed[-1] if self._unsealed else None):
+      self._manager.check_for_errors()
+
+  def _check_free_space(self, step: int, state: Any) -> None:
+    """Raises SaveFailed, before anything is written, when the disk has less room than the
+    step needs (the newest step's files, else the state's bytes, plus 10%).
+
+    Why: a write that runs out of space mid-way fails inside orbax's background threads, which
+    log a traceback per pending write; checking first makes the common full disk one clean
+    error and no partial directory."""
+    steps = self.steps()
+    try:
+      need = sum(e["size"] for e in checkpoint_manifest.read_entries(
+          self.step_dir(steps[-1])).values()) if steps else None
+    except (OSError, ValueError, KeyError):
+      need = None
+    if need is None:
+      need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes"))
+    need = int(need * 1.1)
+    free = shutil.disk_usage(self.directory).free
+    if free < need:
+      raise SaveFailed(
+          f"not enough disk space to save checkpoint step {step} in {self.directory}: "
+          f"{free / 2**20:.1f} MiB free, a step needs about {need / 2**20:.1f} MiB; training "
+          f"stopped there. The earlier checkpoints ({', '.join(map(str, steps)) or 'none'}) are "
+          "intact: free space (or lower train.keep_checkpoints) and run the same command to "
+          "resume from the newest")
 
   def restore_latest(self, abstract_state: Any) -> Optional[tuple[int, Any, dict]]:
     """(step, state, data_state) of the newest readable checkpoint, or None if there is none.

@@ -179,6 +179,7 @@ def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, itera
         break
       step += num_steps
       throughput.add_steps(num_steps)
+      ckpt.check_for_errors()  # a background save that failed (e.g. a full disk) stops the run now
       if _due(step, train_cfg.log_every, train_cfg):
         if train_cfg.skip_nonfinite:
           step_metrics["train/skipped_steps"] = skipped
