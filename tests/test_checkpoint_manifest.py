@@ -164,3 +164,16 @@ def test_a_disk_without_room_for_the_next_step_stops_before_writing_it(tmp_path,
 def shutil_usage(free):
   import collections  # pylint: disable=import-outside-toplevel
   return collections.namedtuple("usage", "total used free")(10 * free, 9 * free, free)
+
+
+def test_a_finished_save_is_sealed_at_the_next_step_boundary_not_the_next_save(tmp_path):
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=5)
+  try:
+    ckpt.save(1, state(1.0), {"position": 1}, {})
+    ckpt._manager.wait_until_finished()  # pylint: disable=protected-access  (the save finishes)
+    assert not checkpoint_manifest.has_manifest(ckpt.step_dir(1))
+    ckpt.check_for_errors()  # what the loop calls after every step
+    assert checkpoint_manifest.verify(ckpt.step_dir(1)) == "" and (
+        checkpoint_manifest.has_manifest(ckpt.step_dir(1)))
+  finally:
+    ckpt.close()

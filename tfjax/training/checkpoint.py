@@ -121,10 +121,16 @@ class Checkpointer:
     return _SaveErrors(self, step)
 
   def check_for_errors(self) -> None:
-    """Raises SaveFailed if the save running in the background has failed. The loop calls it at
-    every step boundary, so a failed save stops training at once, not at the next save."""
+    """Raises SaveFailed if the save running in the background has failed, and seals a save
+    that has finished. The loop calls it at every step boundary, so a failed save stops
+    training at once and a finished step gets its manifest then, not at the next save (a kill
+    in between would leave it unverified). Multi-process runs seal at the next save: finishing
+    a save there is a collective step that every process must take together."""
     with self._save_errors(self._unsealed[-1] if self._unsealed else None):
       self._manager.check_for_errors()
+    if self._unsealed and jax.process_count() == 1 and (
+        not self._manager.is_saving_in_progress()):
+      self.wait()
 
   def _check_free_space(self, step: int, state: Any) -> None:
     """Raises SaveFailed, before anything is written, when the disk has less room than the
