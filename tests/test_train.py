@@ -182,3 +182,33 @@ def test_a_start_that_fails_leaves_no_workdir_behind(tmp_path):
   with pytest.raises(ValueError, match="max_len=4"):
     train.train_and_evaluate(config, str(workdir))
   assert sorted(os.listdir(workdir)) == ["notes.txt"]
+
+
+def _catches(pid, signum):
+  """Whether process `pid` has a handler installed for `signum` (Linux /proc SigCgt mask)."""
+  with open(f"/proc/{pid}/status") as f:
+    mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+  return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_signal_while_the_train_command_imports_is_one_line_and_no_traceback(tmp_path):
+  workdir = tmp_path / "run"
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}"],
+      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 30
+    while proc.poll() is None and not _catches(proc.pid, signal.SIGTERM):
+      assert time.time() < deadline
+      time.sleep(0.001)
+    proc.send_signal(signal.SIGTERM)  # the script's first lines installed the handler: imports
+    _, err = proc.communicate(timeout=60)  # of tfjax and JAX are still running (~1-2 s)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert err.strip().splitlines() == [
+      "stopped by SIGTERM before the first step; nothing was written"], err[-2000:]
+  assert not workdir.exists()
