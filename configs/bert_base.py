@@ -6,7 +6,7 @@ The MLM head is off so the count is the published backbone's; pretraining turns 
 `--config.model.mlm_head=True` (+622,650: dense 768x768+768, LayerNorm, output bias 30522; the
 decoder matrix is tied to the token embedding).
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):
@@ -16,7 +16,7 @@ def get_config(arg=None):
 
   Expected last line: "total: 109482240".
   """
-  del arg
+  refuse_argument("configs/bert_base.py", arg)
   config = base_config()
   config.model.update(
       family="encoder", vocab_size=30522, d_model=768, num_layers=12, num_heads=12, d_ff=3072,

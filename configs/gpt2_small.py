@@ -4,7 +4,7 @@
 GELU in GPT-2's tanh approximation (`gelu_new`), biases everywhere, LM head tied to the token
 embedding.
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):
@@ -14,7 +14,7 @@ def get_config(arg=None):
 
   Expected last line: "total: 124439808".
   """
-  del arg
+  refuse_argument("configs/gpt2_small.py", arg)
   config = base_config()
   config.model.update(
       family="decoder", vocab_size=50257, d_model=768, num_layers=12, num_heads=12, d_ff=3072,

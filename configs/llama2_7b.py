@@ -3,7 +3,7 @@
 32 layers x 4096, 32 heads (MHA), SwiGLU d_ff 11008, RMSNorm (eps 1e-5) pre-LN, RoPE (rotate-half
 pairing as in Hugging Face; base 10000), no biases, untied 32000-token output head.
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):
@@ -14,7 +14,7 @@ def get_config(arg=None):
 
   Expected last line: "total: 6738415616".
   """
-  del arg
+  refuse_argument("configs/llama2_7b.py", arg)
   config = base_config()
   config.model.update(
       family="decoder", vocab_size=32000, d_model=4096, num_layers=32, num_heads=32,

@@ -20,7 +20,7 @@ synthetic `reverse` seq2seq task so the config runs anywhere, e.g. a short smoke
   python experiments/train.py --config=configs/transformer_base.py --workdir=runs/tbase \
       --config.train.num_steps=20 --config.train.batch_size=8
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):
@@ -30,7 +30,7 @@ def get_config(arg=None):
 
   Expected last line: "total: 63082496".
   """
-  del arg
+  refuse_argument("configs/transformer_base.py", arg)
   config = base_config()
   config.model.update(
       family="encoder_decoder", vocab_size=37000, d_model=512, num_layers=6,

@@ -42,13 +42,18 @@ def test_corrupt_latest_checkpoint_falls_back_and_is_kept(tmp_path, caplog):
   expected = train_losses(workdir)
   ckpt_dir = os.path.join(workdir, "checkpoints")
   assert sorted(os.listdir(ckpt_dir)) == ["4", "8"]
-  # Corrupt step 8: truncate every file of its state item.
-  for root, _, files in os.walk(os.path.join(ckpt_dir, "8", "state")):
-    for name in files:
-      open(os.path.join(root, name), "w").close()
+  # Corrupt step 8 as a bad disk would: flip 64 bytes inside its largest array file. orbax reads
+  # such a file back without complaint; only the step's manifest (checksums) tells.
+  data_dir = os.path.join(ckpt_dir, "8", "state", "ocdbt.process_0", "d")
+  largest = max(os.listdir(data_dir), key=lambda n: os.path.getsize(os.path.join(data_dir, n)))
+  with open(os.path.join(data_dir, largest), "r+b") as f:
+    f.seek(os.path.getsize(os.path.join(data_dir, largest)) // 2)
+    chunk = f.read(64)
+    f.seek(-len(chunk), 1)
+    f.write(bytes(b ^ 0xFF for b in chunk))
   with caplog.at_level("WARNING"):
     train.train_and_evaluate(config, workdir)  # same config: resumes from step 4
-  assert "corrupt or partial" in caplog.text
+  assert "checkpoint step 8 is corrupt" in caplog.text and "checksum" in caplog.text
   quarantined = os.listdir(os.path.join(workdir, "checkpoints_unreadable"))
   assert len(quarantined) == 1 and quarantined[0].startswith("8-")
   assert sorted(os.listdir(ckpt_dir), key=int) == ["4", "8"]

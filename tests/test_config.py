@@ -25,6 +25,12 @@ from tfjax.nn.models import build_model
     (dict(position="rope", d_model=12, num_heads=4), ["model.position='rope'", "even", "3"]),
     (dict(dropout=1.0), ["model.dropout=1.0", "[0, 1)"]),
     (dict(num_layers=0), ["model.num_layers=0", "positive"]),
+    (dict(head_dim=0), ["model.head_dim=0", "positive"]),
+    (dict(num_kv_heads=0), ["model.num_kv_heads=0", "positive"]),
+    (dict(num_heads=-2), ["model.num_heads=-2", "positive"]),
+    (dict(d_ff=0), ["model.d_ff=0", "positive"]),
+    (dict(family="encoder_decoder", num_decoder_layers=0),
+     ["model.num_decoder_layers=0", "positive"]),
 ])
 def test_config_validation_names_key_value_and_choices(overrides, patterns):
   with pytest.raises(ValueError) as info:

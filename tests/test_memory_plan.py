@@ -1,5 +1,7 @@
 """tfjax/training/memory_plan.py: per-device bytes of a sharded training state, by hand."""
 
+import pytest
+
 import scaleout_config
 from test_sharding import _hand_activations
 from tfjax.nn.config import ModelConfig
@@ -24,3 +26,9 @@ def test_memory_plan_matches_hand_arithmetic():
   none = memory_plan.memory_plan(cfg, (1, 1, 1), batch_size=8, seq_len=16)
   per_layer = (none["activations"] - 2 * 16 * 8 * 16 * 4) / 2
   assert remat["activations"] == 2 * 32 * 8 * 16 * 4 + per_layer + 2 * 16 * 8 * 16 * 4
+
+
+def test_a_mesh_that_does_not_divide_the_batch_is_an_error():
+  cfg = ModelConfig.from_config(scaleout_config.get_config().model)
+  with pytest.raises(ValueError, match=r"train.batch_size=64 .* 3 batch shards .* multiple of 3"):
+    memory_plan.memory_plan(cfg, (1, 3, 1), batch_size=64, seq_len=16)

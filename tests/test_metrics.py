@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -67,3 +69,113 @@ def test_progress_bar_on_a_terminal_and_plain_log_lines_otherwise(tmp_path, term
   assert ("tok_s=12,345" in run.stderr) == terminal
   assert ("step 5 train/loss=2.5" in run.stderr) != terminal, run.stderr
   assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 5, "train/loss": 2.5}
+
+
+def read_events(path):
+  """[(step, tag or None, value or None, is a purge marker)] of one TensorBoard event file, read
+  with the TFRecord framing (8-byte length, 4-byte CRC, data, 4-byte CRC) and the Event proto."""
+  import struct  # pylint: disable=import-outside-toplevel
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  out = []
+  with open(path, "rb") as f:
+    while header := f.read(12):
+      (length,) = struct.unpack("<Q", header[:8])
+      event = event_pb2.Event.FromString(f.read(length))
+      f.read(4)
+      if event.HasField("summary"):
+        out += [(event.step, v.tag, v.simple_value, False) for v in event.summary.value]
+      elif event.HasField("session_log"):
+        out.append((event.step, None, None, True))
+  return out
+
+
+def tensorboard_history(workdir):
+  """{(tag, step): value} as TensorBoard shows it: files in order, each purge marker dropping the
+  earlier events at or past its step."""
+  shown = {}
+  event_dir = os.path.join(workdir, "tensorboard")
+  for name in sorted(os.listdir(event_dir), key=lambda n: (n.split(".")[3], n)):
+    for step, tag, value, purge in read_events(os.path.join(event_dir, name)):
+      if purge:
+        shown = {k: v for k, v in shown.items() if k[1] < step}
+      else:
+        shown[(tag, step)] = value
+  return shown
+
+
+def test_a_resume_supersedes_the_killed_segment_in_metrics_and_tensorboard(tmp_path):
+  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path)
+  first = metrics.MetricsWriter(workdir, total_steps=8, progress=False)
+  for step in range(1, 7):  # the checkpoint was at step 4; then a kill -9 after step 6 ...
+    first.write(step, {"train/loss": 10.0 + step})
+  # ... so nothing is closed: what a kill leaves is on disk within TB_FLUSH_S seconds
+  event_dir = os.path.join(workdir, "tensorboard")
+  (event_file,) = [os.path.join(event_dir, n) for n in os.listdir(event_dir)]
+  deadline = time.time() + 10 * metrics.TB_FLUSH_S
+  while time.time() < deadline and len(read_events(event_file)) < 6:
+    time.sleep(0.05)
+  assert [s for s, tag, _, _ in read_events(event_file) if tag == "train/loss"] == [1, 2, 3, 4, 5, 6]
+  resumed = metrics.MetricsWriter(workdir, total_steps=8, initial_step=4, progress=False)
+  for step in range(5, 9):
+    resumed.write(step, {"train/loss": 20.0 + step})
+  resumed.close()
+  first.close()
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  assert [(r["step"], r["train/loss"]) for r in rows] == (
+      [(s, 10.0 + s) for s in range(1, 5)] + [(s, 20.0 + s) for s in range(5, 9)])
+  with open(os.path.join(workdir, metrics.SUPERSEDED_FILE)) as f:
+    assert [json.loads(line)["step"] for line in f] == [5, 6]  # kept, not lost
+  shown = tensorboard_history(workdir)
+  assert shown == {("train/loss", s): 10.0 + s if s <= 4 else 20.0 + s for s in range(1, 9)}
+
+
+@pytest.mark.slow  # five runs of the train command (~90 s on 2 cores)
+def test_three_kill_9_and_a_resume_give_the_uninterrupted_runs_history(tmp_path):
+  import signal  # pylint: disable=import-outside-toplevel
+  from run_helpers import run_cli  # pylint: disable=import-outside-toplevel
+  flags = ["--config.train.num_steps=60", "--config.train.checkpoint_every=10",
+           "--config.train.log_every=2", "--config.train.eval_every=10",
+           "--config.model.num_layers=1", "--config.model.d_model=32",
+           "--config.train.steps_per_call=1", "--config.mesh.cpu_devices=1"]
+  reference = tmp_path / "reference"
+  done = run_cli([f"--workdir={reference}", *flags], tmp_path, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  killed = tmp_path / "killed"
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  for past_step in (14, 30, 46):  # each kill lands after a checkpoint, mid-segment
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "experiments", "train.py"),
+                             f"--workdir={killed}", *flags], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    try:
+      while time.time() < deadline:
+        rows = _rows(killed / "metrics.jsonl")
+        if rows and rows[-1]["step"] >= past_step:
+          break
+        time.sleep(0.05)
+      proc.send_signal(signal.SIGKILL)
+      proc.wait()
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  resumed = run_cli([f"--workdir={killed}", *flags], tmp_path, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  want, got = _rows(reference / "metrics.jsonl"), _rows(killed / "metrics.jsonl")
+  assert [(r["step"], sorted(r)) for r in got] == [(r["step"], sorted(r)) for r in want]
+  for a, b in zip(got, want):  # the same numbers, timings aside
+    assert {k: v for k, v in a.items() if "per_sec" not in k} == {
+        k: v for k, v in b.items() if "per_sec" not in k}
+  shown = tensorboard_history(str(killed))
+  # TensorBoard tags keep [-/\w.] only (tensorboardX writes eval/loss@8 as eval/loss_8)
+  logged = {(re.sub(r"[^-/\w\.]", "_", k), r["step"]) for r in want for k in r if k != "step"}
+  assert {key for key in shown if key in logged} == logged
+
+
+def _rows(path):
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.endswith("\n")]

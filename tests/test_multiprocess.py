@@ -63,7 +63,7 @@ def launch(workdir, mesh, num_processes=2, devices_per_process=4, overrides=()):
   return procs
 
 
-def wait_all(procs, workdir, deadline):
+def wait_all(procs, workdir, deadline, status=0):
   """Waits for every process; on failure or timeout reports the logs. Never leaves one running."""
   try:
     for proc in procs:
@@ -73,7 +73,7 @@ def wait_all(procs, workdir, deadline):
   finally:
     kill(procs)
   codes = [p.returncode for p in procs]
-  assert codes == [0] * len(procs), f"exit codes {codes}\n" + logs(workdir)
+  assert codes == [status] * len(procs), f"exit codes {codes}\n" + logs(workdir)
 
 
 def kill(procs):
@@ -157,7 +157,7 @@ def test_two_processes_resume_on_another_mesh(tmp_path):
 @pytest.mark.slow
 def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
   # SLURM signals each host on its own; the run must still stop as one: both processes checkpoint
-  # the same step and exit 0 (without agreeing, process 0 would wait for process 1 in the next
+  # the same step and exit 128 + SIGUSR1 (without agreeing, process 0 would wait for process 1 in the next
   # step's collectives until the timeout).
   import signal as signals  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path)
@@ -171,7 +171,7 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
       time.sleep(0.5)
     procs[1].send_signal(signals.SIGUSR1)
   finally:
-    wait_all(procs, workdir, deadline)
+    wait_all(procs, workdir, deadline, status=128 + signals.SIGUSR1)
   saved = sorted(os.listdir(os.path.join(run, "checkpoints")), key=int)
   last_logged = train_records(run)[-1]["step"]
   assert len(saved) == 1 and int(saved[0]) == last_logged < 100000, (saved, last_logged)

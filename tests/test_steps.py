@@ -59,3 +59,21 @@ def test_gradient_accumulation_equals_one_big_batch():
     np.testing.assert_allclose(metrics_one["train/loss"], metrics_four["train/loss"], rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                  state_one.params, state_four.params)
+
+
+def test_headline_eval_loss_covers_the_trained_lengths_and_each_length_has_its_own():
+  # A stand-in eval step returning each group's sums: the expected values are plain arithmetic.
+  sums = {"len_8": dict(loss_sum=2.0, weight_sum=4.0, correct_sum=3.0, exact_sum=1.0, row_sum=2.0),
+          "len_16": dict(loss_sum=6.0, weight_sum=4.0, correct_sum=1.0, exact_sum=0.0, row_sum=2.0),
+          "len_24": dict(loss_sum=40.0, weight_sum=8.0, correct_sum=0.0, exact_sum=0.0,
+                         row_sum=2.0)}
+  batches = [(name, name) for name in sums]
+  out = steps.evaluate(lambda params, name: sums[name], None, batches, trained_lengths=(1, 16))
+  assert out["eval/loss"] == (2.0 + 6.0) / (4.0 + 4.0)  # lengths 8 and 16, not 24
+  assert out["eval/accuracy"] == (3.0 + 1.0) / 8.0
+  assert out["eval/loss_all_lengths"] == 48.0 / 16.0
+  assert (out["eval/loss@8"], out["eval/loss@16"], out["eval/loss@24"]) == (0.5, 1.5, 5.0)
+  assert out["eval/exact_match@8"] == 0.5
+  # Without trained lengths (text data: one group) the headline is every group's average.
+  plain = steps.evaluate(lambda params, name: sums[name], None, batches)
+  assert plain["eval/loss"] == 48.0 / 16.0 and "eval/loss_all_lengths" not in plain

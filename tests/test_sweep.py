@@ -554,3 +554,24 @@ def test_visualize_attention_writes_a_grid_of_causal_maps(text_run, tmp_path):
   assert png_ok(viz.plot_grid(tokens, maps, str(tmp_path / "attention.png")))
   assert viz.run_title("runs/ablations/position_medium/position=alibi,seed=0/", 27) == (
       "position=alibi,seed=0: 27 tokens")  # the point's name, no workdir path
+
+
+def test_points_trained_in_process_get_the_cpu_devices_their_config_asks_for(tmp_path):
+  # parallel=1 trains in the sweep's own process: mesh.cpu_devices must be applied before JAX
+  # starts there too, or every point warns and trains on one device.
+  path = write_sweep_module(tmp_path, "[{'seed': 0}]")
+  script = f"""
+import jax
+from tfjax.research import sweep
+s = sweep.load_sweep({path!r}, None)
+s.base_config.mesh.cpu_devices = 2
+seen = []
+sweep.run_sweep(s, {str(tmp_path / 'root')!r},
+                train_fn=lambda config, workdir: seen.append(jax.local_device_count()) or {{}})
+print("devices", seen)
+"""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "devices [2]" in result.stdout, result.stdout + result.stderr[-2000:]

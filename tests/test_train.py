@@ -117,7 +117,7 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
        "--config.train.num_steps=100000", "--config.train.log_every=1",
        "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
        "--config.model.num_layers=1", "--config.model.d_model=32"],
-      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     metrics = workdir / "metrics.jsonl"
     deadline = time.time() + 120
@@ -125,11 +125,90 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
       time.sleep(0.5)
     assert metrics.exists(), "training never logged a step"
     proc.send_signal(signum)
-    proc.wait(timeout=60)
+    out, err = proc.communicate(timeout=60)
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
   steps = [int(s) for s in os.listdir(workdir / "checkpoints")]
   assert len(steps) == 1 and steps[0] >= 1
-  assert proc.returncode == 0
+  # A scheduler must tell a stopped run from a finished one: 128 + the signal, never `done:`.
+  assert proc.returncode == 128 + signum, err[-2000:]
+  name = signal.Signals(signum).name
+  assert out.strip().splitlines()[-1] == (
+      f"stopped at step {steps[0]} by {name}; resume with the same command"), out
+  assert "done:" not in out
+
+
+@pytest.mark.slow  # ~15 s: a child process imports JAX and compiles before the signal lands
+def test_a_signal_before_the_first_step_exits_128_plus_it_and_writes_nothing(tmp_path):
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
+       "--config.model.num_layers=1", "--config.model.d_model=32"],
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    # Once the workdir exists the run is past flag parsing and imports, before its first step
+    # (compiling a fresh model takes seconds): the stop must undo what the start wrote.
+    deadline = time.time() + 60
+    while not workdir.exists() and time.time() < deadline and proc.poll() is None:
+      time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert err.strip().splitlines()[-1] == (
+      "stopped by SIGTERM before the first step; nothing was written"), err[-2000:]
+  assert "Traceback" not in err
+  assert not workdir.exists()
+
+
+def test_a_start_that_fails_leaves_no_workdir_behind(tmp_path):
+  # A model that cannot hold the data's rows fails while its state is traced; the workdir this
+  # start created must be gone, so the corrected rerun is not refused as "a different model".
+  config = tiny_config(num_steps=1)
+  config.model.update(position="learned", max_len=4)  # rows are longer than 4 tokens
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match="max_len=4"):
+    train.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()
+  # An existing workdir is left as it was: nothing of a failed start is written into it.
+  workdir.mkdir()
+  (workdir / "notes.txt").write_text("mine")
+  with pytest.raises(ValueError, match="max_len=4"):
+    train.train_and_evaluate(config, str(workdir))
+  assert sorted(os.listdir(workdir)) == ["notes.txt"]
+
+
+def _catches(pid, signum):
+  """Whether process `pid` has a handler installed for `signum` (Linux /proc SigCgt mask)."""
+  with open(f"/proc/{pid}/status") as f:
+    mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+  return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_signal_while_the_train_command_imports_is_one_line_and_no_traceback(tmp_path):
+  workdir = tmp_path / "run"
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}"],
+      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 30
+    while proc.poll() is None and not _catches(proc.pid, signal.SIGTERM):
+      assert time.time() < deadline
+      time.sleep(0.001)
+    proc.send_signal(signal.SIGTERM)  # the script's first lines installed the handler: imports
+    _, err = proc.communicate(timeout=60)  # of tfjax and JAX are still running (~1-2 s)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert err.strip().splitlines() == [
+      "stopped by SIGTERM before the first step; nothing was written"], err[-2000:]
+  assert not workdir.exists()

@@ -224,6 +224,11 @@ class ModelConfig:
     for key in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
       if getattr(self, key) < 1:
         raise ValueError(f"model.{key}={getattr(self, key)} must be a positive integer")
+    for key, unset in (("num_kv_heads", "num_heads"), ("head_dim", "d_model // num_heads"),
+                       ("num_decoder_layers", "num_layers")):
+      if getattr(self, key) is not None and getattr(self, key) < 1:
+        raise ValueError(f"model.{key}={getattr(self, key)} must be a positive integer, or None "
+                         f"for {unset}")
     if self.head_dim is None and self.d_model % self.num_heads:
       raise ValueError(
           f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}; "

@@ -379,6 +379,8 @@ def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str]
   points = [sweep.point(n) for n in only] if only else list(sweep.points)
   if parallel > 1:
     return _run_in_children(sweep, root, points, parallel, compilation_cache)
+  if points:
+    _configure_cpu_devices(sweep.config_for(points[0]))
   if compilation_cache:
     compile_cache.enable(compilation_cache)
   statuses = {}
@@ -394,6 +396,14 @@ def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str]
       _log.warning("interrupted during %s; run the same command again to resume", point.name)
       break
   return statuses
+
+
+def _configure_cpu_devices(config) -> None:
+  """Applies config.mesh.cpu_devices of the points this process trains before JAX starts, as the
+  train command does: once JAX runs, the device count is fixed (a point would then warn that
+  it asks for more CPU devices than JAX has, and train slower)."""
+  from tfjax.training import sharding  # pylint: disable=import-outside-toplevel
+  sharding.configure_cpu_devices(config)
 
 
 def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) -> list[str]:
@@ -504,6 +514,7 @@ def _child_main(argv: Sequence[str]) -> int:
   from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
   sweep = load_sweep(args.config, args.scale)
+  _configure_cpu_devices(sweep.config_for(sweep.point(args.point)))
   if args.compilation_cache:
     compile_cache.enable(args.compilation_cache)
   try:

@@ -213,7 +213,7 @@ class PointJob:
                      "by SLURM, a cancelled one resumes when the sweep runs again)", self.name,
                      signal.Signals(stopped_by).name)
         _mark_job(os.path.join(self.root, self.name),
-                  stopped=f"{signal.Signals(stopped_by).name} (cancelled or preempted)")
+                  stopped=f"{train.stop_message()} (cancelled or preempted)")
         return status
       _log.warning("point %s checkpointed after a signal; handing the job to submitit to requeue",
                    self.name)

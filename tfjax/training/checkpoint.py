@@ -1,13 +1,20 @@
 """Orbax checkpoints: train state (params, optimizer state, step, rng), data position and config.
 
 Each checkpoint is one orbax step directory (written to a temporary name and renamed when complete,
-so a crash never leaves a half-written step under a final name). Restore tries the newest step
-first; if it is corrupt or partial it warns and falls back to the previous one. Nothing is ever
-deleted here except by `keep` (orbax's max_to_keep) after a successful save.
+so a crash never leaves a half-written step under a final name), sealed by a manifest of its
+files' sizes and checksums (tfjax/training/checkpoint_manifest.py) once orbax has finalized it.
+Restore verifies the newest step against its manifest before reading it; a step with a missing,
+cut-short or corrupted file is moved aside to `checkpoints_unreadable/` with one warning and the
+previous step is tried. A failed save (a full disk) raises SaveFailed: the run stops at once, the
+partial `*-tmp` directory is removed, and the earlier steps stay as they were. Nothing is ever
+deleted here except by `keep` (orbax's max_to_keep) after a successful save, and leftover
+`*-tmp` directories of a killed save (`remove_partial_saves`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
 import logging
 import os
 import shutil
@@ -17,10 +24,22 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from tfjax.training import divergence
+from tfjax.training import checkpoint_manifest, cli, divergence
 from tfjax.training.trees import path_names
 
 _log = logging.getLogger(__name__)
+
+EXIT_SAVE_FAILED = 5  # exit status of a run stopped because a checkpoint could not be written
+_PARTIAL_MARK = "-tmp"  # orbax writes a step to "<step>.orbax-checkpoint-tmp[-N]" first
+
+
+class SaveFailed(cli.UserFacing):
+  """A checkpoint could not be written (e.g. the disk is full): the run stops at once."""
+  status = EXIT_SAVE_FAILED
+
+
+class NoGoodCheckpoint(ValueError):
+  """Every checkpoint step of a run failed verification: the run refuses to start from scratch."""
 
 
 class Checkpointer:
@@ -34,6 +53,7 @@ class Checkpointer:
     self._keep = keep
     self._use_ocdbt = use_ocdbt
     self._manager = self._open()
+    self._unsealed: list[int] = []  # steps saved by this process whose manifest is not written
 
   def _open(self):
     return ocp.CheckpointManager(
@@ -58,8 +78,27 @@ class Checkpointer:
   def steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
+  def step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def remove_partial_saves(self) -> list[str]:
+    """Removes the `*-tmp` directories a killed or failed save left in the checkpoint directory
+    (never a finished step); returns their names. Call only while holding the workdir lock."""
+    if jax.process_index() != 0 or not os.path.isdir(self.directory):
+      return []
+    partial = sorted(n for n in os.listdir(self.directory) if _PARTIAL_MARK in n)
+    for name in partial:
+      shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+    if partial:
+      _log.warning("removed %d partial checkpoint save(s) in %s: %s", len(partial),
+                   self.directory, ", ".join(partial))
+    return partial
+
   def save(self, step: int, state: Any, data_state: dict, config_dict: dict,
            force: bool = False) -> None:
+    """Starts saving `step` (orbax writes it in the background); the previous save is finished
+    and sealed with its manifest first. Raises SaveFailed if a write fails."""
+    self.wait()
     if step in self._manager.all_steps():
       return  # already saved (e.g. the final step coincides with a periodic one)
     bad = divergence.nonfinite_leaves(state)
@@ -67,12 +106,62 @@ class Checkpointer:
       raise ValueError(
           f"refusing to save checkpoint step {step} in {self.directory}: {', '.join(bad)} hold "
           "NaN/inf values; the earlier checkpoints are kept (see tfjax/training/divergence.py)")
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_one_replica(state)), data=ocp.args.JsonSave(data_state),
-        config=ocp.args.JsonSave(config_dict)), force=force)
+    self._check_free_space(step, state)
+    with self._save_errors(step):
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(_one_replica(state)), data=ocp.args.JsonSave(data_state),
+          config=ocp.args.JsonSave(config_dict)), force=force)
+    self._unsealed.append(step)
 
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    """Waits for the save in flight and seals each finished step with its manifest."""
+    with self._save_errors(self._unsealed[-1] if self._unsealed else None):
+      self._manager.wait_until_finished()
+      if jax.process_index() == 0:  # one writer; the manifest lists every process's files
+        for step in self._unsealed:
+          if os.path.isdir(self.step_dir(step)):  # (max_to_keep may have removed it already)
+            checkpoint_manifest.write(self.step_dir(step))
+    self._unsealed = []
+
+  def _save_errors(self, step: Optional[int]):
+    return _SaveErrors(self, step)
+
+  def check_for_errors(self) -> None:
+    """Raises SaveFailed if the save running in the background has failed, and seals a save
+    that has finished. The loop calls it at every step boundary, so a failed save stops
+    training at once and a finished step gets its manifest then, not at the next save (a kill
+    in between would leave it unverified). Multi-process runs seal at the next save: finishing
+    a save there is a collective step that every process must take together."""
+    with self._save_errors(self._unsealed[-1] if self._unsealed else None):
+      self._manager.check_for_errors()
+    if self._unsealed and jax.process_count() == 1 and (
+        not self._manager.is_saving_in_progress()):
+      self.wait()
+
+  def _check_free_space(self, step: int, state: Any) -> None:
+    """Raises SaveFailed, before anything is written, when the disk has less room than the
+    step needs (the newest step's files, else the state's bytes, plus 10%).
+
+    Why: a write that runs out of space mid-way fails inside orbax's background threads, which
+    log a traceback per pending write; checking first makes the common full disk one clean
+    error and no partial directory."""
+    steps = self.steps()
+    try:
+      need = sum(e["size"] for e in checkpoint_manifest.read_entries(
+          self.step_dir(steps[-1])).values()) if steps else None
+    except (OSError, ValueError, KeyError):
+      need = None
+    if need is None:
+      need = sum(x.nbytes for x in jax.tree.leaves(state) if hasattr(x, "nbytes"))
+    need = int(need * 1.1)
+    free = shutil.disk_usage(self.directory).free
+    if free < need:
+      raise SaveFailed(
+          f"not enough disk space to save checkpoint step {step} in {self.directory}: "
+          f"{free / 2**20:.1f} MiB free, a step needs about {need / 2**20:.1f} MiB; training "
+          f"stopped there. The earlier checkpoints ({', '.join(map(str, steps)) or 'none'}) are "
+          "intact: free space (or lower train.keep_checkpoints) and run the same command to "
+          "resume from the newest")
 
   def restore_latest(self, abstract_state: Any) -> Optional[tuple[int, Any, dict]]:
     """(step, state, data_state) of the newest readable checkpoint, or None if there is none.
@@ -81,10 +170,32 @@ class Checkpointer:
     restore into, so a checkpoint written on one mesh restores onto another.
     """
     steps = self.steps()
+    moved_aside = []
     for step in reversed(steps):
+      # Presence and sizes first (instant); the checksums read every file, on a thread beside
+      # orbax's own read of them, and the restored state is used only if they all match.
+      fault = checkpoint_manifest.verify(self.step_dir(step), checksums=False)
+      restored = None
+      if not fault:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+          checksums = pool.submit(checkpoint_manifest.verify_checksums, self.step_dir(step))
+          try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+            error = None
+          except Exception as e:  # pylint: disable=broad-except
+            error = e
+          fault = checksums.result()
+      if fault:
+        moved = self._quarantine(step)
+        moved_aside.append(step)
+        earlier = [s for s in steps if s < step]
+        _log.warning("checkpoint step %d is corrupt: %s; moved it to %s%s", step, fault, moved,
+                     f" and falling back to step {earlier[-1]}" if earlier else "")
+        continue
       try:
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        if error is not None:
+          raise error
         return step, restored["state"], dict(restored["data"])
       except Exception as e:  # pylint: disable=broad-except
         different = self._layout_difference(step, abstract_state)
@@ -96,12 +207,19 @@ class Checkpointer:
           ) from e
         earlier = [s for s in steps if s < step]
         if not earlier:
-          raise ValueError(
+          raise NoGoodCheckpoint(
               f"checkpoint step {step} in {self.directory} is unreadable ({type(e).__name__}: "
               f"{e}) and there is no earlier one; move the workdir aside to start fresh") from e
         moved = self._quarantine(step)
         _log.warning("checkpoint step %d is corrupt or partial (%s: %s); moved it to %s and "
                      "falling back to step %d", step, type(e).__name__, e, moved, earlier[-1])
+    if moved_aside:  # never start from scratch over a run's progress without being told to
+      raise NoGoodCheckpoint(
+          f"no good checkpoint left in {self.directory}: step(s) "
+          f"{', '.join(map(str, sorted(moved_aside)))} failed verification and were moved to "
+          f"{os.path.join(os.path.dirname(self.directory), 'checkpoints_unreadable')}; the run "
+          "will not restart from scratch by itself: move the workdir aside (or use a new "
+          "--workdir) to start fresh")
     return None
 
   def restore_params(self, abstract_params: Any) -> Optional[tuple[int, Any]]:
@@ -117,6 +235,10 @@ class Checkpointer:
           item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
           partial_restore=True)
       for step in reversed(self.steps()):
+        fault = checkpoint_manifest.verify(self.step_dir(step))
+        if fault:
+          _log.warning("checkpoint step %d is corrupt (%s); trying an earlier step", step, fault)
+          continue
         try:
           restored = reader.restore(step, args=ocp.args.Composite(state=args))
           return step, restored["state"]["params"]
@@ -143,6 +265,34 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+class _SaveErrors:
+  """Turns an OSError (a full disk, a lost mount) raised by a save into SaveFailed, after
+  removing the save's partial directory; the earlier, sealed steps are left as they were."""
+
+  def __init__(self, checkpointer: Checkpointer, step: Optional[int]):
+    self._ckpt, self._step = checkpointer, step
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    cause = exc
+    while cause is not None and not isinstance(cause, OSError):
+      cause = cause.__cause__ or cause.__context__
+    if cause is None:
+      return False
+    self._ckpt._unsealed = []  # pylint: disable=protected-access
+    self._ckpt.remove_partial_saves()
+    kept = [s for s in self._ckpt.steps() if s != self._step]
+    what = errno.errorcode.get(cause.errno, "") if cause.errno else ""
+    reason = f"{cause.strerror or cause}" + (f" [{what}]" if what else "")
+    raise SaveFailed(
+        f"saving checkpoint step {self._step} in {self._ckpt.directory} failed: {reason}; "
+        f"training stopped there. The earlier checkpoints ({', '.join(map(str, kept)) or 'none'}) "
+        "are intact: free space (or lower train.keep_checkpoints) and run the same command to "
+        "resume from the newest") from exc
 
 
 def newest_params(workdir: str, abstract_params: Any) -> Optional[tuple[int, Any]]:

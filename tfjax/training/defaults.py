@@ -69,6 +69,13 @@ def base_config() -> config_dict.ConfigDict:
   return config
 
 
+def refuse_argument(config_file: str, arg, takes: str = "no argument") -> None:
+  """Raises ValueError when a config file is given an argument (`--config=FILE:ARG`) it does not
+  take, so a typo never trains the default variant silently; `takes` names what it does take."""
+  if arg not in (None, ""):
+    raise ValueError(f"{config_file} takes {takes}, got {arg!r}")
+
+
 def get_config(arg=None) -> config_dict.ConfigDict:
   """The default run: the reverse task, 600 steps; trains on lengths 1..16 and evaluates exact
   match at 8 and 16 (in distribution) and 24, 32 (length generalization).
@@ -80,7 +87,7 @@ def get_config(arg=None) -> config_dict.ConfigDict:
   @24 and @32 0.
   Run times: docs/benchmarks.md.
   """
-  del arg
+  refuse_argument("configs/default.py", arg)
   config = base_config()
   config.task = "lm"
   config.data.update(name="reverse", form="decoder", train_lengths=(1, 16),

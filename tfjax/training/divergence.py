@@ -24,17 +24,27 @@ import numpy as np
 from tfjax.training import cli
 from tfjax.training.trees import path_names
 
-EXIT_DIVERGED = 4  # exit status of a diverged run (2: a user's mistake, 3: an interrupted sweep point)
+EXIT_DIVERGED = 4  # exit status of a diverged run (2: a user's mistake, 3: an interrupted sweep
+# point, 5: a checkpoint that could not be written, 128 + N: stopped by signal N)
 
 
 class Diverged(cli.UserFacing):
   """Training stopped because the loss or gradient norm of step `step` is not finite."""
   status = EXIT_DIVERGED
 
-  def __init__(self, step: int, last_checkpoint: int | None, lr: float | None = None):
+  def __init__(self, step: int, last_checkpoint: int | None, lr: float | None = None,
+               restored_step: int | None = None):
     self.step = step
     kept = (f"the newest checkpoint (step {last_checkpoint}) is from before it and is kept"
             if last_checkpoint is not None else "no checkpoint was written")
+    if restored_step is not None:
+      # The first step after a restore: the restored values, not the learning rate, are suspect.
+      super().__init__(
+          f"training diverged at step {step}, the first step after restoring checkpoint step "
+          f"{restored_step}: the loss or gradient norm is NaN/inf, so that checkpoint is "
+          "suspect (its values may be corrupt although its files verify). Move "
+          f"checkpoints/{restored_step} out of the workdir to resume from the step before it")
+      return
     lr_text = f" (now {lr:g})" if lr is not None else ""
     super().__init__(
         f"training diverged at step {step}: the loss or gradient norm is NaN/inf; {kept}. Lower "

@@ -5,6 +5,13 @@
 With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a fresh
 workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
 
+Exit status: 0 finished (last line `done: DIR eval/...`); 2 a user's mistake (one `error:` line,
+nothing written); 4 diverged (a NaN/inf loss, tfjax/training/divergence.py); 5 a checkpoint
+could not be written (a full disk; tfjax/training/checkpoint.py); 128 + N stopped by signal N
+(SIGTERM 143, SIGINT 130, SIGUSR1 138, SIGUSR2 140) after saving a checkpoint, last line
+`stopped at step S by SIGTERM; resume with the same command`, or before the first step with
+nothing written. A scheduler tells a preempted run from a finished one by that status.
+
 Multi-process (multi-host) runs start the same command on every process. Under SLURM (`srun`) or
 Open MPI (`mpirun`) nothing else is needed (jax.distributed auto-detects them); elsewhere give
 --coordinator_address=HOST:PORT (process 0's host), --num_processes and --process_id, or the
@@ -15,10 +22,12 @@ docs/scaling.md.
 import datetime
 import logging
 import os
+import signal
+import sys
 
 from absl import flags
 
-from tfjax.training import cli, defaults
+from tfjax.training import cli, defaults, stop_signals
 
 # The default run ships inside the package (tfjax/training/defaults.py's get_config), so an installed
 # `tfjax-train` works from any directory; configs/default.py is the same config.
@@ -61,7 +70,8 @@ def fresh_workdir(config_path: str) -> str:
 
 def main(argv):
   """User errors (ValueError naming a key, a missing file) end in one `error:` line, exit 2
-  (tfjax.training.cli); a run that diverges ends with exit 3 (train.Diverged)."""
+  (tfjax.training.cli); a run that diverges ends with exit 4 (divergence.Diverged); a signal
+  ends it with 128 + the signal's number (module docstring)."""
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag, e.g. "
              "--config.train.num_steps=100 (see --help)")
@@ -84,14 +94,35 @@ def main(argv):
   logging.getLogger("tfjax").info("workdir: %s", workdir)
   runtime.freeze_startup_objects()  # after the imports, before tracing (see tfjax/training/runtime.py)
   final = train.train_and_evaluate(_CONFIG.value, workdir)
+  stopped = train.stop_message()
+  if stopped is not None:  # a preempted run must not look like a finished one
+    if jax.process_index() == 0:
+      print(stopped, flush=True)
+    sys.exit(128 + train.stop_signal())
   summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
   if jax.process_index() == 0:
     print(f"done: {workdir} {summary}")
 
 
 def run():
-  """The `tfjax-train` console script."""
-  cli.run_absl(main)
+  """The `tfjax-train` console script.
+
+  Until the training loop takes over the stop signals (checkpoint, then stop), SIGTERM / SIGINT
+  end the start-up: one line, exit 128 + N, and a workdir this start created is removed
+  (train.train_and_evaluate), so nothing is left behind (tfjax/training/stop_signals.py)."""
+  stop_signals.install()
+  try:
+    cli.run_absl(main)
+  except (stop_signals.StoppedBeforeTraining, KeyboardInterrupt) as e:
+    signum = e.signum if isinstance(e, stop_signals.StoppedBeforeTraining) else signal.SIGINT
+    train = sys.modules.get("tfjax.training.train")
+    if train is not None and train.reached_loop():  # e.g. while the last save finishes
+      print(f"stopped by {signal.Signals(signum).name} after training began; resume with the "
+            "same command", file=sys.stderr, flush=True)
+    else:
+      print(f"stopped by {signal.Signals(signum).name} before the first step; nothing was "
+            "written", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

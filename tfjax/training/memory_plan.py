@@ -138,13 +138,20 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
     opt_specs = sharding.follow_params(opt_state, specs, jax.sharding.PartitionSpec(), is_spec)
     opt_bytes = sum(jax.tree.leaves(jax.tree.map(leaf_bytes, opt_state, opt_specs)))
   rows = batch_size // grad_accum_steps
+  shards = sharding.batch_shards(sizes, rules)
+  if batch_size % grad_accum_steps or rows % shards:  # what training itself would refuse
+    raise ValueError(
+        f"train.batch_size={batch_size} (/ {grad_accum_steps} micro-batches = "
+        f"{batch_size / grad_accum_steps:g} rows) does not split over the {shards} batch shards "
+        f"of mesh {dict(sizes)}; use a batch size that is a multiple of "
+        f"{shards * grad_accum_steps}, or another mesh")
   return {
       "params": param_bytes,
       "gradients": param_bytes * (2 if grad_accum_steps > 1 else 1),
       "optimizer state": opt_bytes,
       "activations": activation_bytes(cfg, rows, seq_len, sizes, rules, enc_len),
       "devices": int(np.prod(list(sizes.values()))),
-      "rows per device": rows / sharding.batch_shards(sizes, rules),
+      "rows per device": rows // shards,
   }
 
 

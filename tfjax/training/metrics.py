@@ -1,6 +1,13 @@
 """Run output: WORKDIR/metrics.jsonl, TensorBoard events, and a progress bar or plain log lines.
 
 Only process 0 writes (multi-host runs call every method on every process).
+
+History survives a killed run: every row is flushed to metrics.jsonl as it is written, and to
+the event file within TB_FLUSH_S seconds. A run resumed from checkpoint step S logs the steps after S again, so the rows a
+killed run wrote past S are superseded: they move from metrics.jsonl to
+metrics_superseded.jsonl (kept, never deleted), leaving one row per (step, key), and the new
+event file starts with TensorBoard's purge_step = S + 1, so TensorBoard drops the old events
+past S and shows the whole history once.
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ import time
 
 import jax
 
-from tfjax.training import runtime
+from tfjax.training import files, runtime
+
+METRICS_FILE = "metrics.jsonl"
+SUPERSEDED_FILE = "metrics_superseded.jsonl"
+TB_FLUSH_S = 1  # at most this many seconds of TensorBoard events are lost to a kill -9
 
 _log = logging.getLogger(__name__)
 
@@ -40,9 +51,17 @@ class MetricsWriter:
     self._jsonl = self._tb = self._bar = None
     if not self.enabled:
       return
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    path = os.path.join(workdir, METRICS_FILE)
+    superseded = supersede_rows_after(path, initial_step)
+    self._jsonl = open(path, "a", encoding="utf-8")
     try:
-      self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"))
+      # purge_step: TensorBoard drops the earlier files' events from this step on (the killed
+      # segment past the restored step). A fresh run (no earlier events) needs none.
+      purge = initial_step + 1 if initial_step > 0 or superseded else None
+      # flush_secs: tensorboardX writes events from a queue on its own thread, and its flush()
+      # does not wait for the queue, so the thread's periodic flush is what bounds a kill's loss.
+      self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"),
+                                                purge_step=purge, flush_secs=TB_FLUSH_S)
     except ImportError:  # pragma: no cover - tensorboardX is a dependency
       _log.warning("tensorboardX missing: no TensorBoard events")
     use_bar = sys.stderr.isatty() if progress is None else progress
@@ -60,6 +79,7 @@ class MetricsWriter:
       for key, value in clean.items():
         if isinstance(value, (int, float)) and math.isfinite(value):
           self._tb.add_scalar(key, value, step)
+      self._tb.flush()  # what the writer thread has taken from its queue (see TB_FLUSH_S)
     if self._bar is None:
       shown = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items())
       _log.info("step %d %s", step, shown)
@@ -77,11 +97,36 @@ class MetricsWriter:
     _log.info("step %d %s: %s", step, tag, text)
     if self._tb is not None:
       self._tb.add_text(tag, text, step)
+      self._tb.flush()
 
   def close(self) -> None:
     for handle in (self._bar, self._tb, self._jsonl):
       if handle is not None:
         handle.close()
+
+
+def supersede_rows_after(path: str, step: int) -> int:
+  """Moves the rows of metrics.jsonl `path` that a resumed run will write again (step > `step`;
+  every row when `step` is 0, a fresh start) to metrics_superseded.jsonl beside it, so each
+  (step, key) has one row. Returns how many rows moved. A row cut short by a kill is dropped."""
+  if not os.path.exists(path):
+    return 0
+  kept, moved = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+      except ValueError:  # the last line of a killed run, half written
+        continue
+      (kept if step > 0 and row.get("step", 0) <= step else moved).append(line.rstrip("\n"))
+  if moved:
+    with open(os.path.join(os.path.dirname(path), SUPERSEDED_FILE), "a", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in moved))
+      f.flush()
+      os.fsync(f.fileno())
+    with files.replaced_atomically(path) as f:
+      f.write("".join(line + "\n" for line in kept))
+  return len(moved)
 
 
 class Timer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 from typing import Any, Mapping
 
@@ -22,6 +23,8 @@ from tfjax.nn.config import ModelConfig
 from tfjax.training.defaults import base_config
 
 CONFIG_FILE = "config.json"
+HISTORY_FILE = "config_history.jsonl"  # {step, key, old, new} per setting a resume changed
+_log = logging.getLogger(__name__)
 
 
 def config_from_json(values: Mapping[str, Any]) -> config_dict.ConfigDict:
@@ -62,9 +65,48 @@ def check_same_run(workdir: str, config) -> None:
         "mix them. Use a new --workdir, or restore the original config.")
 
 
+def config_changes(workdir: str, config) -> list[tuple[str, Any, Any]]:
+  """[(dotted key, value in the run's config.json, value now)] for every setting a resume of
+  `workdir` with `config` changes (none for a new workdir), in key order."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return []
+  before, after = _flat(files.read_json(path)), _flat(json.loads(config.to_json_best_effort()))
+  return [(k, before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
+          if before.get(k) != after.get(k)]
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def record_config_changes(workdir: str, changes: list[tuple[str, Any, Any]], step: int) -> None:
+  """Prints each change a resume makes (one line each) and appends them to
+  DIR/config_history.jsonl as {step, key, old, new}: config.json then holds the new values, and
+  the history says from which step each one applies."""
+  if not changes or jax.process_index() != 0:
+    return
+  for key, old, new in changes:
+    if key == "train.num_steps":
+      _log.warning("resuming at step %d: train.num_steps %s -> %s (the run %s)", step, old, new,
+                   "is extended" if (new or 0) > (old or 0) else "ends earlier")
+    else:
+      _log.warning("resuming at step %d with a changed config: %s %r -> %r", step, key, old, new)
+  with open(os.path.join(workdir, HISTORY_FILE), "a", encoding="utf-8") as f:
+    for key, old, new in changes:
+      f.write(json.dumps({"step": step, "key": key, "old": old, "new": new}) + "\n")
+
+
 def prepare_workdir(workdir: str, config) -> None:
   """Creates the workdir and writes its config.json, or checks that an existing run there is the
-  same model and task (resuming would mix two runs otherwise)."""
+  same model and task (resuming would mix two runs otherwise). Other changes are allowed (the
+  checkpoint restore refuses a changed optimizer state); record_config_changes logs them."""
   check_same_run(workdir, config)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, CONFIG_FILE)

@@ -135,23 +135,38 @@ def make_eval_step(model: nn.Module, task: str) -> Callable:
   return eval_step
 
 
-def evaluate(eval_step: Callable, params, eval_batches) -> dict:
-  """Loss, perplexity, accuracy over all groups; exact_match@L per synthetic test length.
+def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None) -> dict:
+  """Loss, perplexity and accuracy; per synthetic test length L also eval/loss@L and
+  eval/exact_match@L.
 
   `eval_batches`: [(group name, batch already on the devices)]; the eval set is fixed, so it is
-  placed once per run rather than copied from the host at every evaluation."""
+  placed once per run rather than copied from the host at every evaluation. Synthetic test
+  groups are named len_L. With `trained_lengths` = (lo, hi), the headline eval/loss, perplexity
+  and accuracy average only the groups with lo <= L <= hi, the lengths the model was trained on
+  (a length never trained would swamp them), and eval/loss_all_lengths averages every group."""
   totals, out = {}, {}
   for name, batch in eval_batches:
     stats = jax.device_get(eval_step(params, batch))
     group = totals.setdefault(name, {k: 0.0 for k in stats})
     for key, value in stats.items():
       group[key] += float(value)
-  overall = {k: sum(g[k] for g in totals.values()) for k in _SUMS}
+
+  def trained(name):
+    if trained_lengths is None or not name.startswith("len_"):
+      return True
+    return trained_lengths[0] <= int(name[4:]) <= trained_lengths[1]
+
+  headline = {n: g for n, g in totals.items() if trained(n)} or totals
+  overall = {k: sum(g[k] for g in headline.values()) for k in _SUMS}
   loss = overall["loss_sum"] / max(overall["weight_sum"], 1.0)
   out["eval/loss"] = loss
   out["eval/perplexity"] = float(np.exp(min(loss, 50.0)))
   out["eval/accuracy"] = overall["correct_sum"] / max(overall["weight_sum"], 1.0)
+  if len(headline) < len(totals):
+    every = {k: sum(g[k] for g in totals.values()) for k in _SUMS}
+    out["eval/loss_all_lengths"] = every["loss_sum"] / max(every["weight_sum"], 1.0)
   for name, group in totals.items():
     if name.startswith("len_"):
+      out[f"eval/loss@{name[4:]}"] = group["loss_sum"] / max(group["weight_sum"], 1.0)
       out[f"eval/exact_match@{name[4:]}"] = group["exact_sum"] / max(group["row_sum"], 1.0)
   return out

@@ -13,6 +13,8 @@ import contextlib
 import functools
 import json
 import logging
+import os
+import shutil
 import signal
 
 import jax
@@ -20,13 +22,15 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from tfjax.training import (checkpoint, data, divergence, flops, init_from, metrics, runs,
-                            runtime, sampling, steps, tasks, workdir_lock)
+                            runtime, sampling, steps, stop_signals, tasks, workdir_lock)
 from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
                               state_layout)
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
-_last_stop = {"signal": None}  # the signal that ended this process's latest training loop early
+# The signal that ended this process's latest training loop early, and the step it saved.
+_last_stop = {"signal": None, "step": None}
+_progress = {"loop": False}  # whether the latest train_and_evaluate reached its training loop
 
 
 def stop_signal() -> int | None:
@@ -34,6 +38,21 @@ def stop_signal() -> int | None:
   after a checkpoint, or None if it ran to the end (or stop_after_step stopped it). Launchers use
   it to tell a time-limit warning (requeue the job) from a cancellation (let it end)."""
   return _last_stop["signal"]
+
+
+def stop_message() -> str | None:
+  """`stopped at step N by SIGTERM; resume with the same command` for a run a signal stopped
+  (stop_signal), else None: what the train command prints instead of `done:`, and what the
+  sweep launchers record for such a point."""
+  if _last_stop["signal"] is None:
+    return None
+  return (f"stopped at step {_last_stop['step']} by {signal.Signals(_last_stop['signal']).name}; "
+          "resume with the same command")
+
+
+def reached_loop() -> bool:
+  """Whether the latest train_and_evaluate of this process got as far as its training loop."""
+  return _progress["loop"]
 
 
 def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = None) -> dict:
@@ -47,87 +66,135 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   update and counts it in train/skipped_steps (tfjax/training/divergence.py). One process
   trains a workdir at a time: a second one raises ValueError (tfjax/training/workdir_lock.py).
   """
+  stop_signals.defer()  # a signal from here on is acted on at the start-up's safe points
   experiment = prepare(config, workdir)  # everything validated before anything is written
   runs.check_same_run(workdir, experiment.config)
-  # Multi-process runs share the workdir by design: process 0 holds the lock for all of them.
-  lock = (workdir_lock.WorkdirLock(workdir) if jax.process_index() == 0
-          else contextlib.nullcontext())
-  with lock:
-    return _train_locked(experiment, workdir, stop_after_step)
+  stop_signals.raise_if_pending()
+  created = not os.path.exists(workdir)
+  _progress["loop"] = False
+  try:
+    # Multi-process runs share the workdir by design: process 0 holds the lock for all of them.
+    lock = (workdir_lock.WorkdirLock(workdir) if jax.process_index() == 0
+            else contextlib.nullcontext())
+    with lock:
+      return _train_locked(experiment, workdir, stop_after_step)
+  except BaseException:
+    if created and not _progress["loop"] and jax.process_index() == 0:
+      # A start that failed (or was stopped) before its first step leaves no half-made workdir
+      # behind to be mistaken for a run.
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise
 
 
 def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | None) -> dict:
   config = experiment.config
-  _prepare_workdir(workdir, experiment)
   train_cfg = config.train
   placement = BatchPlacement.for_config(config)
   _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
             jax.default_backend())
-  layout = state_layout(experiment, placement)
+  layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
+  changes = runs.config_changes(workdir, config)  # before config.json takes the new values
+  _prepare_workdir(workdir, experiment)  # the first write, after every check above
   row_start, row_count = placement.process_rows(train_cfg.batch_size)
   iterator = data.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
   runner = make_step_runner(experiment, placement, layout, iterator)
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
+  ckpt.remove_partial_saves()  # a save killed or failed in an earlier run
+  try:
+    return _train_with(experiment, workdir, stop_after_step, placement, layout, eval_step,
+                       eval_batches, iterator, runner, ckpt, changes)
+  finally:
+    try:
+      ckpt.close()
+    except OSError:  # the failed save's error was already raised (SaveFailed)
+      pass
+
+
+def _train_with(experiment, workdir, stop_after_step, placement, layout, eval_step, eval_batches,
+                iterator, runner, ckpt, changes) -> dict:
+  train_cfg = experiment.config.train
   compile_jobs = [(runner.program, runner.abstract_args)] + _eval_compile_jobs(
       eval_step, layout, eval_batches)
   with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
       compiling_train, *compiling_eval):
+    stop_signals.raise_if_pending()
     state = _restored_or_initial_state(ckpt, layout, iterator, workdir, experiment)
-    step = int(jax.device_get(state.step))
+    stop_signals.raise_if_pending()
+    step = restored_step = int(jax.device_get(state.step))
+    runs.record_config_changes(workdir, changes, step)
     writer = metrics.MetricsWriter(workdir, train_cfg.num_steps, step)
-    throughput = _Throughput(experiment)
-    sampler = (sampling.GreedySampler(experiment, placement)
-               if sampling.GreedySampler.wanted(experiment) else None)
-    evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, writer, sampler)
-    config_json = json.loads(config.to_json_best_effort())
-    host_lead, last = runtime.HostLeadLimiter(), {}
-    _last_stop["signal"] = None
-    skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
-    with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
-      for future in compiling_eval:  # each is done before its function is first called (a call
-        future.result()               # meanwhile would compile again); re-raises compile errors
-      if step == 0 and train_cfg.eval_at_start:
-        last.update(evaluate(state, 0))
-      compiling_train.result()
-      while step < train_cfg.num_steps:
-        num_steps = _steps_this_call(step, train_cfg, stop_after_step)
-        state, step_metrics = runner.run(state, num_steps)
-        nonfinite = step_metrics.pop(steps.NONFINITE)
-        first_nonfinite = step_metrics.pop(steps.FIRST_NONFINITE)
-        host_lead.wait_if_ahead(step_metrics)
-        if train_cfg.skip_nonfinite:
-          skipped = skipped + nonfinite  # stays on the device until a log reads it
-        elif int(nonfinite):  # one scalar per call read back: a divergence stops the run at once
-          diverged_at = int(first_nonfinite)
-          writer.write(diverged_at, {"train/diverged": 1})
-          break
-        step += num_steps
-        throughput.add_steps(num_steps)
-        if _due(step, train_cfg.log_every, train_cfg):
-          if train_cfg.skip_nonfinite:
-            step_metrics["train/skipped_steps"] = skipped
-          last.update(_log_train_metrics(writer, step, step_metrics, throughput))
-        if _due(step, train_cfg.eval_every, train_cfg):
-          last.update(evaluate(state, step))
-          throughput.reset()
-        stop.decide(at_stop_after_step=stop_after_step is not None and step >= stop_after_step)
-        if _due(step, train_cfg.checkpoint_every, train_cfg) or stop.signum is not None:
-          ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
-        if stop.signum is not None:
-          _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
-          _last_stop["signal"] = stop.signal
-          break
-    ckpt.wait()
+    try:
+      last, diverged_at = _loop(experiment, stop_after_step, placement, eval_step, eval_batches,
+                                iterator, runner, ckpt, compiling_train, compiling_eval, state,
+                                step, writer)
+      ckpt.wait()
+    finally:
+      writer.close()
     saved = ckpt.steps()
-    ckpt.close()
-    writer.close()
   if diverged_at is not None:
-    raise divergence.Diverged(diverged_at, saved[-1] if saved else None,
-                              float(experiment.schedule(diverged_at - 1)))
+    raise divergence.Diverged(
+        diverged_at, saved[-1] if saved else None, float(experiment.schedule(diverged_at - 1)),
+        restored_step=restored_step if restored_step and diverged_at == restored_step + 1
+        else None)
   return last
+
+
+def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, iterator, runner,
+          ckpt, compiling_train, compiling_eval, state, step, writer):
+  """Runs the steps from `step` on; returns (the last metrics, the diverged step or None)."""
+  config, train_cfg = experiment.config, experiment.config.train
+  throughput = _Throughput(experiment)
+  sampler = (sampling.GreedySampler(experiment, placement)
+             if sampling.GreedySampler.wanted(experiment) else None)
+  # synthetic tasks: the headline eval/loss covers the trained lengths only (steps.evaluate)
+  trained_lengths = getattr(experiment.dataset, "train_lengths", None)
+  evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, trained_lengths,
+                               writer, sampler)
+  config_json = json.loads(config.to_json_best_effort())
+  host_lead, last = runtime.HostLeadLimiter(), {}
+  _last_stop["signal"] = _last_stop["step"] = None
+  skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
+  with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
+    for future in compiling_eval:  # each is done before its function is first called (a call
+      future.result()               # meanwhile would compile again); re-raises compile errors
+    if step == 0 and train_cfg.eval_at_start:
+      last.update(evaluate(state, 0))
+    compiling_train.result()
+    stop_signals.raise_if_pending()
+    _progress["loop"] = True
+    while step < train_cfg.num_steps:
+      num_steps = _steps_this_call(step, train_cfg, stop_after_step)
+      state, step_metrics = runner.run(state, num_steps)
+      nonfinite = step_metrics.pop(steps.NONFINITE)
+      first_nonfinite = step_metrics.pop(steps.FIRST_NONFINITE)
+      host_lead.wait_if_ahead(step_metrics)
+      if train_cfg.skip_nonfinite:
+        skipped = skipped + nonfinite  # stays on the device until a log reads it
+      elif int(nonfinite):  # one scalar per call read back: a divergence stops the run at once
+        diverged_at = int(first_nonfinite)
+        writer.write(diverged_at, {"train/diverged": 1})
+        break
+      step += num_steps
+      throughput.add_steps(num_steps)
+      ckpt.check_for_errors()  # a background save that failed (e.g. a full disk) stops the run now
+      if _due(step, train_cfg.log_every, train_cfg):
+        if train_cfg.skip_nonfinite:
+          step_metrics["train/skipped_steps"] = skipped
+        last.update(_log_train_metrics(writer, step, step_metrics, throughput))
+      if _due(step, train_cfg.eval_every, train_cfg):
+        last.update(evaluate(state, step))
+        throughput.reset()
+      stop.decide(at_stop_after_step=stop_after_step is not None and step >= stop_after_step)
+      if _due(step, train_cfg.checkpoint_every, train_cfg) or stop.signum is not None:
+        ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
+      if stop.signum is not None:
+        _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
+        _last_stop["signal"], _last_stop["step"] = stop.signal, step
+        break
+  return last, diverged_at
 
 
 def _prepare_workdir(workdir: str, experiment: Experiment) -> None:
@@ -227,10 +294,10 @@ def _log_train_metrics(writer: metrics.MetricsWriter, step: int, step_metrics,
   return logged
 
 
-def _evaluate_and_sample(eval_step, eval_batches, writer: metrics.MetricsWriter,
+def _evaluate_and_sample(eval_step, eval_batches, trained_lengths, writer: metrics.MetricsWriter,
                          sampler: sampling.GreedySampler | None, state: steps.TrainState,
                          step: int) -> dict:
-  out = steps.evaluate(eval_step, state.params, eval_batches)
+  out = steps.evaluate(eval_step, state.params, eval_batches, trained_lengths)
   writer.write(step, out)
   if sampler is not None:
     writer.text(step, "sample", sampler.sample(state.params))
@@ -249,7 +316,8 @@ class _StopRequested:
   """
 
   def __init__(self):
-    self.received = None  # the latest signal that arrived in this process (set by the handler)
+    # the latest signal that arrived in this process (set by the handler; or noted at start-up)
+    self.received = stop_signals.pending()
     self.signal = None    # the signal the run stops for, agreed at a step boundary by decide()
     self.signum = None    # why the loop stops: that signal, or SIGTERM standing in for stop_after_step
     self._previous = {}
