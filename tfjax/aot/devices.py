@@ -21,6 +21,8 @@ def compile_only_devices(target: Target) -> list:
       kwargs = {}
       if target.generation in _MEGACORE:
         kwargs = dict(chip_config_name="megacore", chips_per_host_bounds=(2, 2, 1))
+      elif target.devices == 1:  # libtpu's default host is 2x2 chips
+        kwargs = dict(chips_per_host_bounds=(1, 1, 1))
       topology = topologies.get_topology_desc(
           topology_name=f"{target.generation}:{target.topology}", platform="tpu", **kwargs)
     else:

@@ -103,11 +103,8 @@ class Report:
 def build_report(program, measured: Measured, target: Target) -> Report:
   num_devices = target.devices
   analytic = analytic_flops(program, num_devices)
-  pallas_calls = sum(n for name, n in measured.custom_calls.items()
-                     if any(p in name for p in PALLAS_TARGETS))
-  roof = roofline(target.peak, measured.flops, analytic, measured.hbm_bytes_accessed,
+  roof = roofline(target.peak, program.experiment.model_config.dtype, measured.flops, analytic, measured.hbm_bytes_accessed,
                   hlo.wire_bytes(measured.collectives))
-  del pallas_calls
   fits = measured.memory["total"] <= target.peak.hbm_bytes
   verdict = ""
   if not fits:
@@ -157,7 +154,9 @@ def table(report: Report, program, header: str) -> str:
     lines.append("  none")
   lines += ["", "roofline (per device): max(FLOPs / peak, HBM bytes / HBM bandwidth) + ring wire "
             "bytes / (link bandwidth / 2)",
-            f"  compute   {roof.compute_s * 1e3:10.3f} ms  ({peak.bf16_flops / 1e12:.0f} TFLOP/s)",
+            f"  compute   {roof.compute_s * 1e3:10.3f} ms  "
+            f"({peak.matmul_flops(program.experiment.model_config.dtype) / 1e12:.0f} TFLOP/s for "
+            f"{program.experiment.model_config.dtype} matmuls)",
             f"  memory    {roof.memory_s * 1e3:10.3f} ms  ({peak.hbm_bytes_per_s / 1e9:.0f} GB/s, "
             f"{m.hbm_bytes_accessed / 1e9:.2f} GB accessed)",
             f"  network   {roof.comm_s * 1e3:10.3f} ms  ({peak.link_bytes_per_s / 1e9:.0f} GB/s "

@@ -75,11 +75,14 @@ class Roofline:
   mfu_bound: float
 
 
-def roofline(peak, flops_per_device: float, analytic_per_device: float, hbm_bytes: float,
-             wire_bytes: float) -> Roofline:
-  compute_s = max(flops_per_device, analytic_per_device) / peak.bf16_flops
+def roofline(peak, dtype: str, flops_per_device: float, analytic_per_device: float,
+             hbm_bytes: float, wire_bytes: float) -> Roofline:
+  """The roofline of one step; `dtype` is the model's compute dtype (float32 matmuls run at
+  TF32 rate on GPUs)."""
+  peak_flops = peak.matmul_flops(dtype)
+  compute_s = max(flops_per_device, analytic_per_device) / peak_flops
   memory_s = hbm_bytes / peak.hbm_bytes_per_s
   comm_s = wire_bytes / (peak.link_bytes_per_s / 2)
   step_s = max(compute_s, memory_s) + comm_s
-  mfu = analytic_per_device / peak.bf16_flops / step_s if step_s > 0 else 0.0
+  mfu = analytic_per_device / peak_flops / step_s if step_s > 0 else 0.0
   return Roofline(compute_s, memory_s, comm_s, step_s, mfu)

@@ -27,6 +27,12 @@ class Peak:
   hbm_bytes_per_s: float
   link_bytes_per_s: float
   source: str
+  fp32_flops: float = 0.0  # a float32 matmul at JAX's default precision; 0 = the bf16 peak
+                           # (TPU: one bf16 pass); GPUs run it as TF32
+
+  def matmul_flops(self, dtype: str) -> float:
+    """Peak FLOP/s of the matmuls of a model computing in `dtype` ('float32' or 'bfloat16')."""
+    return self.fp32_flops if dtype == "float32" and self.fp32_flops else self.bf16_flops
 
 
 PEAKS = {
@@ -44,14 +50,14 @@ PEAKS = {
                 "800 GBps per chip)"),
     # GPU memory sizes are the device_memory_size of XLA's target config (what XLA plans with).
     "h100": Peak(989e12, 84942979072, 3.35e12, 900e9,
-                 "NVIDIA H100 SXM5 datasheet (989 TFLOPS dense bf16, 3.35 TB/s, NVLink 900 GB/s); "
-                 "HBM size from XLA's h100_sxm.txtpb"),
+                 "NVIDIA H100 SXM5 datasheet (989 / 494 TFLOPS dense bf16 / tf32, 3.35 TB/s, "
+                 "NVLink 900 GB/s); HBM size from XLA's h100_sxm.txtpb", 494e12),
     "h200": Peak(989e12, 151397597184, 4.8e12, 900e9,
-                 "NVIDIA H200 SXM datasheet (989 TFLOPS dense bf16, 4.8 TB/s, NVLink 900 GB/s); "
-                 "HBM size from XLA's h200.txtpb"),
+                 "NVIDIA H200 SXM datasheet (989 / 494 TFLOPS dense bf16 / tf32, 4.8 TB/s, "
+                 "NVLink 900 GB/s); HBM size from XLA's h200.txtpb", 494e12),
     "a100": Peak(312e12, 85100068864, 2.039e12, 600e9,
-                 "NVIDIA A100 SXM4 80GB datasheet (312 TFLOPS dense bf16, 2.039 TB/s, NVLink "
-                 "600 GB/s); HBM size from XLA's a100_sxm_80.txtpb"),
+                 "NVIDIA A100 SXM4 80GB datasheet (312 / 156 TFLOPS dense bf16 / tf32, "
+                 "2.039 TB/s, NVLink 600 GB/s); HBM size from XLA's a100_sxm_80.txtpb", 156e12),
 }
 
 # XLA's GpuTargetConfigProto text files shipped in tfjax/aot/specs (their headers name the
