@@ -15,6 +15,8 @@ import sys
 
 # Compile-only: JAX must never try to open a TPU or a GPU, whatever is installed.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# libtpu lets one process per host load it unless told otherwise: several compiles may run at once.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 # pylint: disable=wrong-import-position
 import time
@@ -47,7 +49,15 @@ def main(argv) -> int:
   target_devices = devices.compile_only_devices(target)
   start = time.perf_counter()
   program = programs.build(_CONFIG.value, target_devices, _WHAT.value)
-  compiled = programs.compile_for(program, target.platform)
+  try:
+    compiled = programs.compile_for(program, target.platform)
+  except Exception as e:  # pylint: disable=broad-except
+    if not reports.is_out_of_memory(e):
+      raise
+    verdict, line = reports.out_of_memory(program, target, e)
+    print(verdict)
+    print(line, flush=True)
+    return DOES_NOT_FIT
   seconds = time.perf_counter() - start
   measured = reports.measure(compiled, target.platform, target.devices)
   report = reports.build_report(program, measured, target)

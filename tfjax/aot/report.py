@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import jax
 import numpy as np
@@ -52,12 +53,17 @@ def measure(compiled, platform: str, num_devices: int) -> Measured:
                   hlo.collectives(text, num_devices), hlo.custom_calls(text))
 
 
+_ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
+              "decode": ("params", "cache", "tokens", "positions")}
+
+
 def largest_arguments(program, count: int = 3) -> list[tuple[str, int]]:
   """(leaf path, bytes per device) of the biggest input buffers."""
   sizes = []
   for path, leaf in jax.tree_util.tree_flatten_with_path(program.args)[0]:
     shard = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
-    name = jax.tree_util.keystr(path)
+    names = _ARG_NAMES[program.what]
+    name = names[path[0].idx] + jax.tree_util.keystr(path[1:])
     sizes.append((name, math.prod(shard) * np.dtype(leaf.dtype).itemsize))
   return sorted(sizes, key=lambda s: -s[1])[:count]
 
@@ -166,3 +172,34 @@ def table(report: Report, program, header: str) -> str:
   if report.verdict:
     lines += ["", report.verdict]
   return "\n".join(lines)
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def is_out_of_memory(error: Exception) -> bool:
+  """Whether a compile failed because the program does not fit (XLA:TPU refuses to compile
+  such a program; XLA:GPU compiles it and memory_analysis shows the excess)."""
+  text = str(error)
+  return "RESOURCE_EXHAUSTED" in text and "memory" in text.lower()
+
+
+def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
+  """(the verdict line, the JSON line) of a program the compiler refused for lack of HBM."""
+  message = " ".join(str(error).split())
+  needed = re.search(r"required for HLO temporaries \(([\d.]+)([KMGT])\)", message)
+  temp = float(needed.group(1)) * _UNITS[needed.group(2)] if needed else 0.0
+  inputs = sum(size for _, size in largest_arguments(program, count=1 << 30))
+  biggest = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in largest_arguments(program))
+  measured = Measured({"arguments": inputs, "temp": temp, "total": inputs + temp}, 0.0, 0.0, [],
+                      {})
+  verdict = (f"does not fit: the compiler needs {temp / GIB:.2f} GiB of temporaries per device "
+             f"besides {inputs / GIB:.2f} GiB of inputs, of {target.peak.hbm_bytes / GIB:.1f} GiB "
+             f"HBM (largest inputs: {biggest}); {advice(program, measured, target)} "
+             f"[{message[:200]}]")
+  line = json.dumps({
+      "target": target.name, "fits": False, "bytes_per_device": int(inputs + temp),
+      "hbm_bytes": int(target.peak.hbm_bytes), "flops_per_step": None,
+      "analytic_flops_per_step": analytic_flops(program, target.devices), "est_step_s": None,
+      "mfu_bound": None, "collectives": None})
+  return verdict, line

@@ -2,14 +2,15 @@
 roofline step time they imply.
 
   step time  = max(FLOPs / peak FLOP/s, HBM bytes / HBM bandwidth) + wire bytes / link bandwidth
-  MFU bound  = analytic FLOPs / peak FLOP/s / step time
+  MFU bound  = analytic FLOPs / bf16 peak FLOP/s / step time
 
-all per device. FLOPs are the larger of the compiler's count and the analytic one (the compiler
-counts a loop body once and Pallas kernels as 0); HBM bytes are the compiler's bytes accessed;
-wire bytes are those each device sends in ring collectives (tfjax.aot.hlo.wire_bytes) over half
-the bidirectional link bandwidth (sending and receiving at once). Compute and memory overlap,
-communication is assumed not to: an upper bound on the time, so a lower bound on what MFU the
-hardware allows.
+all per device. The step's peak FLOP/s is the matmul rate of the model's dtype (TF32 for float32
+on GPUs); the MFU is against the bf16 peak, as experiments/bench_train.py reports it. FLOPs are
+the larger of the compiler's count and the analytic one (the compiler counts a loop body once
+and Pallas kernels as 0); HBM bytes are the compiler's bytes accessed; wire bytes are those each
+device sends in ring collectives (tfjax.aot.hlo.wire_bytes), over half the bidirectional link
+bandwidth (sending and receiving at once). Compute and memory overlap, communication is assumed
+not to (overlapped, a step could be faster by up to the network term).
 """
 
 from __future__ import annotations
@@ -84,5 +85,6 @@ def roofline(peak, dtype: str, flops_per_device: float, analytic_per_device: flo
   memory_s = hbm_bytes / peak.hbm_bytes_per_s
   comm_s = wire_bytes / (peak.link_bytes_per_s / 2)
   step_s = max(compute_s, memory_s) + comm_s
-  mfu = analytic_per_device / peak_flops / step_s if step_s > 0 else 0.0
+  # MFU against the bf16 peak whatever the dtype, as experiments/bench_train.py measures it.
+  mfu = analytic_per_device / peak.bf16_flops / step_s if step_s > 0 else 0.0
   return Roofline(compute_s, memory_s, comm_s, step_s, mfu)
