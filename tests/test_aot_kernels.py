@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 # The module (tfjax.nn.kernels re-exports its function under the same name).
 tpu_kernels = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
 
-pytestmark = pytest.mark.skipif(
+needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None or jax.default_backend() != "cpu",
     reason="needs libtpu (pip install '.[tpu-aot]') on a CPU host")
 
@@ -57,6 +57,7 @@ def compile_kernel(generation, head_dim, dtype, features, length, backward):
   return compiled.as_text()
 
 
+@needs_libtpu
 def test_a_tiling_compiles_forward_and_backward_for_v5e():
   """The default suite's one real compile: v5e bf16 head_dim 128, causal, small length."""
   text = compile_kernel("v5e", 128, jnp.bfloat16, dict(causal=True), 512, backward=True)
@@ -67,6 +68,7 @@ ROWS = sorted(tpu_kernels.TPU_TILINGS)
 
 
 @pytest.mark.slow
+@needs_libtpu
 @pytest.mark.parametrize("row, features", list(zip(ROWS, itertools.cycle(FEATURES))) + [
     (row, dict(causal=True)) for row in ROWS if row[0] == "v6e"])
 @pytest.mark.parametrize("backward", [False, True])
@@ -77,3 +79,51 @@ def test_every_tiling_compiles_on_its_generation(row, features, backward):
   for head_dim in ((64, 128) if head_dim_p == 128 else (256,)):
     text = compile_kernel(generation, head_dim, dtype, features, 4096, backward)
     assert text.count('custom_call_target="tpu_custom_call"') == (3 if backward else 1)
+
+
+# ---- Triton kernels for H100 (sm_90a), through the CUDA plugin ---------------------------------
+HAS_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None
+H100_SHARED_BYTES = 232448  # shared_memory_per_block_optin of XLA's h100_sxm.txtpb: 227 KiB
+
+
+def gpu_tiling_resources(head_dim_p: int, itemsize: int, length: int = 2048):
+  """KernelResources of the forward, dK/dV and dQ kernels of one GPU_TILINGS row for H100."""
+  from tfjax.aot import devices, gpu_kernels, targets  # pylint: disable=import-outside-toplevel
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  target = targets.parse_target("h100")
+  spec = NamedSharding(Mesh(np.array(devices.compile_only_devices(target)), ("x",)),
+                       PartitionSpec())
+  dtype = jnp.bfloat16 if itemsize == 2 else jnp.float32
+  q = jax.ShapeDtypeStruct((1, length, 8, head_dim_p), dtype, sharding=spec)
+  kv = jax.ShapeDtypeStruct((1, length, 2, head_dim_p), dtype, sharding=spec)
+  loss = lambda q, k, v: gpu.flash_attention(
+      q, k, v, causal=True, tilings=gpu.GPU_TILINGS[(head_dim_p, itemsize)],
+      interpret=False).astype(jnp.float32).sum()
+  lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, kv, kv).lower(
+      lowering_platforms=("cuda",))
+  _, resources = gpu_kernels.compile_with_resources(lowered, "tfjax_flash")
+  return resources
+
+
+def check_every_gpu_tiling():
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  for head_dim_p, itemsize in sorted(gpu.GPU_TILINGS):
+    resources = gpu_tiling_resources(head_dim_p, itemsize)
+    assert sorted(r.name for r in resources) == ["tfjax_flash_dkdv", "tfjax_flash_dq",
+                                                 "tfjax_flash_forward"], resources
+    for r in resources:
+      assert r.spill_bytes == 0 and 0 < r.registers <= 255, (head_dim_p, itemsize, r)
+      assert 0 < r.shared_bytes <= H100_SHARED_BYTES, (head_dim_p, itemsize, r)
+
+
+@pytest.mark.aot_gpu
+@pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
+def test_every_gpu_tiling_compiles_for_h100_without_spills():
+  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
+          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
+          "spec.loader.exec_module(m); m.check_every_gpu_tiling()")
+  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
+  assert result.returncode == 0, result.stderr[-4000:]
