@@ -257,16 +257,45 @@ TPU_TUNE_CANDIDATES = [TpuTiling(bq, bk) for bq in (128, 256, 512, 1024)
                        for bk in (128, 256, 512, 1024, 2048)]
 
 
+# Shared memory per block of an H100 (XLA's h100_sxm.txtpb, shared_memory_per_block_optin).
+GPU_SHARED_BYTES = 232448
+
+
+def compiles_cleanly(tiling: KernelTiling, head_dim: int, dtype, seq_len: int,
+                     sharding=None, backward: bool = True) -> bool:
+  """Whether the forward (+ backward) kernels with `tiling` compile for this GPU with no register spills and
+  within its shared memory (tfjax/aot/gpu_kernels.py; the same check as the aot_gpu tests).
+  Kernels whose PTX XLA does not dump (jax >= 0.11 compiles Pallas Triton kernels itself) are
+  judged by compiling only. `sharding` (on compile-only H100 devices, tfjax.aot) checks it from
+  a host without the GPU."""
+  from tfjax.aot import gpu_kernels  # pylint: disable=g-import-not-at-top
+  q = jax.ShapeDtypeStruct((1, seq_len, 8, head_dim), dtype, sharding=sharding)
+  kv = jax.ShapeDtypeStruct((1, seq_len, 2, head_dim), dtype, sharding=sharding)
+  loss = lambda q, k, v: flash_attention(q, k, v, causal=True, tilings=Tilings(tiling, tiling),
+                                         interpret=False).astype(jnp.float32).sum()
+  program = jax.grad(loss, argnums=(0, 1, 2)) if backward else loss
+  try:
+    lowered = jax.jit(program).trace(q, kv, kv).lower(
+        lowering_platforms=("cuda",))
+    _, resources = gpu_kernels.compile_with_resources(lowered, "tfjax_flash")
+  except Exception:  # pylint: disable=broad-except  (e.g. "Shared memory size limit exceeded")
+    return False
+  return all(r.spill_bytes == 0 and r.shared_bytes <= GPU_SHARED_BYTES for r in resources)
+
+
 def tune(cfg, out_dir):
   """Times our kernels over candidate tilings (forward first, then backward with the best
   forward) for each head_dim, and writes the winners to tuning.json (for GPU_TILINGS on GPU,
   TPU_TILINGS on TPU)."""
   on_tpu = jax.default_backend() == "tpu"
-  candidates = TPU_TUNE_CANDIDATES if on_tpu else TUNE_CANDIDATES
   pair = TpuTilings if on_tpu else Tilings
   best = {}
   for head_dim in cfg.head_dims:
     seq_len = cfg.lengths[-1]
+    clean = lambda backward: TPU_TUNE_CANDIDATES if on_tpu else [  # pylint: disable=cell-var-from-loop
+        t for t in TUNE_CANDIDATES
+        if compiles_cleanly(t, head_dim, jnp.dtype(cfg.dtype), seq_len, backward=backward)]
+    candidates = clean(False)
     timed = []
     for fwd in candidates:
       r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(fwd, fwd), ["fwd"])
@@ -276,7 +305,7 @@ def tune(cfg, out_dir):
       continue
     best_fwd = min(timed, key=lambda t: t[0])[1]
     timed = []
-    for bwd in candidates:
+    for bwd in clean(True):
       r = run_config("pallas", "base", seq_len, head_dim, True, cfg, pair(best_fwd, bwd))
       if r["status"] == "ok":
         timed.append((r["fwd_bwd_ms"], bwd))

@@ -127,3 +127,34 @@ def test_every_gpu_tiling_compiles_for_h100_without_spills():
   result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
   assert result.returncode == 0, result.stderr[-4000:]
+
+
+def check_tuning_candidates_are_pruned():
+  """bench_attention --tune drops a tiling whose shared memory cannot fit an H100 block, and
+  keeps the GPU_TILINGS row."""
+  import runpy, os  # pylint: disable=import-outside-toplevel,multiple-imports
+  from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  bench = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))), "experiments", "bench_attention.py"), run_name="bench_attention")
+  spec = NamedSharding(Mesh(np.array(devices.compile_only_devices(targets.parse_target("h100"))),
+                            ("x",)), PartitionSpec())
+  check = lambda t: bench["compiles_cleanly"](t, 128, jnp.bfloat16, 1024, sharding=spec)
+  assert not check(gpu.KernelTiling(256, 256, 8, 4))  # ~576 KiB of shared memory
+  assert check(gpu.GPU_TILINGS[(128, 2)].backward)
+  forward = gpu.GPU_TILINGS[(128, 2)].forward  # its backward would need too much shared memory
+  assert bench["compiles_cleanly"](forward, 128, jnp.bfloat16, 1024, sharding=spec,
+                                   backward=False)
+
+
+@pytest.mark.aot_gpu
+@pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
+def test_bench_attention_prunes_tilings_that_do_not_fit_an_h100():
+  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
+          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
+          "spec.loader.exec_module(m); m.check_tuning_candidates_are_pruned()")
+  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
+  assert result.returncode == 0, result.stderr[-4000:]
