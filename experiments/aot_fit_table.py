@@ -67,7 +67,13 @@ def compile_row(config: str, target: str, overrides: list) -> dict:
   return out
 
 
-def run_rows(results: dict) -> None:
+def save(results: dict, path: str) -> None:
+  with open(path, "w") as f:
+    json.dump(results, f, indent=1)
+
+
+def run_rows(results: dict, path: str) -> None:
+  """Compiles the selected rows, saving the results after each (a row can take minutes)."""
   pattern = re.compile(_ONLY.value) if _ONLY.value else None
   for config, target, overrides in rows():
     name = key(config, target, overrides)
@@ -82,6 +88,7 @@ def run_rows(results: dict) -> None:
           break
     row["date"] = datetime.date.today().isoformat()
     results[name] = row
+    save(results, path)
     print(name, json.dumps(row), flush=True)
 
 
@@ -143,9 +150,7 @@ def main(argv):
   if os.path.exists(path):
     with open(path) as f:
       results = json.load(f)
-  run_rows(results)
-  with open(path, "w") as f:
-    json.dump(results, f, indent=1)
+  run_rows(results, path)
   table = markdown(results)
   with open(os.path.join(_OUT.value, "fit_table.md"), "w") as f:
     f.write(table)
