@@ -119,6 +119,35 @@ def test_collectives_counted_per_loop_iteration_with_their_groups():
       12 * 4096 * 3 / 4 * 2 + 4000 * 2 * 7 / 8)
 
 
+# XLA:TPU records no known_trip_count: the loop bound is read from its condition.
+HLO_TPU_LOOP = """HloModule m
+
+%cond (p: (s32[], f32[8])) -> pred[] {
+  %n = s32[]{:T(128)} constant(5)
+  %p = (s32[]{:T(128)}, f32[8]{0}) parameter(0)
+  %i = s32[]{:T(128)} get-tuple-element(%p), index=0
+  ROOT %lt = pred[]{:T(512)} compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[]{:T(128)}, f32[8]{0}) parameter(0)
+  %x = f32[8]{0} get-tuple-element(%p), index=1
+  %ar = f32[8]{0:T(128)} all-reduce(%x), replica_groups=[1,2]<=[2], to_apply=%add
+  ROOT %t = (s32[]{:T(128)}, f32[8]{0}) tuple(%i, %ar)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %loop = (s32[]{:T(128)}, f32[8]{0}) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[8]{0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_a_loop_without_a_recorded_trip_count_uses_its_condition_bound():
+  (found,) = hlo.collectives(HLO_TPU_LOOP, num_devices=2)
+  assert (found.kind, found.bytes, found.group, found.count) == ("all-reduce", 32, 2, 5)
+
+
 def test_library_gemm_flops_are_two_mnk():
   assert hlo.library_gemm_flops(HLO) == 2 * 128 * 512 * 256
 

@@ -3,8 +3,9 @@ and its Pallas kernel calls, each counted as many times as it runs per step.
 
 A collective inside a `while` body (a scanned layer stack, gradient accumulation) runs once per
 iteration: XLA writes the trip count into the loop's backend_config (`known_trip_count`), and
-every computation's count is the product of the trip counts of the loops around it. (XLA's cost
-analysis does not do this: it counts a loop body once.)
+every computation's count is the product of the trip counts of the loops around it; where it
+records none (XLA:TPU), the bound of the loop condition's `i < N` is used. (XLA's cost analysis
+does not do this: it counts a loop body once.)
 
 Bytes of a collective are those of the whole buffer it reduces or gathers: an all-reduce's
 result, an all-gather's result, a reduce-scatter's operand (result x group size), an all-to-all's
@@ -94,13 +95,30 @@ def _runs_per_step(bodies: dict) -> dict[str, int]:
     name, runs = stack.pop()
     counts[name] += runs
     for line in bodies.get(name, ()):
-      trip = _TRIP.search(line)
+      trips = _trip_count(line, bodies)
       for callee_text in _CALLEES.findall(line):
         for callee in re.findall(r"%?([\w.\-]+)", callee_text):
           if callee in bodies and callee != "__entry__":
             is_body = f"body={callee_text}" in line or f"body=%{callee}" in line
-            stack.append((callee, runs * (int(trip.group(1)) if trip and is_body else 1)))
+            stack.append((callee, runs * (trips if is_body else 1)))
   return counts
+
+
+def _trip_count(while_line: str, bodies: dict) -> int:
+  """Iterations of a `while` op: XLA's known_trip_count where it records one (GPU), else the
+  bound of its condition `i < constant` (a scan's counter starts at 0); 1 if neither is found."""
+  known = _TRIP.search(while_line)
+  if known:
+    return int(known.group(1))
+  condition = re.search(r"condition=%?([\w.\-]+)", while_line)
+  lines = bodies.get(condition.group(1), []) if condition else []
+  constants = dict(re.findall(r"^\s*%?([\w.\-]+)\s*=\s*s32\[\]\S*\s+constant\((\d+)\)", "\n".join(lines),
+                              re.M))
+  for line in lines:
+    compare = re.search(r"ROOT.*compare\(%?([\w.\-]+),\s*%?([\w.\-]+)\),\s*direction=LT", line)
+    if compare and compare.group(2) in constants:
+      return int(constants[compare.group(2)])
+  return 1
 
 
 def collectives(text: str, num_devices: int) -> list[Collective]:

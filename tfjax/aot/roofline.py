@@ -34,21 +34,20 @@ def analytic_flops(program, num_devices: int) -> float:
   return per_token * _FORWARD_SHARE[program.what] * program.tokens / num_devices
 
 
-def _tree_bytes(tree) -> int:
-  return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
-
-
 def minimum_collectives(program) -> dict[str, float]:
-  """kind -> bytes per step that the layout needs at least, per device and in the whole-buffer
-  convention of tfjax.aot.hlo: DP one all-reduce of the gradients; FSDP an all-gather of the
+  """kind -> bytes per step that the layout needs at least (in the model's compute dtype), per
+  device and in the whole-buffer convention of tfjax.aot.hlo: DP one all-reduce of the gradients; FSDP an all-gather of the
   parameters forward and again backward plus a reduce-scatter of the gradients; TP (Megatron) one
   all-reduce of the [rows, length, d_model] activations per attention and per FFN sublayer,
   forward and backward."""
   sizes = dict(program.placement.mesh.shape)
   data, fsdp, tensor = sizes["data"], sizes["fsdp"], sizes["tensor"]
   params = program.args[0].params if program.what == "train" else program.args[0]
-  param_bytes = _tree_bytes(params) / tensor  # each tensor shard moves only its own slice
   cfg = program.experiment.model_config
+  # Weights and their gradients can cross the network in the compute dtype (XLA casts a float32
+  # weight to bfloat16 before gathering it); each tensor shard moves only its own slice.
+  param_bytes = (sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+                 * np.dtype(cfg.dtype).itemsize / tensor)
   train = program.what == "train"
   out: dict = {}
   if fsdp > 1:
