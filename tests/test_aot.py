@@ -180,7 +180,8 @@ def _compile_default(target_name: str, what: str = "train"):
 
 
 def _param_bytes(prog) -> int:
-  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(prog.args[0].params))
+  params = prog.args[0].params if prog.what == "train" else prog.args[0]
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
 
 
 def _check_data_parallel_report(prog, rep, devices: int):
@@ -254,3 +255,13 @@ def test_cli_exits_1_with_a_verdict_when_it_does_not_fit():
   assert line["fits"] is False and line["bytes_per_device"] > line["hbm_bytes"]
   verdict = lines[-2]
   assert verdict.startswith("does not fit:") and "--config." in verdict
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.parametrize("what", ["eval", "decode"])
+def test_eval_and_decode_steps_compile_and_match_the_forward_flops(what):
+  prog, rep = _compile_default("v5e-4", what)
+  assert rep.fits and 0.8 < rep.measured.flops / rep.analytic_flops < 1.3
+  # Nothing to synchronise but the eval sums: no gradient all-reduce.
+  assert sum(hlo.bytes_by_kind(rep.measured.collectives).values()) < _param_bytes(prog) / 100
