@@ -174,8 +174,8 @@ def _compile_default(target_name: str, what: str = "train"):
   from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
   target = targets.parse_target(target_name)
   prog = program.build(defaults.get_config(), devices.compile_only_devices(target), what)
-  measured = report.measure(program.compile_for(prog, target.platform), target.platform,
-                            target.devices)
+  compiled = program.compile_for(prog, target.platform, target.generation)
+  measured = report.measure(compiled, target.platform, target.devices)
   return prog, report.build_report(prog, measured, target)
 
 

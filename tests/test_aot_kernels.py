@@ -64,6 +64,16 @@ def test_a_tiling_compiles_forward_and_backward_for_v5e():
   assert text.count('custom_call_target="tpu_custom_call"') == 3  # forward, dK/dV, dQ
 
 
+@pytest.mark.skipif(jax.default_backend() == "tpu", reason="checks the host-without-TPU default")
+def test_compiling_for_a_generation_picks_its_tilings_on_a_host_without_tpus():
+  assert tpu_kernels.default_tilings(128, jnp.bfloat16) == tpu_kernels.TPU_TILINGS[
+      ("v5e", 128, 2)]  # no TPU: the smallest VMEM's row
+  with tpu_kernels.compiling_for("v6e"):
+    assert tpu_kernels.default_tilings(128, jnp.bfloat16) == tpu_kernels.TPU_TILINGS[
+        ("v6e", 128, 2)]
+  assert tpu_kernels.tpu_generation() == "v5e"
+
+
 ROWS = sorted(tpu_kernels.TPU_TILINGS)
 
 

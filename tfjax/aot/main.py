@@ -50,7 +50,7 @@ def main(argv) -> int:
   start = time.perf_counter()
   program = programs.build(_CONFIG.value, target_devices, _WHAT.value)
   try:
-    compiled = programs.compile_for(program, target.platform)
+    compiled = programs.compile_for(program, target.platform, target.generation)
   except Exception as e:  # pylint: disable=broad-except
     if not reports.is_out_of_memory(e):
       raise

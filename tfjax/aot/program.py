@@ -9,7 +9,9 @@ switched off: the target is not a CPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib
 from typing import Any
 
 import jax
@@ -19,6 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tfjax.training import decode, experiment, sharding, tasks
 
 WHATS = ("train", "eval", "decode")
+# The module (tfjax.nn.kernels re-exports its function under the same name).
+flash_attention_tpu = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +98,11 @@ def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
 COMPILER_OPTIONS = {"tpu": {}, "cuda": {"xla_gpu_enable_triton_gemm": False}}
 
 
-def compile_for(program: Program, platform: str):
-  """The target compiler's executable of `program` (platform 'tpu' or 'cuda')."""
-  with program.placement.axis_rules():
+def compile_for(program: Program, platform: str, generation: str | None = None):
+  """The target compiler's executable of `program` (platform 'tpu' or 'cuda'); a TPU
+  `generation` ('v4', 'v5e', 'v5p', 'v6e') picks the Pallas kernels' tilings of that chip."""
+  tilings = (flash_attention_tpu.compiling_for(generation) if platform == "tpu" and generation
+             else contextlib.nullcontext())
+  with program.placement.axis_rules(), tilings:
     traced = program.jitted.trace(*program.args)
     return traced.lower(lowering_platforms=(platform,)).compile(COMPILER_OPTIONS[platform])
