@@ -2,7 +2,7 @@
 this CPU host: Triton kernels for H100 (registers, spills, shared memory, occupancy) and the
 Mosaic kernels for each TPU generation (compiles or not; VMEM estimate against the scoped limit).
 
-  python experiments/aot_kernel_table.py [--out=aot_results] [--write_docs] [--skip_tpu]
+  python experiments/aot_kernel_table.py [--out=aot_results] [--write_docs] [--skip_tpu|--skip_gpu]
 
 Needs the cuda-aot and tpu-aot extras. Writes OUT/kernel_table.json and .md; --write_docs puts
 the tables into docs/benchmarks.md between the aot-kernel-table markers.
@@ -31,6 +31,8 @@ from tfjax.training import cli
 _OUT = flags.DEFINE_string("out", "aot_results", "Output directory.")
 _WRITE_DOCS = flags.DEFINE_bool("write_docs", False, "Render the tables into docs/benchmarks.md.")
 _SKIP_TPU = flags.DEFINE_bool("skip_tpu", False, "Only the GPU table.")
+_SKIP_GPU = flags.DEFINE_bool("skip_gpu", False, "Only the TPU table (keeps the GPU rows of "
+                              "OUT/kernel_table.json).")
 _LENGTH = flags.DEFINE_integer("length", 4096, "Sequence length compiled (batch 1, 8 heads).")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,8 +105,9 @@ def tpu_rows(length):
 
 
 def markdown(result) -> str:
+  commands = " and ".join(f"`{c}`" for c in result["commands"])
   lines = [f"Compiled from a CPU host ({result['host']}), jax {result['jax']}, {result['date']}, "
-           f"`{result['command']}`; batch 1, L {result['length']}, 8 query / 2 KV heads, causal, "
+           f"{commands}; batch 1, L {result['length']}, 8 query / 2 KV heads, causal, "
            "forward + backward.", "",
            "H100 (sm_90a), Triton kernels (GPU_TILINGS): registers and spills from ptxas -v, "
            "shared memory from XLA's launch, occupancy = resident threads / 2048 per SM.", "",
@@ -142,13 +145,20 @@ def write_docs(table: str) -> None:
 def main(argv):
   del argv
   import platform  # pylint: disable=import-outside-toplevel
+  path = os.path.join(_OUT.value, "kernel_table.json")
+  previous = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      previous = json.load(f)
   result = {"jax": jax.__version__, "date": datetime.date.today().isoformat(),
             "host": f"{os.cpu_count()}-core CPU {platform.machine()}",
-            "command": " ".join(["python"] + sys.argv), "length": _LENGTH.value,
-            "gpu": gpu_rows(_LENGTH.value),
-            "tpu": [] if _SKIP_TPU.value else tpu_rows(_LENGTH.value)}
+            "commands": (previous.get("commands", []) if _SKIP_GPU.value or _SKIP_TPU.value
+                         else []) + [" ".join(["python"] + sys.argv)],
+            "length": _LENGTH.value,
+            "gpu": previous.get("gpu", []) if _SKIP_GPU.value else gpu_rows(_LENGTH.value),
+            "tpu": previous.get("tpu", []) if _SKIP_TPU.value else tpu_rows(_LENGTH.value)}
   os.makedirs(_OUT.value, exist_ok=True)
-  with open(os.path.join(_OUT.value, "kernel_table.json"), "w") as f:
+  with open(path, "w") as f:
     json.dump(result, f, indent=1)
   table = markdown(result)
   with open(os.path.join(_OUT.value, "kernel_table.md"), "w") as f:
