@@ -265,3 +265,17 @@ def test_eval_and_decode_steps_compile_and_match_the_forward_flops(what):
   assert rep.fits and 0.8 < rep.measured.flops / rep.analytic_flops < 1.3
   # Nothing to synchronise but the eval sums: no gradient all-reduce.
   assert sum(hlo.bytes_by_kind(rep.measured.collectives).values()) < _param_bytes(prog) / 100
+
+
+@pytest.mark.aot_gpu
+@pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
+def test_cli_shows_the_pallas_kernels_resources_on_h100():
+  result = _cli("--config=configs/default.py", "--target=h100",
+                "--config.model.attention_impl=pallas", "--config.model.dropout=0.0")
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()
+          if line.strip().startswith("tfjax_flash_")}
+  assert sorted(rows) == ["tfjax_flash_dkdv", "tfjax_flash_dq", "tfjax_flash_forward"]
+  for cells in rows.values():
+    registers, spills, shared_kib = int(cells[1]), int(cells[2]), float(cells[3])
+    assert 0 < registers <= 255 and spills == 0 and 0 < shared_kib <= 227

@@ -50,7 +50,7 @@ def main(argv) -> int:
   start = time.perf_counter()
   program = programs.build(_CONFIG.value, target_devices, _WHAT.value)
   try:
-    compiled = programs.compile_for(program, target.platform, target.generation)
+    compiled, kernels = programs.compile_with_kernels(program, target.platform, target.generation)
   except Exception as e:  # pylint: disable=broad-except
     if not reports.is_out_of_memory(e):
       raise
@@ -65,7 +65,7 @@ def main(argv) -> int:
   header = (f"{flags.FLAGS['config'].config_filename} {_WHAT.value} step on {target.name}: "
             f"{target.devices} x {target_devices[0].device_kind} ({target.topology}), mesh "
             f"{mesh}; compiled in {seconds:.0f} s with jax {jax.__version__}")
-  print(reports.table(report, program, header))
+  print(reports.table(report, program, header, kernels))
   print(report.json_line(), flush=True)
   return 0 if report.fits else DOES_NOT_FIT
 

@@ -106,3 +106,15 @@ def compile_for(program: Program, platform: str, generation: str | None = None):
   with program.placement.axis_rules(), tilings:
     traced = program.jitted.trace(*program.args)
     return traced.lower(lowering_platforms=(platform,)).compile(COMPILER_OPTIONS[platform])
+
+
+def compile_with_kernels(program: Program, platform: str, generation: str | None = None):
+  """(executable, [gpu_kernels.KernelResources] of tfjax's Pallas kernels in it): on CUDA the
+  registers, spills and shared memory of each (tfjax/aot/gpu_kernels.py); on TPU an empty list
+  (the compiler does not report a Mosaic kernel's VMEM; docs/benchmarks.md has its estimate)."""
+  if platform != "cuda":
+    return compile_for(program, platform, generation), []
+  from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
+  with program.placement.axis_rules():
+    lowered = program.jitted.trace(*program.args).lower(lowering_platforms=(platform,))
+    return gpu_kernels.compile_with_resources(lowered, "tfjax_flash", COMPILER_OPTIONS[platform])

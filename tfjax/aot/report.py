@@ -128,7 +128,7 @@ def _gib(n: float) -> str:
   return f"{n / GIB:8.2f}"
 
 
-def table(report: Report, program, header: str) -> str:
+def table(report: Report, program, header: str, kernels=()) -> str:
   m, t, roof = report.measured, report.target, report.roof
   peak = t.peak
   margin = peak.hbm_bytes - m.memory["total"]
@@ -169,6 +169,18 @@ def table(report: Report, program, header: str) -> str:
             "bidirectional)",
             f"  step      {roof.step_s * 1e3:10.3f} ms  -> MFU bound {100 * roof.mfu_bound:.1f}%",
             f"  peaks: {peak.source}"]
+  if kernels:
+    from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
+    info = gpu_kernels.device_info(t.gpu_target_config())
+    lines += ["", "Pallas kernels (ptxas -v; shared memory and launch from XLA)",
+              f"  {'kernel':<24}{'registers':>10}{'spills B':>10}{'shared KiB':>12}"
+              f"{'threads':>9}{'occupancy':>11}"]
+    for k in kernels:
+      lines.append(f"  {k.name:<24}{k.registers:10d}{k.spill_bytes:10d}"
+                   f"{k.shared_bytes / 1024:12.0f}{k.threads:9d}{100 * k.occupancy(info):10.1f}%")
+  elif pallas and t.platform == "tpu":
+    lines += ["", "Pallas kernels: Mosaic; libtpu does not report their VMEM (the tilings' "
+              "estimates against the scoped limit: docs/benchmarks.md)"]
   if report.verdict:
     lines += ["", report.verdict]
   return "\n".join(lines)
