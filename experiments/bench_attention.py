@@ -326,30 +326,63 @@ TPU_TUNE_CANDIDATES = [TpuTiling(bq, bk) for bq in (128, 256, 512, 1024)
                        for bk in (128, 256, 512, 1024, 2048)]
 
 
+# Shared memory per block of an H100 (XLA's h100_sxm.txtpb, shared_memory_per_block_optin).
+GPU_SHARED_BYTES = 232448
+
+
+def compiles_cleanly(tiling: KernelTiling, head_dim: int, dtype, seq_len: int,
+                     sharding=None, backward: bool = True) -> bool:
+  """Whether the forward (+ backward) kernels with `tiling` compile for this GPU with no register
+  spills and within its shared memory (tfjax/aot/gpu_kernels.py; the same check as the aot_gpu
+  tests). Kernels whose PTX XLA does not dump (jax >= 0.11 compiles Pallas Triton kernels itself)
+  are judged by compiling only. `sharding` (on compile-only H100 devices, tfjax.aot) checks it
+  from a host without the GPU."""
+  from tfjax.aot import gpu_kernels  # pylint: disable=g-import-not-at-top
+  q = jax.ShapeDtypeStruct((1, seq_len, 8, head_dim), dtype, sharding=sharding)
+  kv = jax.ShapeDtypeStruct((1, seq_len, 2, head_dim), dtype, sharding=sharding)
+  loss = lambda q, k, v: flash_attention(q, k, v, causal=True, tilings=Tilings(tiling, tiling),
+                                         interpret=False).astype(jnp.float32).sum()
+  program = jax.grad(loss, argnums=(0, 1, 2)) if backward else loss
+  try:
+    lowered = jax.jit(program).trace(q, kv, kv).lower(lowering_platforms=("cuda",))
+    _, resources = gpu_kernels.compile_with_resources(lowered, "tfjax_flash")
+  except Exception:  # pylint: disable=broad-except  (e.g. "Shared memory size limit exceeded")
+    return False
+  return all(r.spill_bytes == 0 and r.shared_bytes <= GPU_SHARED_BYTES for r in resources)
+
+
 def tune(cfg, out_dir, meta):
   """Times our kernels over candidate tilings at the longest length, causal: every forward
   candidate first, then every backward candidate with the best forward, for each head_dim.
-  Candidates that fail to compile (shared memory / VMEM over the limit) drop out. Writes every
-  timing and the winners (for GPU_TILINGS on GPU, TPU_TILINGS on TPU) to tuning.json."""
+  On GPU, candidates that spill registers or overflow shared memory (`compiles_cleanly`) are
+  dropped before timing; any that still fail to compile drop out. Writes every timing and the
+  winners (for GPU_TILINGS on GPU, TPU_TILINGS on TPU) to tuning.json."""
   on_tpu = jax.default_backend() == "tpu"
-  candidates = TPU_TUNE_CANDIDATES if on_tpu else TUNE_CANDIDATES
   pair = TpuTilings if on_tpu else Tilings
   seq_len = cfg.lengths[-1]
+
+  def clean(head_dim, backward):
+    if on_tpu:
+      return TPU_TUNE_CANDIDATES
+    return [t for t in TUNE_CANDIDATES
+            if compiles_cleanly(t, head_dim, jnp.dtype(cfg.dtype), seq_len, backward=backward)]
+
   fastest = lambda rows, metric: min((r for r in rows if r["status"] == "ok"),
                                      key=lambda r: r[metric], default=None)
   forward_rows = run_cases([make_case("pallas", "base", seq_len, head_dim, True, cfg,
                                       pair(fwd, fwd), ["fwd"])
-                            for head_dim in cfg.head_dims for fwd in candidates], cfg)
+                            for head_dim in cfg.head_dims for fwd in clean(head_dim, False)],
+                           cfg)
   best_forward = {}
   for head_dim in cfg.head_dims:
     best = fastest([r for r in forward_rows if r["head_dim"] == head_dim], "fwd_ms")
     if best is not None:
-      best_forward[head_dim] = KernelTiling(**best["tilings"]["forward"]) if not on_tpu else (
-          TpuTiling(**best["tilings"]["forward"]))
+      best_forward[head_dim] = (TpuTiling if on_tpu else KernelTiling)(
+          **best["tilings"]["forward"])
   backward_rows = run_cases([make_case("pallas", "base", seq_len, head_dim, True, cfg,
                                        pair(fwd, bwd))
-                             for head_dim, fwd in best_forward.items() for bwd in candidates],
-                            cfg)
+                             for head_dim, fwd in best_forward.items()
+                             for bwd in clean(head_dim, True)], cfg)
   best = {}
   for head_dim, fwd in best_forward.items():
     winner = fastest([r for r in backward_rows if r["head_dim"] == head_dim], "fwd_bwd_ms")

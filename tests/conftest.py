@@ -1,6 +1,12 @@
 """Shared tiny helpers for the model-library tests (no reference implementations live here)."""
 
-import flax.linen as nn
+import os
+
+# With libtpu installed (tests/test_aot.py compiles for TPU), every process that starts JAX loads
+# it, and by default only one process per host may: let test workers and subprocesses share it.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+import flax.linen as nn  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
 import jax.numpy as jnp
 import numpy as np

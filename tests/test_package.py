@@ -1,6 +1,7 @@
 """The package layout: tfjax/nn (model blocks) <- tfjax/training (the system) <- tfjax/research
-(the research workflow), with tfjax/hf importing models into runs and tfjax/data (prepared
-corpora) below the training system. Imports point one way only."""
+(the research workflow), with tfjax/hf importing models into runs, tfjax/aot compiling runs'
+steps for absent hardware, and tfjax/data (prepared corpora) below the training system. Imports
+point one way only."""
 
 import ast
 import os
@@ -10,7 +11,8 @@ import pytest
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfjax")
 # Which subpackages each layer may import (besides itself and the standard/third-party libraries).
 ALLOWED = {"nn": set(), "data": set(), "training": {"nn", "data"},
-           "research": {"nn", "training", "data"}, "hf": {"nn", "training", "data"}}
+           "research": {"nn", "training", "data"}, "hf": {"nn", "training", "data"},
+           "aot": {"nn", "training", "data"}}
 
 
 def imported_tfjax_modules(path):

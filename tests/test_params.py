@@ -25,6 +25,7 @@ PUBLISHED = {
     "gpt2_small": 124_439_808,       # Radford et al. 2019 / HF GPT2Model, tied head
     "bert_base": 109_482_240,        # Devlin et al. 2019 / HF BertModel with pooler
     "llama2_7b": 6_738_415_616,      # Touvron et al. 2023 / HF LlamaForCausalLM
+    "llama2_70b": 68_976_648_192,    # Touvron et al. 2023 / HF LlamaForCausalLM (GQA 64/8)
     "transformer_base": 63_082_496,  # Vaswani et al. 2017 base, every bias, all embeddings tied
 }
 
@@ -48,6 +49,11 @@ def _hand_counts(name):
   if name == "llama2_7b":
     d, f, n, v = 4096, 11008, 32, 32000
     return dict(embeddings=v * d, attention=n * attention(d, biases=False),
+                ffn=n * ffn(d, f, matrices=3, biases=False), norms=(2 * n + 1) * d,
+                **{"output head": v * d})
+  if name == "llama2_70b":
+    d, f, n, v, kv = 8192, 28672, 80, 32000, 8 * 128  # 8 KV heads of head_dim 128
+    return dict(embeddings=v * d, attention=n * (2 * d * d + 2 * d * kv),
                 ffn=n * ffn(d, f, matrices=3, biases=False), norms=(2 * n + 1) * d,
                 **{"output head": v * d})
   if name == "transformer_base":
@@ -178,3 +184,9 @@ def test_report_refuses_a_count_that_disagrees_with_the_architecture(monkeypatch
   monkeypatch.setattr(tfparams, "analytic_count", lambda c: _module_count(c) + 1)
   with pytest.raises(AssertionError, match="module count"):
     tfparams.report(cfg)
+
+
+def test_llama2_70b_init_has_the_published_count():
+  """The 70B config's module (traced with jax.eval_shape, nothing allocated) holds exactly the
+  published parameter count."""
+  assert _module_count(load_config("llama2_70b")) == PUBLISHED["llama2_70b"]

@@ -200,7 +200,8 @@ def dot_product_attention(
     scale: logits scale; 1/sqrt(E) if None.
     implementation: one of tfjax.nn.config.ATTENTION_IMPLS: 'xla' (this module), 'chunked',
       'pallas' (Triton kernels on GPU, Mosaic ones on TPU), 'cudnn' (tfjax/nn/kernels/) or
-      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla).
+      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla; a program
+      traced on CPU and lowered for TPU or GPU gets their pallas kernel).
     q_positions: int [B, T] absolute query positions, overriding the end-aligned default
       (KV-cache decoding needs them).
     kv_positions: int [B, S] absolute key positions.
@@ -241,4 +242,10 @@ def dot_product_attention(
           f"attention soft-capping is only supported by implementation='xla', not {name!r}; "
           "set model.attention_impl='xla' (or 'auto')")
     kwargs.update(softcap=softcap)
+  if implementation == "auto" and name in ("xla", "chunked") and jax.default_backend() == "cpu" \
+      and "softcap" not in kwargs and "dropout_rate" not in kwargs:
+    # A CPU host may lower this program for TPU or GPU devices (tfjax.aot): 'auto' then means
+    # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
+    from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top
+    return per_lowering_platform(fns[name], q, k, v, **kwargs)
   return fns[name](q, k, v, **kwargs)

@@ -124,7 +124,10 @@ def flat_all_reduce_applies(mesh, model_config) -> bool:
   a mesh that is data parallel only (config.mesh.cpu_devices), and no dropout (whose masks
   shard_map would draw per shard, unlike the global draw of the other path)."""
   data_only = mesh.shape.get("data", 1) > 1 and mesh.size == mesh.shape["data"]
-  return (_backend_is_cpu() and jax.process_count() == 1 and data_only
+  # The mesh's own devices, not the default backend: a CPU host compiling for TPU or GPU
+  # devices (tfjax.aot) must build the program those devices would run.
+  on_cpu = mesh.devices.flat[0].platform == "cpu"
+  return (on_cpu and jax.process_count() == 1 and data_only
           and model_config.dropout == 0 and model_config.attention_dropout == 0)
 
 

@@ -49,8 +49,11 @@ def model_config(config, dataset=None, *, workdir: str | None = None) -> ModelCo
   return ModelConfig.from_config(model)
 
 
-def prepare(config, workdir: str | None = None) -> Experiment:
-  """Validates the whole config and builds the data; raises ValueError naming any bad key."""
+def prepare(config, workdir: str | None = None, num_devices: int | None = None) -> Experiment:
+  """Validates the whole config and builds the data; raises ValueError naming any bad key.
+
+  `num_devices` is the device count the mesh is checked against: the local devices by default,
+  a target's when compiling ahead of time for hardware that is not attached (tfjax.aot)."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
@@ -64,7 +67,7 @@ def prepare(config, workdir: str | None = None) -> Experiment:
         f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
   _check_loop_counts(config.train)
-  _check_batches(config)
+  _check_batches(config, jax.device_count() if num_devices is None else num_devices)
   _check_cpu_devices(config)
   # Set once, before any step is traced (jit caches what it traced).
   cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
@@ -93,13 +96,13 @@ def _check_loop_counts(train_cfg) -> None:
       raise ValueError(f"train.{key}={value!r} must be a positive integer")
 
 
-def _check_batches(config) -> None:
+def _check_batches(config, num_devices: int) -> None:
   """Batches split evenly into micro-batches, and every (micro-)batch over its batch shards."""
   batch, accum = config.train.batch_size, config.optimizer.grad_accum_steps
   if batch % accum:
     raise ValueError(f"train.batch_size={batch} does not divide into optimizer.grad_accum_steps="
                      f"{accum} micro-batches; use a multiple of {accum}")
-  sizes = sharding.mesh_shape(config.mesh, jax.device_count())
+  sizes = sharding.mesh_shape(config.mesh, num_devices)
   shards = sharding.batch_shards(sizes, sharding.rules(config))
   micro = batch // accum
   for key, rows in (("train.batch_size / optimizer.grad_accum_steps", micro),

@@ -43,6 +43,8 @@ experiments/bench_attention.py on the target TPU and update the table.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -94,9 +96,26 @@ VMEM_LIMIT_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 
 _DEVICE_KINDS = (("v6", "v6e"), ("v5 lite", "v5e"), ("v5e", "v5e"), ("v5", "v5p"), ("v4", "v4"))
 
 
+_COMPILING_FOR: contextvars.ContextVar = contextvars.ContextVar("tpu_generation", default=None)
+
+
+@contextlib.contextmanager
+def compiling_for(generation: str):
+  """Inside, kernels traced on a host without TPUs take `generation`'s TPU_TILINGS row: a
+  program compiled ahead of time for that TPU (tfjax.aot) gets the tiles it would get there."""
+  token = _COMPILING_FOR.set(generation)
+  try:
+    yield
+  finally:
+    _COMPILING_FOR.reset(token)
+
+
 def tpu_generation(device_kind: Optional[str] = None) -> str:
   """'v4' / 'v5e' / 'v5p' / 'v6e' from a device_kind such as 'TPU v5 lite' (the first device's
-  when None; off TPU, or for an unknown kind, 'v5e': the smallest VMEM, so the safe choice)."""
+  when None, or the generation of `compiling_for`; off TPU, or for an unknown kind, 'v5e': the
+  smallest VMEM, so the safe choice)."""
+  if device_kind is None and _COMPILING_FOR.get() is not None:
+    return _COMPILING_FOR.get()
   if device_kind is None:
     device = jax.devices()[0]
     device_kind = device.device_kind if device.platform == "tpu" else ""

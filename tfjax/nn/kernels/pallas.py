@@ -1,13 +1,21 @@
-"""`implementation='pallas'`: the Pallas flash-attention kernel for this backend.
+"""`implementation='pallas'`: the Pallas flash-attention kernel for the platform it runs on.
 
   tpu       Mosaic TPU kernels (flash_attention_tpu.py)
   gpu, cpu  Triton kernels (flash_attention.py; interpreted on CPU)
 The TPU kernels also run on CPU through TPU interpret mode, but only when called directly
 (`flash_attention_tpu(..., interpret=True)`, as their tests do): on CPU 'pallas' keeps meaning the
 Triton kernels' interpreter, as it did before the TPU kernels existed.
+
+A program traced on a CPU host may be compiled for TPU or GPU devices instead (ahead of time,
+tfjax.aot): there the choice is made when lowering, by `jax.lax.platform_dependent`, so a TPU
+program carries the Mosaic kernels and a GPU program the compiled Triton ones
+(`per_lowering_platform`).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Callable
 
 import jax
 
@@ -20,6 +28,35 @@ def pallas_kernel_for_backend(backend: str):
   return flash_attention_tpu if backend == "tpu" else flash_attention
 
 
+def _accepts(kernel: Callable, q, k, v, kwargs) -> bool:
+  """Whether `kernel` takes these inputs (a head_dim, dtype or argument it lacks raises
+  ValueError while tracing): only such kernels become a platform's branch."""
+  arrays = {name: x for name, x in kwargs.items() if hasattr(x, "shape")}
+  static = {name: x for name, x in kwargs.items() if name not in arrays}
+  try:
+    jax.eval_shape(lambda q, k, v, kw: kernel(q, k, v, **kw, **static), q, k, v, arrays)
+    return True
+  except ValueError:
+    return False
+
+
+def per_lowering_platform(default: Callable, q, k, v, **kwargs):
+  """`default(q, k, v, **kwargs)` on CPU, the compiled Mosaic kernel when the program is lowered
+  for TPU and the compiled Triton kernel when lowered for CUDA (each only if it accepts these
+  inputs; else `default` there too). Only the lowered platform's branch reaches the compiler."""
+  branches = {}
+  for platform, kernel in (("tpu", flash_attention_tpu), ("cuda", flash_attention)):
+    compiled = functools.partial(kernel, interpret=False)
+    if _accepts(compiled, q, k, v, kwargs):
+      branches[platform] = functools.partial(compiled, **kwargs)
+  return jax.lax.platform_dependent(q, k, v, default=functools.partial(default, **kwargs),
+                                    **branches)
+
+
 def pallas_attention(q, k, v, **kwargs):
-  """`tfjax.nn.ops.dot_product_attention` semantics with the Pallas kernel of the default backend."""
-  return pallas_kernel_for_backend(jax.default_backend())(q, k, v, **kwargs)
+  """`tfjax.nn.ops.dot_product_attention` semantics with the Pallas kernel of the platform: the
+  default backend's, or on a CPU host the one of the platform the program is lowered for."""
+  backend = jax.default_backend()
+  if backend != "cpu":
+    return pallas_kernel_for_backend(backend)(q, k, v, **kwargs)
+  return per_lowering_platform(flash_attention, q, k, v, **kwargs)

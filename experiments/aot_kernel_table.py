@@ -1,0 +1,172 @@
+"""The flash-attention kernels' resource table of docs/benchmarks.md, compiled ahead of time from
+this CPU host: Triton kernels for H100 (registers, spills, shared memory, occupancy) and the
+Mosaic kernels for each TPU generation (compiles or not; VMEM estimate against the scoped limit).
+
+  python experiments/aot_kernel_table.py [--out=aot_results] [--write_docs] [--skip_tpu|--skip_gpu]
+
+Needs the cuda-aot and tpu-aot extras. Writes OUT/kernel_table.json and .md; --write_docs puts
+the tables into docs/benchmarks.md between the aot-kernel-table markers.
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only: never open a GPU or TPU
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+# pylint: disable=wrong-import-position
+import datetime
+import importlib
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tfjax.training import cli
+
+_OUT = flags.DEFINE_string("out", "aot_results", "Output directory.")
+_WRITE_DOCS = flags.DEFINE_bool("write_docs", False, "Render the tables into docs/benchmarks.md.")
+_SKIP_TPU = flags.DEFINE_bool("skip_tpu", False, "Only the GPU table.")
+_SKIP_GPU = flags.DEFINE_bool("skip_gpu", False, "Only the TPU table (keeps the GPU rows of "
+                              "OUT/kernel_table.json).")
+_LENGTH = flags.DEFINE_integer("length", 4096, "Sequence length compiled (batch 1, 8 heads).")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKERS = ("<!-- aot-kernel-table:start -->", "<!-- aot-kernel-table:end -->")
+TPU_TARGET = {"v4": "v4-8", "v5e": "v5e-1", "v5p": "v5p-8", "v6e": "v6e-1"}
+
+
+def _spec(target_name):
+  from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
+  target = targets.parse_target(target_name)
+  device = devices.compile_only_devices(target)[0]
+  return target, NamedSharding(Mesh(np.array([device]), ("x",)), PartitionSpec())
+
+
+def _qkv(spec, head_dim, dtype, length):
+  q = jax.ShapeDtypeStruct((1, length, 8, head_dim), dtype, sharding=spec)
+  kv = jax.ShapeDtypeStruct((1, length, 2, head_dim), dtype, sharding=spec)
+  return q, kv, kv
+
+
+def gpu_rows(length):
+  from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  target, spec = _spec("h100")
+  info = gpu_kernels.device_info(target.gpu_target_config())
+  rows = []
+  for (head_dim, itemsize), tilings in sorted(gpu.GPU_TILINGS.items()):
+    dtype = jnp.bfloat16 if itemsize == 2 else jnp.float32
+    loss = lambda q, k, v, t=tilings: gpu.flash_attention(  # pylint: disable=cell-var-from-loop
+        q, k, v, causal=True, tilings=t, interpret=False).astype(jnp.float32).sum()
+    lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(
+        *_qkv(spec, head_dim, dtype, length)).lower(lowering_platforms=("cuda",))
+    _, resources = gpu_kernels.compile_with_resources(lowered, "tfjax_flash")
+    for r in resources:
+      tiling = tilings.forward if r.name.endswith("forward") else tilings.backward
+      rows.append(dict(head_dim=head_dim, dtype=jnp.dtype(dtype).name,
+                       kernel=r.name.replace("tfjax_flash_", ""),
+                       tile=f"{tiling.block_q}x{tiling.block_k} w{tiling.num_warps} "
+                            f"s{tiling.num_stages}",
+                       registers=r.registers, spill_bytes=r.spill_bytes,
+                       shared_kib=r.shared_bytes / 1024, threads=r.threads,
+                       occupancy=r.occupancy(info)))
+  return rows
+
+
+def tpu_rows(length):
+  tpu = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
+  rows = []
+  for (generation, head_dim, itemsize), tilings in sorted(tpu.TPU_TILINGS.items()):
+    _, spec = _spec(TPU_TARGET[generation])
+    dtype = jnp.bfloat16 if itemsize == 2 else jnp.float32
+    loss = lambda q, k, v, t=tilings: tpu.flash_attention_tpu(  # pylint: disable=cell-var-from-loop
+        q, k, v, causal=True, tilings=t, interpret=False).astype(jnp.float32).sum()
+    start = time.perf_counter()
+    try:
+      jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(*_qkv(spec, head_dim, dtype, length)).lower(
+          lowering_platforms=("tpu",)).compile()
+      status = "compiles"
+    except Exception as e:  # pylint: disable=broad-except  (the compiler's refusal is the result)
+      status = "FAILS: " + " ".join(str(e).split())[:120]
+    seconds = time.perf_counter() - start
+    limit = tpu.VMEM_LIMIT_BYTES[generation]
+    for part, tiling in (("forward", tilings.forward), ("backward", tilings.backward)):
+      estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, backward=part == "backward")
+      rows.append(dict(generation=generation, head_dim=head_dim, dtype=jnp.dtype(dtype).name,
+                       kernel=part, tile=f"{tiling.block_q}x{tiling.block_k}",
+                       vmem_estimate_mib=estimate / 2**20, vmem_limit_mib=limit / 2**20,
+                       status=status, compile_s=seconds))
+  return rows
+
+
+def markdown(result) -> str:
+  commands = " and ".join(f"`{c}`" for c in result["commands"])
+  lines = [f"Compiled from a CPU host ({result['host']}), jax {result['jax']}, {result['date']}, "
+           f"{commands}; batch 1, L {result['length']}, 8 query / 2 KV heads, causal, "
+           "forward + backward.", "",
+           "H100 (sm_90a), Triton kernels (GPU_TILINGS): registers and spills from ptxas -v, "
+           "shared memory from XLA's launch, occupancy = resident threads / 2048 per SM.", "",
+           "| head_dim | dtype | kernel | tile (q x k, warps, stages) | registers | spills (B) | "
+           "shared KiB | occupancy |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  for r in result["gpu"]:
+    lines.append(f"| {r['head_dim']} | {r['dtype']} | {r['kernel']} | {r['tile']} | "
+                 f"{r['registers']} | {r['spill_bytes']} | {r['shared_kib']:.0f} | "
+                 f"{100 * r['occupancy']:.1f}% |")
+  if result["tpu"]:
+    lines += ["", "TPU, Mosaic kernels (TPU_TILINGS), compiled by libtpu for each generation "
+              "(the compiler does not report a kernel's VMEM use; the estimate is "
+              "`vmem_bytes`, kept under half the scoped limit):", "",
+              "| generation | head_dim | dtype | kernel | tile | VMEM estimate MiB | scoped limit "
+              "MiB | libtpu | compile s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result["tpu"]:
+      lines.append(f"| {r['generation']} | {r['head_dim']} | {r['dtype']} | {r['kernel']} | "
+                   f"{r['tile']} | {r['vmem_estimate_mib']:.1f} | {r['vmem_limit_mib']:.0f} | "
+                   f"{r['status']} | {r['compile_s']:.0f} |")
+  return "\n".join(lines) + "\n"
+
+
+def write_docs(table: str) -> None:
+  path = os.path.join(REPO, "docs", "benchmarks.md")
+  with open(path) as f:
+    text = f.read()
+  start, end = MARKERS
+  if start not in text:
+    raise ValueError(f"{path} has no {start} marker: add the section first")
+  head, rest = text.split(start, 1)
+  with open(path, "w") as f:
+    f.write(f"{head}{start}\n{table}{end}{rest.split(end, 1)[1]}")
+
+
+def main(argv):
+  del argv
+  import platform  # pylint: disable=import-outside-toplevel
+  path = os.path.join(_OUT.value, "kernel_table.json")
+  previous = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      previous = json.load(f)
+  result = {"jax": jax.__version__, "date": datetime.date.today().isoformat(),
+            "host": f"{os.cpu_count()}-core CPU {platform.machine()}",
+            "commands": (previous.get("commands", []) if _SKIP_GPU.value or _SKIP_TPU.value
+                         else []) + [" ".join(["python"] + sys.argv)],
+            "length": _LENGTH.value,
+            "gpu": previous.get("gpu", []) if _SKIP_GPU.value else gpu_rows(_LENGTH.value),
+            "tpu": previous.get("tpu", []) if _SKIP_TPU.value else tpu_rows(_LENGTH.value)}
+  os.makedirs(_OUT.value, exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(result, f, indent=1)
+  table = markdown(result)
+  with open(os.path.join(_OUT.value, "kernel_table.md"), "w") as f:
+    f.write(table)
+  if _WRITE_DOCS.value:
+    write_docs(table)
+  print(table)
+
+
+if __name__ == "__main__":
+  cli.run_absl(main)

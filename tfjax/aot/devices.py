@@ -1,0 +1,42 @@
+"""Compile-only devices of a target, from a host that has none of them.
+
+TPU: libtpu (`pip install 'tfjax[tpu-aot]'`) describes any slice; v4 and v5p chips are one
+megacore device each. GPU: the CUDA plugin (`pip install 'tfjax[cuda-aot]'`) builds devices from
+XLA's GpuTargetConfigProto of the GPU (tfjax/aot/specs). Neither needs the hardware; JAX must
+run with JAX_PLATFORMS=cpu so that it never tries to open a TPU or GPU (tfjax.aot.main sets it).
+"""
+
+from __future__ import annotations
+
+from tfjax.aot.targets import Target
+
+_MEGACORE = ("v4", "v5p")
+
+
+def compile_only_devices(target: Target) -> list:
+  """The target's devices, in the order JAX lists them (a Mesh is laid over this order)."""
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+  try:
+    if target.platform == "tpu":
+      kwargs = {}
+      if target.generation in _MEGACORE:
+        kwargs = dict(chip_config_name="megacore", chips_per_host_bounds=(2, 2, 1))
+      elif target.devices == 1:  # libtpu's default host is 2x2 chips
+        kwargs = dict(chips_per_host_bounds=(1, 1, 1))
+      topology = topologies.get_topology_desc(
+          topology_name=f"{target.generation}:{target.topology}", platform="tpu", **kwargs)
+    else:
+      target_config = target.gpu_target_config()
+      topology = topologies.get_topology_desc(
+          platform="cuda", topology_name=target.generation, target_config=target_config,
+          topology=target.topology)
+  except Exception as e:  # pylint: disable=broad-except  (a missing plugin raises many kinds)
+    extra = "tpu-aot" if target.platform == "tpu" else "cuda-aot"
+    raise ValueError(
+        f"--target={target.name}: cannot describe its devices without the hardware ({e}); "
+        f"install the compiler with pip install 'tfjax[{extra}]'") from e
+  devices = list(topology.devices)
+  if len(devices) != target.devices:
+    raise RuntimeError(f"{target.name}: the topology has {len(devices)} devices, expected "
+                       f"{target.devices}")
+  return devices

@@ -1,0 +1,120 @@
+"""The program a run would execute, traced for a target's devices: the train step, the eval step
+or one KV-cache decode step, with the shardings training uses.
+
+The train and eval steps are exactly those of tfjax/training/experiment.py (`jit_train_step`,
+`jit_eval_step`) on `make_mesh(config.mesh, devices=<the target's devices>)`; only their inputs
+are ShapeDtypeStructs, so nothing is allocated. The CPU-only workarounds (cpu_fusion) are
+switched off: the target is not a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tfjax.training import decode, experiment, sharding, tasks
+
+WHATS = ("train", "eval", "decode")
+# The module (tfjax.nn.kernels re-exports its function under the same name).
+flash_attention_tpu = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A jitted step and its abstract arguments, ready for `.trace(*args).lower(...)`."""
+  what: str
+  jitted: Any
+  args: tuple
+  placement: sharding.BatchPlacement
+  experiment: experiment.Experiment
+  tokens: int    # tokens this call processes (the analytic FLOPs' multiplier)
+  seq_len: int
+
+
+def build(config, devices: list, what: str = "train") -> Program:
+  """The `what` program of `config` laid over `devices` (any platform: nothing runs)."""
+  config = config.copy_and_resolve_references()
+  config.mesh.cpu_devices = 0  # the target's devices, not the host's
+  config.train.cpu_fusion = "off"  # a CPU-only fusion workaround (tfjax/training/cpu_fusion.py)
+  exp = experiment.prepare(config, num_devices=len(devices))
+  placement = sharding.BatchPlacement.create(sharding.make_mesh(config.mesh, devices=devices),
+                                             sharding.rules(config))
+  layout = experiment.state_layout(exp, placement)
+  one_row = exp.dataset.train_batch(0, 1)
+  seq_len, _ = tasks.row_lengths(one_row, config.task)
+  seq_len = int(seq_len)
+  if what == "train":
+    rows = config.train.batch_size
+    return Program(what, experiment.jit_train_step(exp, placement, layout.shardings),
+                   (layout.abstract, placement.abstract(one_row, rows)), placement, exp,
+                   rows * seq_len, seq_len)
+  if what == "eval":
+    rows = config.train.eval_batch_size
+    return Program(what, experiment.jit_eval_step(exp, placement, layout.shardings),
+                   (layout.abstract.params, placement.abstract(one_row, rows)), placement, exp,
+                   rows * seq_len, seq_len)
+  if what == "decode":
+    return _decode_program(config, exp, placement, layout, seq_len)
+  raise ValueError(f"--what={what!r}: use one of {', '.join(WHATS)}")
+
+
+def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
+  """One generated token per row with a cache of seq_len slots (eval_batch_size rows)."""
+  cfg = exp.model_config
+  if cfg.family != "decoder":
+    raise ValueError(f"--what=decode compiles a decoder's KV-cache step; model.family="
+                     f"{cfg.family!r} (use --what=train or --what=eval)")
+  rows = config.train.eval_batch_size
+  cache_shapes = jax.eval_shape(lambda: decode.init_cache(cfg, rows, seq_len))
+  batch_axes = placement.sharding.spec[0]
+  row_axis = 1 if cfg.scan_layers else 0  # nn.scan stacks the layers' caches in front
+
+  def cache_sharding(leaf):
+    if leaf.ndim <= row_axis:
+      return placement.replicated()
+    spec = [None] * leaf.ndim
+    spec[row_axis] = batch_axes
+    return NamedSharding(placement.mesh, PartitionSpec(*spec))
+  cache = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=cache_sharding(s)),
+                       cache_shapes)
+  tokens = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=placement.sharding)
+
+  def step(params, cache, tokens_Bx1, positions_Bx1):
+    return decode.forward_cached(cfg, params, cache, tokens_Bx1, positions_Bx1)
+  jitted = jax.jit(step, donate_argnums=(1,))
+  return Program("decode", jitted, (layout.abstract.params, cache, tokens, tokens), placement,
+                 exp, rows, seq_len)
+
+
+# Without a GPU, XLA cannot autotune its Triton GEMM tilings, and its untuned choice fails for
+# some dot shapes ("Couldn't find output tile sizes"); cuBLAS GEMMs need no tuning to compile
+# and their FLOPs can be counted (tfjax.aot.hlo.library_gemm_flops).
+COMPILER_OPTIONS = {"tpu": {}, "cuda": {"xla_gpu_enable_triton_gemm": False}}
+
+
+def compile_for(program: Program, platform: str, generation: str | None = None):
+  """The target compiler's executable of `program` (platform 'tpu' or 'cuda'); a TPU
+  `generation` ('v4', 'v5e', 'v5p', 'v6e') picks the Pallas kernels' tilings of that chip."""
+  tilings = (flash_attention_tpu.compiling_for(generation) if platform == "tpu" and generation
+             else contextlib.nullcontext())
+  with program.placement.axis_rules(), tilings:
+    traced = program.jitted.trace(*program.args)
+    return traced.lower(lowering_platforms=(platform,)).compile(COMPILER_OPTIONS[platform])
+
+
+def compile_with_kernels(program: Program, platform: str, generation: str | None = None):
+  """(executable, [gpu_kernels.KernelResources] of tfjax's Pallas kernels in it): on CUDA the
+  registers, spills and shared memory of each (tfjax/aot/gpu_kernels.py); on TPU an empty list
+  (the compiler does not report a Mosaic kernel's VMEM; docs/benchmarks.md has its estimate)."""
+  if platform != "cuda":
+    return compile_for(program, platform, generation), []
+  from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
+  with program.placement.axis_rules():
+    lowered = program.jitted.trace(*program.args).lower(lowering_platforms=(platform,))
+    return gpu_kernels.compile_with_resources(lowered, "tfjax_flash", COMPILER_OPTIONS[platform])

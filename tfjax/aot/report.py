@@ -1,0 +1,217 @@
+"""The report of one ahead-of-time compile: measurements from the executable, the table a person
+reads, the one-line verdict when it does not fit, and the JSON line a script reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+
+import jax
+import numpy as np
+
+from tfjax.aot import hlo
+from tfjax.aot.roofline import Roofline, analytic_flops, minimum_collectives, roofline
+from tfjax.aot.targets import GIB, Target
+
+# Kernel calls the compiler counts as 0 FLOPs: Pallas on TPU (Mosaic) and on GPU (Triton).
+PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu")
+
+
+@dataclasses.dataclass
+class Measured:
+  memory: dict            # arguments, outputs, aliased, temp, code, total (bytes per device)
+  flops: float            # the compiler's count, per device per call (loop bodies once)
+  hbm_bytes_accessed: float
+  collectives: list       # hlo.Collective
+  custom_calls: dict      # custom_call_target -> executions per step
+
+
+def _cost(compiled, platform: str) -> dict:
+  """XLA's HloCostAnalysis of the optimized module. Compile-only GPU executables do not
+  implement cost_analysis(), so there it runs through a CPU client on the GPU module."""
+  if platform == "tpu":
+    cost = compiled.cost_analysis()
+    return cost[0] if isinstance(cost, (list, tuple)) else cost
+  from jax._src.lib import xla_client  # pylint: disable=import-outside-toplevel
+  module = compiled._executable.xla_executable.hlo_modules()[0]  # pylint: disable=protected-access
+  return xla_client._xla.hlo_module_cost_analysis(  # pylint: disable=protected-access
+      jax.devices("cpu")[0].client, module)
+
+
+def measure(compiled, platform: str, num_devices: int) -> Measured:
+  stats = compiled.memory_analysis()
+  memory = {"arguments": stats.argument_size_in_bytes, "outputs": stats.output_size_in_bytes,
+            "aliased": -stats.alias_size_in_bytes, "temp": stats.temp_size_in_bytes,
+            "code": stats.generated_code_size_in_bytes}
+  memory["total"] = sum(memory.values())
+  cost = _cost(compiled, platform)
+  text = compiled.as_text()
+  compiler_flops = float(cost.get("flops", 0.0)) + hlo.library_gemm_flops(text)
+  return Measured(memory, compiler_flops, float(cost.get("bytes accessed", 0.0)),
+                  hlo.collectives(text, num_devices), hlo.custom_calls(text))
+
+
+_ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
+              "decode": ("params", "cache", "tokens", "positions")}
+
+
+def largest_arguments(program, count: int = 3) -> list[tuple[str, int]]:
+  """(leaf path, bytes per device) of the biggest input buffers."""
+  sizes = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(program.args)[0]:
+    shard = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+    names = _ARG_NAMES[program.what]
+    name = names[path[0].idx] + jax.tree_util.keystr(path[1:])
+    sizes.append((name, math.prod(shard) * np.dtype(leaf.dtype).itemsize))
+  return sorted(sizes, key=lambda s: -s[1])[:count]
+
+
+def advice(program, measured: Measured, target: Target) -> str:
+  """The switch that most likely makes the program fit."""
+  cfg, config = program.experiment.model_config, program.experiment.config
+  mesh = dict(program.placement.mesh.shape)
+  state = measured.memory["arguments"]
+  if state > target.peak.hbm_bytes / 2 and mesh["fsdp"] < target.devices:
+    return (f"shard the weights and Adam moments: --config.mesh.data=1 "
+            f"--config.mesh.fsdp={target.devices // mesh['tensor']}")
+  if program.what == "train" and cfg.remat == "none":
+    return "recompute activations in the backward pass: --config.model.remat=full"
+  accum = config.optimizer.grad_accum_steps
+  return (f"a smaller per-device batch: --config.optimizer.grad_accum_steps={2 * accum} "
+          f"(or a smaller --config.train.batch_size)")
+
+
+@dataclasses.dataclass
+class Report:
+  target: Target
+  fits: bool
+  measured: Measured
+  analytic_flops: float
+  minimum: dict
+  roof: Roofline
+  verdict: str
+
+  def json_line(self) -> str:
+    by_kind = hlo.bytes_by_kind(self.measured.collectives)
+    return json.dumps({
+        "target": self.target.name, "fits": self.fits,
+        "bytes_per_device": int(self.measured.memory["total"]),
+        "hbm_bytes": int(self.target.peak.hbm_bytes),
+        "flops_per_step": self.measured.flops,
+        "analytic_flops_per_step": self.analytic_flops,
+        "est_step_s": self.roof.step_s, "mfu_bound": self.roof.mfu_bound,
+        "collectives": [{"kind": k, "bytes": int(v)} for k, v in sorted(by_kind.items())],
+    })
+
+
+def build_report(program, measured: Measured, target: Target) -> Report:
+  num_devices = target.devices
+  analytic = analytic_flops(program, num_devices)
+  roof = roofline(target.peak, program.experiment.model_config.dtype, measured.flops, analytic, measured.hbm_bytes_accessed,
+                  hlo.wire_bytes(measured.collectives))
+  fits = measured.memory["total"] <= target.peak.hbm_bytes
+  verdict = ""
+  if not fits:
+    biggest = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in
+                        largest_arguments(program))
+    verdict = (f"does not fit: {measured.memory['total'] / GIB:.2f} GiB per device of "
+               f"{target.peak.hbm_bytes / GIB:.1f} GiB HBM (arguments "
+               f"{measured.memory['arguments'] / GIB:.2f} GiB, temporaries "
+               f"{measured.memory['temp'] / GIB:.2f} GiB; largest inputs: {biggest}); "
+               f"{advice(program, measured, target)}")
+  return Report(target, fits, measured, analytic, minimum_collectives(program), roof, verdict)
+
+
+def _gib(n: float) -> str:
+  return f"{n / GIB:8.2f}"
+
+
+def table(report: Report, program, header: str, kernels=()) -> str:
+  m, t, roof = report.measured, report.target, report.roof
+  peak = t.peak
+  margin = peak.hbm_bytes - m.memory["total"]
+  lines = [header, "", "memory per device (GiB)"]
+  for key in ("arguments", "outputs", "aliased", "temp", "code", "total"):
+    lines.append(f"  {key:<28}{_gib(m.memory[key])}")
+  lines.append(f"  {'HBM':<28}{_gib(peak.hbm_bytes)}   "
+               f"{'fits' if report.fits else 'DOES NOT FIT'}, margin {margin / GIB:.2f} GiB "
+               f"({100 * margin / peak.hbm_bytes:.0f}%)")
+  ratio = m.flops / report.analytic_flops if report.analytic_flops else float("nan")
+  lines += ["", "FLOPs per device per step",
+            f"  {'compiler (HloCostAnalysis)':<28}{m.flops:10.3e}   (a loop body counted once, "
+            "Pallas kernels as 0; cuBLAS GEMMs added)",
+            f"  {'analytic (6N + attention)':<28}{report.analytic_flops:10.3e}   compiler / "
+            f"analytic = {ratio:.2f}"]
+  pallas = {k: v for k, v in m.custom_calls.items() if any(p in k for p in PALLAS_TARGETS)}
+  if pallas:
+    lines.append(f"  {'Pallas kernel calls':<28}{sum(pallas.values()):10d}   counted "
+                 "analytically")
+  lines += ["", "collectives per step (per device, whole buffers; GB = 1e9 bytes)",
+            f"  {'kind':<20}{'ops':>6}{'compiled GB':>14}{'minimum GB':>14}"]
+  by_kind = hlo.bytes_by_kind(m.collectives)
+  for kind in hlo.KINDS:
+    if kind in by_kind or kind in report.minimum:
+      ops = sum(c.count for c in m.collectives if c.kind == kind)
+      lines.append(f"  {kind:<20}{ops:6d}{by_kind.get(kind, 0) / 1e9:14.3f}"
+                   f"{report.minimum.get(kind, 0) / 1e9:14.3f}")
+  if not by_kind and not report.minimum:
+    lines.append("  none")
+  lines += ["", "roofline (per device): max(FLOPs / peak, HBM bytes / HBM bandwidth) + ring wire "
+            "bytes / (link bandwidth / 2)",
+            f"  compute   {roof.compute_s * 1e3:10.3f} ms  "
+            f"({peak.matmul_flops(program.experiment.model_config.dtype) / 1e12:.0f} TFLOP/s for "
+            f"{program.experiment.model_config.dtype} matmuls)",
+            f"  memory    {roof.memory_s * 1e3:10.3f} ms  ({peak.hbm_bytes_per_s / 1e9:.0f} GB/s, "
+            f"{m.hbm_bytes_accessed / 1e9:.2f} GB accessed)",
+            f"  network   {roof.comm_s * 1e3:10.3f} ms  ({peak.link_bytes_per_s / 1e9:.0f} GB/s "
+            "bidirectional)",
+            f"  step      {roof.step_s * 1e3:10.3f} ms  -> MFU bound {100 * roof.mfu_bound:.1f}%",
+            f"  peaks: {peak.source}"]
+  if kernels:
+    from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
+    info = gpu_kernels.device_info(t.gpu_target_config())
+    lines += ["", "Pallas kernels (ptxas -v; shared memory and launch from XLA)",
+              f"  {'kernel':<24}{'registers':>10}{'spills B':>10}{'shared KiB':>12}"
+              f"{'threads':>9}{'occupancy':>11}"]
+    for k in kernels:
+      lines.append(f"  {k.name:<24}{k.registers:10d}{k.spill_bytes:10d}"
+                   f"{k.shared_bytes / 1024:12.0f}{k.threads:9d}{100 * k.occupancy(info):10.1f}%")
+  elif pallas and t.platform == "tpu":
+    lines += ["", "Pallas kernels: Mosaic; libtpu does not report their VMEM (the tilings' "
+              "estimates against the scoped limit: docs/benchmarks.md)"]
+  if report.verdict:
+    lines += ["", report.verdict]
+  return "\n".join(lines)
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def is_out_of_memory(error: Exception) -> bool:
+  """Whether a compile failed because the program does not fit (XLA:TPU refuses to compile
+  such a program; XLA:GPU compiles it and memory_analysis shows the excess)."""
+  text = str(error)
+  return "RESOURCE_EXHAUSTED" in text and "memory" in text.lower()
+
+
+def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
+  """(the verdict line, the JSON line) of a program the compiler refused for lack of HBM."""
+  message = " ".join(str(error).split())
+  needed = re.search(r"required for HLO temporaries \(([\d.]+)([KMGT])\)", message)
+  temp = float(needed.group(1)) * _UNITS[needed.group(2)] if needed else 0.0
+  inputs = sum(size for _, size in largest_arguments(program, count=1 << 30))
+  biggest = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in largest_arguments(program))
+  measured = Measured({"arguments": inputs, "temp": temp, "total": inputs + temp}, 0.0, 0.0, [],
+                      {})
+  verdict = (f"does not fit: the compiler needs {temp / GIB:.2f} GiB of temporaries per device "
+             f"besides {inputs / GIB:.2f} GiB of inputs, of {target.peak.hbm_bytes / GIB:.1f} GiB "
+             f"HBM (largest inputs: {biggest}); {advice(program, measured, target)} "
+             f"[{message[:200]}]")
+  line = json.dumps({
+      "target": target.name, "fits": False, "bytes_per_device": int(inputs + temp),
+      "hbm_bytes": int(target.peak.hbm_bytes), "flops_per_step": None,
+      "analytic_flops_per_step": analytic_flops(program, target.devices), "est_step_s": None,
+      "mfu_bound": None, "collectives": None})
+  return verdict, line
