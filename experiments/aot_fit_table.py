@@ -133,16 +133,8 @@ def markdown(results: dict) -> str:
 
 
 def write_docs(table: str) -> None:
-  path = os.path.join(REPO, "docs", "scaling.md")
-  with open(path) as f:
-    text = f.read()
-  start, end = MARKERS
-  if start not in text:
-    raise ValueError(f"{path} has no {start} marker: add the section first")
-  head, rest = text.split(start, 1)
-  tail = rest.split(end, 1)[1]
-  with open(path, "w") as f:
-    f.write(f"{head}{start}\n{table}{end}{tail}")
+  from tfjax.aot import report  # pylint: disable=import-outside-toplevel
+  report.replace_marked_block(os.path.join(REPO, "docs", "scaling.md"), MARKERS, table)
 
 
 def main(argv):

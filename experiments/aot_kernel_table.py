@@ -131,15 +131,8 @@ def markdown(result) -> str:
 
 
 def write_docs(table: str) -> None:
-  path = os.path.join(REPO, "docs", "benchmarks.md")
-  with open(path) as f:
-    text = f.read()
-  start, end = MARKERS
-  if start not in text:
-    raise ValueError(f"{path} has no {start} marker: add the section first")
-  head, rest = text.split(start, 1)
-  with open(path, "w") as f:
-    f.write(f"{head}{start}\n{table}{end}{rest.split(end, 1)[1]}")
+  from tfjax.aot import report  # pylint: disable=import-outside-toplevel
+  report.replace_marked_block(os.path.join(REPO, "docs", "benchmarks.md"), MARKERS, table)
 
 
 def main(argv):

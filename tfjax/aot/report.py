@@ -215,3 +215,17 @@ def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
       "analytic_flops_per_step": analytic_flops(program, target.devices), "est_step_s": None,
       "mfu_bound": None, "collectives": None})
   return verdict, line
+
+
+def replace_marked_block(path: str, markers, block: str) -> None:
+  """Rewrites the text between a doc's (start, end) marker lines with `block` (the generated
+  tables of docs/scaling.md and docs/benchmarks.md), leaving the rest of the file as it is."""
+  start, end = markers
+  with open(path) as f:
+    text = f.read()
+  if start not in text or end not in text:
+    raise ValueError(f"{path} has no {start} ... {end} markers: add the section first")
+  head, rest = text.split(start, 1)
+  with open(path, "w") as f:
+    f.write(f"{head}{start}\n{block}{end}{rest.split(end, 1)[1]}")
+
