@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tfjax.training import data, tokenizers
+from tfjax.training import data, text_files, tokenizers
 from tfjax.training.data import DataIterator, TextDataset, make_dataset, mask_tokens
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,7 +238,7 @@ def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
   def offline(url, dest):
     raise OSError("network unreachable")
 
-  monkeypatch.setattr(data, "_download", offline)
+  monkeypatch.setattr(text_files, "_download", offline)
   with pytest.raises(FileNotFoundError) as info:
     make_dataset(_config(), "lm", None)
   message = str(info.value)
@@ -257,7 +257,7 @@ def test_tinyshakespeare_downloads_into_cache(tmp_path, monkeypatch, corpus):
     with open(dest, "w", encoding="utf-8") as f:
       f.write(corpus)
 
-  monkeypatch.setattr(data, "_download", fake_download)
+  monkeypatch.setattr(text_files, "_download", fake_download)
   assert data.tinyshakespeare_path() == str(tmp_path / "tinyshakespeare" / "input.txt")
   data.tinyshakespeare_path()
   assert calls == [data.TINYSHAKESPEARE_URL]  # cached after the first call

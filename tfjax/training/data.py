@@ -23,7 +23,8 @@ Text batches (all int32 except float32 `weights`; weights 1 = counts in the loss
        dataset's vocab_size = tokenizer.vocab_size + 1 (size the model's embedding by it).
 Synthetic batches: see tfjax.training.synthetic.
 
-Randomness for text comes from a counter-based hash of (seed, stream, index, row[, position]):
+Randomness for text comes from a counter-based hash of (seed, stream, index, row[, position])
+(tfjax.training.hashed_rng):
 vectorized over the batch, so building a 64 x 257 batch costs well under a millisecond.
 """
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.request
 from collections.abc import Mapping
 from typing import Optional
 
@@ -39,8 +39,14 @@ import ml_collections
 import numpy as np
 
 from tfjax.nn.choices import one_of
-from tfjax.training import files, synthetic
+from tfjax.training import synthetic
+# Re-exported so that `data.<name>` keeps working for callers of the dataset layer.
+from tfjax.training.hashed_rng import _randint, _uniform, hash_bits, mask_tokens  # noqa: F401
+from tfjax.training.packing import _packed_lm_targets, pack_documents  # noqa: F401
 from tfjax.training.synthetic import row_range
+from tfjax.training.text_files import (CACHE_DIR_ENV, DATA_DIR_ENV,  # noqa: F401
+                                       TINYSHAKESPEARE_URL, cache_dir, read_text, split_text,
+                                       tinyshakespeare_path)
 from tfjax.training.tokenizers import (TOKENIZER_FILE, ByteTokenizer, Tokenizer, load_tokenizer,
                               make_tokenizer)
 
@@ -50,11 +56,6 @@ DATASETS = TEXT_DATASETS + (PREPARED,) + tuple(synthetic.TASKS)
 MODES = ("random", "packed")
 EVAL_MODES = ("random", "sequential")
 DOC_SPLITS = ("blank_lines", "chunks")
-
-DATA_DIR_ENV = "TFJAX_DATA_DIR"
-CACHE_DIR_ENV = "TFJAX_CACHE_DIR"
-TINYSHAKESPEARE_URL = (
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt")
 
 # Stream tags keep the random numbers of different uses independent for the same seed.
 _TRAIN, _EVAL, _TRAIN_MASK, _EVAL_MASK = 0, 1, 2, 3
@@ -96,162 +97,6 @@ def _require(cfg, key: str):
   except (AttributeError, KeyError):
     raise KeyError(f"data config has no key {key!r}; build it from "
                    "tfjax.training.data.default_data_config()") from None
-
-
-# --- counter-based randomness ------------------------------------------------------------------
-
-_MASK64 = (1 << 64) - 1
-
-
-def _u64(key) -> np.ndarray:
-  if isinstance(key, (int, np.integer)):
-    return np.uint64(int(key) & _MASK64)
-  return np.asarray(key).astype(np.uint64)
-
-
-def hash_bits(*keys) -> np.ndarray:
-  """64 random bits, a pure function of the integer keys (broadcast together), via splitmix64."""
-  h = np.uint64(0)
-  with np.errstate(over="ignore"):
-    for k in keys:
-      z = (h ^ _u64(k)) + np.uint64(0x9E3779B97F4A7C15)
-      z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-      z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-      h = z ^ (z >> np.uint64(31))
-  return h
-
-
-def _uniform(bits) -> np.ndarray:
-  return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-
-
-def _randint(bits, n: int) -> np.ndarray:
-  # Modulo bias is < n / 2**64: negligible for any corpus size.
-  return (bits % np.uint64(n)).astype(np.int64)
-
-
-# --- masked LM ---------------------------------------------------------------------------------
-
-
-def mask_tokens(inputs, seed, vocab_size: int, mask_id: int, maskable=None, prob: float = 0.15,
-                *, rows=None):
-  """BERT masking -> (masked_inputs, targets, weights), all [B, L].
-
-  Each position with `maskable` True (default: all; pass False for padding / special tokens) is
-  selected with probability `prob`; a selected token becomes `mask_id` 80% of the time, a uniform
-  random id in [0, vocab_size) 10%, and stays 10%. targets = the original inputs, weights = 1.0
-  exactly at selected positions. The randomness at (b, t) is a pure function of
-  (*seed, rows[b], t): `seed` is a tuple of ints and `rows` the global row numbers (default
-  0..B-1), so a process holding a slice of the batch masks its rows as the full batch would.
-  """
-  inputs = np.asarray(inputs, np.int32)
-  num_rows, length = inputs.shape
-  rows = np.arange(num_rows) if rows is None else np.asarray(rows)
-  base = hash_bits(*seed, rows[:, None], np.arange(length)[None, :])
-  selected = _uniform(hash_bits(base, 0)) < prob
-  if maskable is not None:
-    selected &= np.asarray(maskable, bool)
-  kind = _uniform(hash_bits(base, 1))
-  random_ids = _randint(hash_bits(base, 2), vocab_size)
-  masked = np.where(selected & (kind < 0.8), mask_id,
-                    np.where(selected & (kind < 0.9), random_ids, inputs)).astype(np.int32)
-  return masked, inputs.copy(), selected.astype(np.float32)
-
-
-# --- files -------------------------------------------------------------------------------------
-
-
-def _download(url: str, dest: str) -> None:
-  """Fetches url into dest (write-then-rename, so concurrent processes never see half a file)."""
-  os.makedirs(os.path.dirname(dest), exist_ok=True)
-  with urllib.request.urlopen(url, timeout=60) as response, files.replaced_atomically(
-      dest, "wb") as f:
-    f.write(response.read())
-
-
-def cache_dir() -> str:
-  return os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfjax")
-
-
-def tinyshakespeare_path() -> str:
-  """$TFJAX_DATA_DIR/tinyshakespeare/input.txt if present, else the cached copy (fetched once)."""
-  rel = os.path.join("tinyshakespeare", "input.txt")
-  data_dir = os.environ.get(DATA_DIR_ENV)
-  if data_dir and os.path.exists(os.path.join(data_dir, rel)):
-    return os.path.join(data_dir, rel)
-  cached = os.path.join(cache_dir(), rel)
-  if os.path.exists(cached):
-    return cached
-  try:
-    _download(TINYSHAKESPEARE_URL, cached)
-  except Exception as e:  # any network / filesystem failure gets the same actionable message
-    where = os.path.join(data_dir, rel) if data_dir else f"${DATA_DIR_ENV}/{rel}"
-    raise FileNotFoundError(
-        f"Tiny Shakespeare not found and the download from {TINYSHAKESPEARE_URL} failed ({e!r}). "
-        f"Put the file at {where} (set {DATA_DIR_ENV} to the folder holding tinyshakespeare/), "
-        f"or at {cached} (the cache: ${CACHE_DIR_ENV} or ~/.cache/tfjax)") from e
-  return cached
-
-
-def read_text(path: str) -> str:
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"data.path={path!r}: no such text file")
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
-  if not text:
-    raise ValueError(f"text file {path} is empty (0 characters)")
-  return text
-
-
-def split_text(text: str, val_fraction: float) -> tuple[str, str]:
-  """First (1 - val_fraction) of the characters for training, the rest for validation."""
-  if not 0.0 < val_fraction < 1.0:
-    raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-  cut = int(len(text) * (1.0 - val_fraction))
-  return text[:cut], text[cut:]
-
-
-# --- packing -----------------------------------------------------------------------------------
-
-
-def pack_documents(docs: list, row_len: int) -> dict:
-  """Greedily packs token arrays, in order, into rows of `row_len` tokens.
-
-  Documents longer than a row are cut into row-sized pieces (each its own segment). Returns
-  `tokens`, `segment_ids` (1, 2, ... within a row; 0 = padding) and `positions` (0-based within
-  each segment), all int32 [num_rows, row_len].
-  """
-  pieces = [d[i:i + row_len] for d in docs for i in range(0, len(d), row_len)]
-  rows, current, used = [], [], 0
-  for piece in pieces:
-    if used + len(piece) > row_len:
-      rows.append(current)
-      current, used = [], 0
-    current.append(piece)
-    used += len(piece)
-  if current:
-    rows.append(current)
-  out = {k: np.zeros((len(rows), row_len), np.int32)
-         for k in ("tokens", "segment_ids", "positions")}
-  for r, row in enumerate(rows):
-    start = 0
-    for s, piece in enumerate(row, start=1):
-      end = start + len(piece)
-      out["tokens"][r, start:end] = piece
-      out["segment_ids"][r, start:end] = s
-      out["positions"][r, start:end] = np.arange(len(piece))
-      start = end
-  return out
-
-
-def _packed_lm_targets(tokens, segment_ids):
-  """Next token within the same segment; weight 0 at each segment's last token and padding."""
-  same = (segment_ids[:, 1:] == segment_ids[:, :-1]) & (segment_ids[:, :-1] != 0)
-  targets = np.zeros_like(tokens)
-  weights = np.zeros(tokens.shape, np.float32)
-  targets[:, :-1] = np.where(same, tokens[:, 1:], 0)
-  weights[:, :-1] = same
-  return targets, weights
 
 
 # --- text dataset ------------------------------------------------------------------------------

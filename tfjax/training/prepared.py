@@ -28,8 +28,9 @@ import numpy as np
 from tfjax.data import manifest as mf
 from tfjax.nn.choices import one_of
 from tfjax.training import files
-from tfjax.training.data import (EVAL_MODES, MODES, TextDataset, _packed_lm_targets, _randint,
-                                 hash_bits, pack_documents, text_vocab_size)
+from tfjax.training.data import EVAL_MODES, MODES, TextDataset, text_vocab_size
+from tfjax.training.hashed_rng import _randint, hash_bits
+from tfjax.training.packing import _packed_lm_targets, pack_documents
 from tfjax.training.tokenizers import TOKENIZER_FILE, load_tokenizer
 
 VERIFY = ("checksum", "size")
