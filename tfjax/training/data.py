@@ -25,7 +25,7 @@ Synthetic batches: see tfjax.training.synthetic.
 
 Randomness for text comes from a counter-based hash of (seed, stream, index, row[, position])
 (tfjax.training.hashed_rng),
-vectorized over the batch: so building a 64 x 257 batch costs well under a millisecond.
+vectorized over the batch, so building a 64 x 257 batch costs well under a millisecond.
 """
 
 from __future__ import annotations
