@@ -236,13 +236,6 @@ def run_cases(cases, cfg, on_row=None):
   return rows
 
 
-def run_config(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
-               phases=("fwd", "fwd_bwd")):
-  """One point, compiled and timed (the serial path; `run_cases` overlaps compilation)."""
-  return time_case(compile_case(make_case(impl, variant, seq_len, head_dim, causal, cfg,
-                                          tilings, phases)), cfg)
-
-
 def variant_checks(rows):
   """For each (impl, L, D): cost of the alibi / gqa variants relative to plain causal."""
   base = {(r["impl"], r["seq_len"], r["head_dim"]): r for r in rows
