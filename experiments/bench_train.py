@@ -29,12 +29,16 @@ _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps after compilation.")
 _PEAK = flags.DEFINE_float("peak_flops", 0.0, "Per-device peak FLOP/s (0: look up the device).")
 _FULL_RUN = flags.DEFINE_bool("full_run", False, "Also time the whole run (train_and_evaluate).")
 _OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
+_PROFILE = flags.DEFINE_integer(
+    "profile_steps", 0, "After timing, trace this many steps with jax.profiler and add the device "
+    "time per kernel category (tfjax/aot/kernel_profile.py) to the JSON; also writes the trace "
+    "(OUT/trace) and the compiled step's optimized HLO (OUT/step_hlo.txt.gz).")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "none", "Persistent XLA compilation cache directory ('' = the default "
     "one train.py uses). Default none: compile times are a first run's.")
 
 
-def measure_steps(config, steps: int, warmup: int) -> dict:
+def measure_steps(config, steps: int, warmup: int, profile_steps: int = 0, out: str = "") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from tfjax.training import data, experiment, flops, params as accounting, runtime, sharding, tasks
@@ -66,6 +70,8 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
       host_lead.wait_if_ahead(metrics)
     jax.block_until_ready((state, metrics))
     step_s = (time.perf_counter() - start) / (calls * per_call)
+    profile = trace_steps(runner, state, host_lead, -(-profile_steps // per_call), per_call,
+                          compiled, out) if profile_steps else None
   seq_len, _ = tasks.row_lengths(exp.dataset.train_batch(0, 1), config.task)
   tokens_per_s = config.train.batch_size * seq_len / step_s
   flops_per_token = flops.flops_per_token(exp.model_config, seq_len)
@@ -79,7 +85,27 @@ def measure_steps(config, steps: int, warmup: int) -> dict:
       "mfu": tokens_per_s * flops_per_token / (peak * jax.device_count()) if peak else None,
       "peak_flops_per_device": peak or None,
       **memory, "device_peak_bytes": device_peak_bytes(),
+      **({"profile": profile} if profile else {}),
   }
+
+
+def trace_steps(runner, state, host_lead, calls: int, per_call: int, compiled, out: str) -> dict:
+  """`calls` more calls under jax.profiler.trace: device time per kernel category, the kernels
+  launched and the device's idle time per step (what a roofline estimate leaves out)."""
+  import gzip  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  from tfjax.aot import kernel_profile  # pylint: disable=import-outside-toplevel
+  trace_dir = os.path.join(out, "trace")
+  with jax.profiler.trace(trace_dir):
+    for _ in range(calls):
+      state, metrics = runner.run(state, per_call)
+      host_lead.wait_if_ahead(metrics)
+    jax.block_until_ready((state, metrics))
+  xspace = kernel_profile.load_xspace(trace_dir)
+  busy, span = kernel_profile.busy_span_ns(xspace)
+  with gzip.open(os.path.join(out, "step_hlo.txt.gz"), "wt") as f:
+    f.write(compiled.as_text())
+  return kernel_profile.summarize(kernel_profile.kernel_rows(xspace), calls * per_call, busy, span)
 
 
 def compiled_memory(compiled) -> dict:
@@ -127,14 +153,15 @@ def main(argv):
       "date": datetime.datetime.now().isoformat(timespec="seconds"),
       "command": " ".join(sys.argv), "compilation_cache": _CACHE.value,
   }
-  result.update(measure_steps(config, _STEPS.value, _WARMUP.value))
+  os.makedirs(_OUT.value, exist_ok=True)
+  result.update(measure_steps(config, _STEPS.value, _WARMUP.value, _PROFILE.value, _OUT.value))
   if _FULL_RUN.value:
     result.update(measure_full_run(config))
   os.makedirs(_OUT.value, exist_ok=True)
   with open(os.path.join(_OUT.value, "bench_train.json"), "w") as f:
     json.dump(result, f, indent=2)
   rows = [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-          for k, v in result.items()]
+          for k, v in result.items() if k != "profile"]
   with open(os.path.join(_OUT.value, "bench_train.md"), "w") as f:
     f.write("| metric | value |\n| --- | --- |\n" + "\n".join(rows) + "\n")
   print(json.dumps(result, indent=2))

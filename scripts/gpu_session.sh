@@ -12,6 +12,10 @@
 #   train      experiments/bench_train.py: GPT-2 small (bf16, 1024 tokens a row), tokens/s and MFU
 #   recipe     nanoGPT's shakespeare-char GPU recipe, 5000 steps, to its published val loss
 #   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
+#   profile    GPT-2 small's step traced with jax.profiler (pallas and cudnn attention): device
+#              time per kernel category and idle time (tfjax/aot/kernel_profile.py), xla timed
+#   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
+#   mgpu       the Mosaic GPU forward kernel: its GPU tests and a forward bench (gpu_phase_mgpu.sh)
 # Everything lands in $RESULTS (logs, JSON, markdown; default bench_results/gpu), packed into
 # results.tgz at the end; the last lines printed are a summary (scripts/gpu_summary.py). With $OUT
 # set (the device tool's return folder), results.tgz and summary.md are copied there.
@@ -27,7 +31,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PY:-python3}
 PHASES=${*:-env tests attention train recipe tune}
 T_TESTS=${T_TESTS:-90} T_ATTN=${T_ATTN:-150} T_TRAIN=${T_TRAIN:-85} T_RECIPE=${T_RECIPE:-125}
-T_TUNE=${T_TUNE:-60}
+T_TUNE=${T_TUNE:-60} T_PROFILE=${T_PROFILE:-75}
 SECONDS=0
 
 phase() {  # phase NAME SECONDS COMMAND...: run under a limit, log to $OUT/NAME.log
@@ -57,7 +61,7 @@ print(jax.devices(), jax.devices()[0].device_kind)
 import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESULTS/env.log" 2>&1
       cat "$RESULTS/env.log" | tail -n 6 ;;
     tests)
-      XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 \
+      XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 ${TEST_SELECT:-} \
         -p no:cacheprovider tests/test_kernels.py tests/test_ops.py --junitxml="$RESULTS/tests.xml" ;;
     attention)
       phase attention "$T_ATTN" $PY experiments/bench_attention.py --out="$RESULTS/attention" \
@@ -77,6 +81,19 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
     tune)
       phase tune "$T_TUNE" $PY experiments/bench_attention.py --tune --out="$RESULTS/tune" \
         --lengths=4096 --head_dims=64,128 --iters=3 --min_seconds=0.1 --compile_workers=12 ;;
+    profile)
+      for impl in pallas cudnn xla; do
+        steps=20; profile=5; [ $impl = xla ] && profile=0
+        phase "profile_$impl" "$T_PROFILE" $PY experiments/bench_train.py \
+          --config=configs/gpt2_small.py --config.data.name=tinyshakespeare \
+          --config.data.tokenizer=char --config.data.seq_len=1024 --config.data.mode=random \
+          --config.model.dropout=0.0 --config.model.dtype=bfloat16 \
+          --config.model.attention_impl=$impl --config.train.batch_size=16 --steps=$steps \
+          --warmup=3 --profile_steps=$profile --out="$RESULTS/profile_$impl"
+        rm -rf "$RESULTS/profile_$impl/trace"
+      done ;;
+    nanogpt|mgpu)
+      RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh" ;;
     *) echo "unknown phase $p" ;;
   esac
 done

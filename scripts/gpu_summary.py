@@ -55,17 +55,34 @@ def attention(results):
   return lines
 
 
-def train(results):
-  data = load_json(os.path.join(results, "train", "bench_train.json"))
+def train(results, folder="train"):
+  data = load_json(os.path.join(results, folder, "bench_train.json"))
   if not data:
     return []
   mfu = data.get("mfu")
   gib = lambda b: "-" if b is None else f"{b / 2**30:.2f} GiB"
-  return [f"train gpt2_small: {data['batch_size']}x{data['seq_len']} tokens, step "
+  lines = []
+  for cat, sec in data.get("profile", {}).get("by_category_s", {}).items():
+    lines.append(f"  {cat}: {sec * 1e3:.2f} ms/step")
+  if "profile" in data:
+    p = data["profile"]
+    lines.append(f"  kernels {p['kernel_s_per_step'] * 1e3:.2f} ms, busy "
+                 f"{p['busy_s_per_step'] * 1e3:.2f} ms, span {p['span_s_per_step'] * 1e3:.2f} ms"
+                 f", {p['launches_per_step']:.0f} launches per step")
+    lines += [f"  {k['ms_per_step']:.2f} ms {k['category']} {k['hlo_op']} {k['kernel'][:70]}"
+              for k in p["top_kernels"][:12]]
+  return [f"{folder} gpt2_small: {data['batch_size']}x{data['seq_len']} tokens, step "
           f"{data['step_ms']:.1f} ms, {data['tokens_per_s']:.0f} tokens/s, MFU "
           f"{'-' if mfu is None else f'{100 * mfu:.1f}%'}, compile {data['compile_s']:.0f} s, "
           f"compiled {gib(data.get('compiled_total_bytes'))}, temp {gib(data.get('temp_bytes'))},"
-          f" device peak {gib(data.get('device_peak_bytes'))}"]
+          f" device peak {gib(data.get('device_peak_bytes'))}"] + lines
+
+
+def profiles(results):
+  lines = []
+  for impl in ("pallas", "cudnn", "xla"):
+    lines += train(results, f"profile_{impl}")
+  return lines
 
 
 def recipe(results):
@@ -98,7 +115,7 @@ def phases(results):
 
 
 def main(results):
-  for section in (phases, tests, attention, train, recipe, tune):
+  for section in (phases, tests, profiles, attention, train, recipe, tune):
     try:
       lines = section(results)
     except Exception as e:  # pylint: disable=broad-except  # a summary never hides the others
