@@ -14,6 +14,8 @@
 #   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
 #   profile    GPT-2 small's step traced with jax.profiler (pallas and cudnn attention): device
 #              time per kernel category and idle time (tfjax/aot/kernel_profile.py), xla timed
+#   peaks      experiments/bench_peaks.py: achieved GEMM FLOP/s and copy bandwidth (the kernel-sum
+#              model's efficiencies, tfjax/aot/kernel_model.py)
 #   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
 #   mgpu       the Mosaic GPU forward kernel: its GPU tests and a forward bench (gpu_phase_mgpu.sh)
 # Everything lands in $RESULTS (logs, JSON, markdown; default bench_results/gpu), packed into
@@ -82,7 +84,7 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
       phase tune "$T_TUNE" $PY experiments/bench_attention.py --tune --out="$RESULTS/tune" \
         --lengths=4096 --head_dims=64,128 --iters=3 --min_seconds=0.1 --compile_workers=12 ;;
     profile)
-      for impl in pallas cudnn xla; do
+      for impl in ${PROFILE_IMPLS:-pallas cudnn xla}; do
         steps=20; profile=5; [ $impl = xla ] && profile=0
         phase "profile_$impl" "$T_PROFILE" $PY experiments/bench_train.py \
           --config=configs/gpt2_small.py --config.data.name=tinyshakespeare \
@@ -92,6 +94,8 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
           --warmup=3 --profile_steps=$profile --out="$RESULTS/profile_$impl"
         rm -rf "$RESULTS/profile_$impl/trace"
       done ;;
+    peaks)
+      phase peaks 60 $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
     nanogpt|mgpu)
       RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh" ;;
     *) echo "unknown phase $p" ;;

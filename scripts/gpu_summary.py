@@ -106,6 +106,14 @@ def tune(results):
   return [f"tune {key}: {json.dumps(value)}" for key, value in data.get("best", {}).items()]
 
 
+def peaks(results):
+  data = load_json(os.path.join(results, "peaks", "bench_peaks.json"))
+  if not data:
+    return []
+  return [f"peaks ({data['device']}): GEMM {data['gemm_n']}^3 bf16 {data['gemm_tflops']:.0f} "
+          f"TFLOP/s; copy {data['copy_mib']} MiB {data['copy_gb_per_s']:.0f} GB/s (read + write)"]
+
+
 def phases(results):
   path = os.path.join(results, "phases.tsv")
   if not os.path.exists(path):
@@ -115,7 +123,7 @@ def phases(results):
 
 
 def main(results):
-  for section in (phases, tests, profiles, attention, train, recipe, tune):
+  for section in (phases, tests, peaks, profiles, attention, train, recipe, tune):
     try:
       lines = section(results)
     except Exception as e:  # pylint: disable=broad-except  # a summary never hides the others

@@ -34,14 +34,19 @@ def cross_entropy(logits_BxLxV, targets_BxL, weights_BxL=None, label_smoothing: 
   """(sum of weight * CE against the smoothed targets, sum of weights), both float32 scalars.
 
   Works for any leading shape: logits [..., V], targets and weights [...]. weights None = all 1.
-  Never builds a one-hot: -sum_v q_v log p_v = -(1 - eps) log p_target - eps * mean_v log p_v.
+  -sum_v q_v log p_v = -(1 - eps) log p_target - eps * mean_v log p_v. log p_target is a sum of
+  log p masked to the target's column, not a gather (take_along_axis): the mask's gradient is an
+  elementwise select that fuses into the softmax's gradient, where a gather's gradient is a
+  scatter-add into a zeroed [..., V] float32 buffer, a separate pass over the largest tensor of
+  an LM's step. The mask is an iota comparison that the compiler fuses; no one-hot is stored.
   """
   _check_label_smoothing(label_smoothing)
   vocab = logits_BxLxV.shape[-1]
   log_probs = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
   # Clamp so padding targets (e.g. -1) still index in range; those positions are zeroed below.
   safe_targets = jnp.clip(targets_BxL, 0, vocab - 1).astype(jnp.int32)
-  target_log_prob = jnp.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]
+  vocab_ids = jax.lax.broadcasted_iota(jnp.int32, log_probs.shape, log_probs.ndim - 1)
+  target_log_prob = jnp.sum(jnp.where(vocab_ids == safe_targets[..., None], log_probs, 0.0), -1)
   loss = -target_log_prob
   if label_smoothing:
     loss = (1.0 - label_smoothing) * loss - label_smoothing * jnp.mean(log_probs, axis=-1)

@@ -1,0 +1,181 @@
+"""A step time summed kernel by kernel from the optimized HLO of a compiled GPU program.
+
+The plain roofline (tfjax/aot/roofline.py) overlaps all of a step's arithmetic with all of its
+memory traffic at datasheet peaks. A GPU runs a step as a sequence of kernels instead, each
+bound by its own arithmetic or its own bytes, one after another:
+
+  step = sum over kernels k of  max(FLOPs_k / (eff_matmul x peak FLOP/s),
+                                    bytes_k / (eff_memory x HBM bandwidth))  + launch gap
+  attention kernels (Pallas custom calls, 0 FLOPs to the compiler): their analytic FLOPs over
+  eff_attention x peak
+
+Kernels are the instructions of the entry computation, of loop bodies (times their trip counts)
+and of called computations, never the bodies of fusions: XLA:GPU launches one kernel per fusion,
+library GEMM or custom call. A kernel's bytes are its operands plus its result (each read or
+written once); a GEMM's FLOPs are 2 x output elements x the contracted size. The efficiencies are
+measured rates (experiments/bench_peaks.py: a large GEMM, a device-to-device copy; the attention
+benchmark for the kernels), not datasheet ones: `Efficiency` carries them with their source.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import re
+
+from tfjax.aot import hlo
+
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\((.*?)\)(?:,\s*(.*))?$")
+_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\((.*)\)\s*->")
+# Instructions that launch nothing: bookkeeping, control flow (their bodies are walked instead).
+_NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call",
+              "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
+              "add-dependency", "copy-start", "copy-done", "send", "recv", "send-done",
+              "recv-done", "domain"}
+_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|"
+                         r"collective-permute)(-start)?$")
+_PALLAS = re.compile(r'custom_call_target="__gpu\$xla\.gpu\.triton"')
+_CUBLAS = re.compile(r'custom_call_target="__cublas\$(?:lt\$)?(?:gemm|matmul)')
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  name: str
+  kind: str        # matmul | attention | collective | memory
+  flops: float     # per launch (0 for memory kernels; attention FLOPs are added by the caller)
+  bytes: int       # operands + result, per launch
+  launches: int    # per step
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+  """Achieved fractions of a GPU's datasheet peaks, and the idle time per kernel launch."""
+  matmul: float
+  memory: float
+  attention: float
+  launch_s: float
+  source: str
+
+
+def _shapes(lines: list[str], header: str) -> dict[str, str]:
+  shapes = {}
+  head = _HEADER.match(header) if header else None
+  if head:  # parameters named in the computation's signature
+    for name, shape in re.findall(r"([\w.\-]+):\s*([^,()]+(?:\([^)]*\))?)", head.group(2)):
+      shapes[name] = shape
+  for line in lines:
+    ins = _INSTRUCTION.match(line)
+    if ins:
+      shapes[ins.group(1)] = ins.group(2)
+  return shapes
+
+
+def _dot_flops(result_shape: str, lhs_shape: str, attrs: str) -> float:
+  contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs) or re.search(
+      r'"lhs_contracting_dimensions":\[([^\]]*)\]', attrs)
+  if not contracting:
+    return 0.0
+  lhs = hlo._dims(lhs_shape)  # pylint: disable=protected-access
+  contracted = math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting.group(1))
+                         if int(d) < len(lhs))
+  return 2.0 * math.prod(hlo._dims(result_shape)) * contracted  # pylint: disable=protected-access
+
+
+def _fused_flops(computation: list[str], header: str) -> float:
+  """FLOPs of the dots inside a fused computation (a Triton GEMM fusion)."""
+  shapes = _shapes(computation, header)
+  total = 0.0
+  for line in computation:
+    ins = _INSTRUCTION.match(line)
+    if ins and ins.group(3) == "dot":
+      operands = re.findall(r"%?([\w.\-]+)", ins.group(4))
+      if operands and operands[0] in shapes:
+        total += _dot_flops(ins.group(2), shapes[operands[0]], ins.group(5) or "")
+  return total
+
+
+def _headers(text: str) -> dict[str, str]:
+  heads = {}
+  for line in text.splitlines():
+    if line and not line[0].isspace():
+      head = _HEADER.match(line)
+      if head:
+        heads[head.group(1)] = line
+  return heads
+
+
+def kernels(text: str) -> list[Kernel]:
+  """Every kernel an optimized XLA:GPU module launches per step, with its FLOPs and bytes."""
+  bodies = hlo._computations(text)  # pylint: disable=protected-access
+  headers = _headers(text)
+  entry = bodies.get("__entry__")
+  # Walk control flow only: loop bodies (x trip count), conditions, branches, calls.
+  runs: dict = collections.defaultdict(int)
+  stack = [(entry, 1)] if entry else []
+  while stack:
+    name, count = stack.pop()
+    runs[name] += count
+    for line in bodies.get(name, ()):
+      ins = _INSTRUCTION.match(line)
+      if not ins or ins.group(3) not in ("while", "call", "conditional"):
+        continue
+      attrs = ins.group(5) or ""
+      trips = hlo._trip_count(line, bodies)  # pylint: disable=protected-access
+      for key, target in re.findall(r"\b(body|condition|to_apply|branch_computations|"
+                                    r"true_computation|false_computation)=(\{[^}]*\}|%?[\w.\-]+)",
+                                    attrs):
+        for callee in re.findall(r"%?([\w.\-]+)", target):
+          if callee in bodies:
+            stack.append((callee, count * (trips if key == "body" else 1)))
+  found = []
+  for name, count in runs.items():
+    lines = bodies.get(name, [])
+    shapes = _shapes(lines, headers.get(name, ""))
+    for line in lines:
+      ins = _INSTRUCTION.match(line)
+      if not ins or ins.group(3) in _NO_KERNEL:
+        continue
+      op, attrs = ins.group(3), ins.group(5) or ""
+      if op.endswith("-done"):
+        continue
+      operands = [o for o in re.findall(r"%?([\w.\-]+)", ins.group(4)) if o in shapes]
+      nbytes = hlo.array_bytes(ins.group(2)) + sum(hlo.array_bytes(shapes[o]) for o in operands)
+      flops, kind = 0.0, "memory"
+      if _COLLECTIVE.match(op):
+        kind = "collective"
+      elif op == "custom-call" and _PALLAS.search(line):
+        kind = "attention"
+      elif op == "custom-call" and _CUBLAS.search(line) and operands:
+        flops, kind = _dot_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
+      elif op == "dot" and operands:
+        flops, kind = _dot_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
+      elif op == "fusion":
+        callee = re.search(r"calls=%?([\w.\-]+)", attrs)
+        if callee and callee.group(1) in bodies:
+          flops = _fused_flops(bodies[callee.group(1)], headers.get(callee.group(1), ""))
+          kind = "matmul" if flops else "memory"
+      found.append(Kernel(ins.group(1), kind, flops, nbytes, count))
+  return found
+
+
+def step_time(found: list[Kernel], peak, efficiency: Efficiency, dtype: str,
+              attention_flops: float) -> dict:
+  """Seconds per step by kind under the kernel-sum model, and their total."""
+  matmul_rate = peak.matmul_flops(dtype) * efficiency.matmul
+  bandwidth = peak.hbm_bytes_per_s * efficiency.memory
+  by_kind: dict = collections.defaultdict(float)
+  launches = 0
+  for k in found:
+    if k.kind == "attention":
+      continue  # below, from the analytic FLOPs of all attention calls together
+    seconds = max(k.flops / matmul_rate, k.bytes / bandwidth)
+    by_kind[k.kind] += seconds * k.launches
+    launches += k.launches
+  attention_calls = sum(k.launches for k in found if k.kind == "attention")
+  if attention_calls:
+    by_kind["attention"] = attention_flops / (peak.bf16_flops * efficiency.attention)
+    launches += attention_calls
+  by_kind["launch gaps"] = launches * efficiency.launch_s
+  return {"by_kind_s": dict(by_kind), "step_s": sum(by_kind.values()), "launches": launches}
