@@ -14,6 +14,7 @@
 #   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
 #   profile    GPT-2 small's step traced with jax.profiler (pallas and cudnn attention): device
 #              time per kernel category and idle time (tfjax/aot/kernel_profile.py), xla timed
+#   alibi      experiments/bench_attention.py, ours only, causal: plain, ALiBi and GQA side by side
 #   peaks      experiments/bench_peaks.py: achieved GEMM FLOP/s and copy bandwidth (the kernel-sum
 #              model's efficiencies, tfjax/aot/kernel_model.py)
 #   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
@@ -94,6 +95,10 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
           --warmup=3 --profile_steps=$profile --out="$RESULTS/profile_$impl"
         rm -rf "$RESULTS/profile_$impl/trace"
       done ;;
+    alibi)
+      phase alibi 90 $PY experiments/bench_attention.py --out="$RESULTS/alibi" --impls=pallas \
+        --variant_impls=pallas --causal=true --lengths=1024,4096,16384 --head_dims=64,128 \
+        --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
     peaks)
       phase peaks 60 $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
     nanogpt|mgpu)

@@ -7,11 +7,12 @@ import dataclasses
 import json
 import math
 import re
+from typing import Optional
 
 import jax
 import numpy as np
 
-from tfjax.aot import hlo
+from tfjax.aot import hlo, kernel_model
 from tfjax.aot.roofline import Roofline, analytic_flops, minimum_collectives, roofline
 from tfjax.aot.targets import GIB, Target
 
@@ -26,6 +27,7 @@ class Measured:
   hbm_bytes_accessed: float
   collectives: list       # hlo.Collective
   custom_calls: dict      # custom_call_target -> executions per step
+  kernels: list = dataclasses.field(default_factory=list)  # kernel_model.Kernel (GPU programs)
 
 
 def _cost(compiled, platform: str) -> dict:
@@ -50,7 +52,8 @@ def measure(compiled, platform: str, num_devices: int) -> Measured:
   text = compiled.as_text()
   compiler_flops = float(cost.get("flops", 0.0)) + hlo.library_gemm_flops(text)
   return Measured(memory, compiler_flops, float(cost.get("bytes accessed", 0.0)),
-                  hlo.collectives(text, num_devices), hlo.custom_calls(text))
+                  hlo.collectives(text, num_devices), hlo.custom_calls(text),
+                  kernel_model.kernels(text) if platform == "cuda" else [])
 
 
 _ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
@@ -92,6 +95,7 @@ class Report:
   minimum: dict
   roof: Roofline
   verdict: str
+  kernel_sum: Optional[dict] = None  # kernel_model.kernel_sum (GPU targets with measured rates)
 
   def json_line(self) -> str:
     by_kind = hlo.bytes_by_kind(self.measured.collectives)
@@ -102,6 +106,7 @@ class Report:
         "flops_per_step": self.measured.flops,
         "analytic_flops_per_step": self.analytic_flops,
         "est_step_s": self.roof.step_s, "mfu_bound": self.roof.mfu_bound,
+        "est_step_kernel_sum_s": self.kernel_sum["step_s"] if self.kernel_sum else None,
         "collectives": [{"kind": k, "bytes": int(v)} for k, v in sorted(by_kind.items())],
     })
 
@@ -121,7 +126,18 @@ def build_report(program, measured: Measured, target: Target) -> Report:
                f"{measured.memory['arguments'] / GIB:.2f} GiB, temporaries "
                f"{measured.memory['temp'] / GIB:.2f} GiB; largest inputs: {biggest}); "
                f"{advice(program, measured, target)}")
-  return Report(target, fits, measured, analytic, minimum_collectives(program), roof, verdict)
+  return Report(target, fits, measured, analytic, minimum_collectives(program), roof, verdict,
+                _kernel_sum(program, measured, target))
+
+
+def _kernel_sum(program, measured: Measured, target: Target):
+  efficiency = kernel_model.GPU_EFFICIENCY.get(target.generation)
+  if target.platform != "cuda" or not measured.kernels or efficiency is None:
+    return None
+  rows_per_device = program.tokens / program.seq_len / target.devices
+  return kernel_model.kernel_sum(measured.kernels, target.peak, efficiency,
+                                 program.experiment.model_config, target.generation,
+                                 rows_per_device, program.seq_len, program.what)
 
 
 def _gib(n: float) -> str:
@@ -169,6 +185,15 @@ def table(report: Report, program, header: str, kernels=()) -> str:
             "bidirectional)",
             f"  step      {roof.step_s * 1e3:10.3f} ms  -> MFU bound {100 * roof.mfu_bound:.1f}%",
             f"  peaks: {peak.source}"]
+  if report.kernel_sum:
+    ks, eff = report.kernel_sum, kernel_model.GPU_EFFICIENCY[t.generation]
+    mfu = report.analytic_flops / peak.bf16_flops / ks["step_s"] if ks["step_s"] else 0.0
+    lines += ["", f"kernel sum (per device): {ks['launches']} kernels one after another, each "
+              f"max(FLOPs / ({eff.matmul:.2f} x peak), bytes / ({eff.memory:.2f} x bandwidth)); "
+              "attention at our kernels' measured rate; launch gaps"]
+    lines += [f"  {kind:<10}{sec * 1e3:10.3f} ms" for kind, sec in ks["by_kind_s"].items()]
+    lines += [f"  step      {ks['step_s'] * 1e3:10.3f} ms  -> MFU {100 * mfu:.1f}%",
+              f"  efficiencies: {eff.source}"]
   if kernels:
     from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel
     info = gpu_kernels.device_info(t.gpu_target_config())

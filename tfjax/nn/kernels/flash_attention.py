@@ -104,9 +104,36 @@ def _matmul_precision() -> lax.Precision:
   return lax.Precision.HIGHEST if setting in _FP32_PRECISIONS else lax.Precision.DEFAULT
 
 
+def _row_shifted_alibi(cfg) -> bool:
+  """Causal ALiBi as a per-key bias (see _mask_and_bias)."""
+  return cfg.has_alibi and cfg.causal
+
+
+def _alibi_row_shift(cfg, slope, block_q: int):
+  """slope x (i - a) for the rows of a query block whose first position is a: what a
+  row-shifted tile's log-sum-exp exceeds the true one by (0 without causal ALiBi)."""
+  if not _row_shifted_alibi(cfg):
+    return 0.0
+  return slope * jnp.arange(block_q, dtype=F32)
+
+
 def _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked):
-  """The shared tile rule (_blocks.mask_and_bias) with i - j built from 1-D aranges (Triton)."""
+  """The shared tile rule (_blocks.mask_and_bias) with i - j built from 1-D aranges (Triton).
+
+  Causal ALiBi adds slope x (j - i) to the visible logits. A softmax row is unchanged by adding
+  a constant to the whole row, so the tile adds slope x (j - a) instead, a the block's first
+  query position: one [1, bk] vector per tile and no [bq, bk] distance tile on the fully visible
+  tiles. The row's log-sum-exp then exceeds the true one by slope x (i - a) (_alibi_row_shift),
+  which the kernels take off before storing it and put back when they read it. The slope's
+  gradient sum_ij dS_ij (j - i) is unchanged too, because every row of dS sums to 0.
+  """
   block_q, block_k = s.shape
+  if _row_shifted_alibi(cfg):
+    key_minus_anchor = (kv_start + jnp.arange(block_k, dtype=jnp.int32)
+                        - (q_start + cfg.offset)).astype(F32)[None, :]
+    s, _ = _mask_and_bias(dataclasses.replace(cfg, has_alibi=False), s + slope * key_minus_anchor,
+                          q_start, kv_start, q_ids, kv_ids, None, masked)
+    return s, key_minus_anchor
   rel = None
   if _blocks.needs_relative_positions(cfg, masked):
     q_pos = q_start + cfg.offset + jnp.arange(block_q, dtype=jnp.int32)
@@ -187,7 +214,8 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
   seen = m > masks.MASK_VALUE / 2
   out = jnp.where(seen[:, None], acc / jnp.where(seen, l, 1.0)[:, None], 0.0)
   o_ref[...] = out.astype(o_ref.dtype)
-  lse_ref[...] = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0 in the backward
+  lse = m + jnp.log(l) - _alibi_row_shift(cfg, slope, block_q)
+  lse_ref[...] = jnp.where(seen, lse, jnp.inf)  # exp(s - inf) = 0 in the backward
 
 
 def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
@@ -207,7 +235,8 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     q_ids = q_ids_ref[rows] if cfg.has_segments else None
     s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
-    p = jnp.exp(s - lse_ref[rows][:, None])
+    lse = lse_ref[rows] + _alibi_row_shift(cfg, slope, block_q)
+    p = jnp.exp(s - lse[:, None])
     dv = dv + _dot(p.astype(do.dtype), do, (0, 0), cfg.precision)
     ds = p * (_dot(do, v, (1, 1), cfg.precision) - delta_ref[rows][:, None])
     dk = dk + _dot(ds.astype(q.dtype), q, (0, 0), cfg.precision)
@@ -226,9 +255,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
   q_block = pl.program_id(0)
   q_start = q_block * block_q
   q, do = q_ref[...], do_ref[...]
-  lse, delta = lse_ref[...], delta_ref[...]
   q_ids = q_ids_ref[...] if cfg.has_segments else None
   slope = slope_ref[...] if cfg.has_alibi else None
+  lse, delta = lse_ref[...] + _alibi_row_shift(cfg, slope, block_q), delta_ref[...]
 
   def body(kv_block, carry, masked):
     dq, d_slope = carry
@@ -241,7 +270,7 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     p = jnp.exp(s - lse[:, None])
     ds = p * (_dot(do, v_ref[keys, :], (1, 1), cfg.precision) - delta[:, None])
     dq = dq + _dot(ds.astype(k.dtype), k, (1, 0), cfg.precision)
-    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
+    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j| (or its shift)
       d_slope = d_slope + (ds * neg_dist).sum(axis=1)
     return dq, d_slope
 
