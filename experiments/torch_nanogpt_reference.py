@@ -59,8 +59,9 @@ class CompileFallback:
 
 
 def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=None,
-                  max_seconds=0.0):
-  """Trains nanoGPT's recipe for `steps` steps; returns losses, the val curve and timings."""
+                  max_seconds=0.0, warmup_steps=WARMUP_STEPS):
+  """Trains nanoGPT's recipe for `steps` steps; returns losses, the val curve and timings
+  (per-step times and tokens/s over the steps after the first `warmup_steps`, and over all)."""
   import contextlib  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   device = resolve_device(device)
@@ -135,7 +136,7 @@ def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=N
     return now - start
 
   for it in range(steps + 1):
-    if it == min(WARMUP_STEPS, steps) and timer["warmup"] is None:
+    if it == min(warmup_steps, steps) and timer["warmup"] is None:
       lap("train")
       timer["warmup"] = timer["train"]
     over = bool(max_seconds) and it > 0 and time.perf_counter() - start > max_seconds
@@ -154,8 +155,7 @@ def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=N
     loss = train_step(it)
     if (it + 1) % tc.log_every == 0:
       print(f"iter {it + 1}: loss {loss.item():.4f}", flush=True)  # syncs: once per log_every
-  lap("train")
-  wall = time.perf_counter() - start
+  wall = lap("train")
   last = float(loss.item()) if loss is not None else float("nan")
 
   with torch.no_grad(), autocast():
@@ -167,7 +167,7 @@ def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=N
                          torch.from_numpy(b["targets"]).long().to(device), weights)
       sums += [batch_loss.float().item() * weights.sum().item(), weights.sum().item()]
 
-  warm = min(WARMUP_STEPS, done)
+  warm = min(warmup_steps, done)
   steady_s = (timer["train"] - (timer["warmup"] or 0.0)) / max(done - warm, 1)
   all_s = timer["train"] / max(done, 1)
   best = min(evals, key=lambda s: evals[s]["val"])
