@@ -61,7 +61,8 @@ class CompileFallback:
 def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=None,
                   max_seconds=0.0, warmup_steps=WARMUP_STEPS):
   """Trains nanoGPT's recipe for `steps` steps; returns losses, the val curve and timings
-  (per-step times and tokens/s over the steps after the first `warmup_steps`, and over all)."""
+  (per-step times and tokens/s over the steps after the first `warmup_steps`, and over all;
+  None where no such step ran, as JSON has no NaN)."""
   import contextlib  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   device = resolve_device(device)
@@ -156,7 +157,7 @@ def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=N
     if (it + 1) % tc.log_every == 0:
       print(f"iter {it + 1}: loss {loss.item():.4f}", flush=True)  # syncs: once per log_every
   wall = lap("train")
-  last = float(loss.item()) if loss is not None else float("nan")
+  last = float(loss.item()) if loss is not None else None
 
   with torch.no_grad(), autocast():
     model.eval()
@@ -185,9 +186,9 @@ def run_reference(config, exp, steps, *, seed=1337, device="auto", use_compile=N
       "final_full_val_loss": sums[0] / sums[1], "last_train_loss": last,
       "wall_s": wall, "train_s": timer["train"], "eval_s": timer["eval"],
       "first_eval_s": timer["first_eval"], "warmup_steps": warm,
-      "warmup_s": timer["warmup"] or 0.0,
-      "step_ms": steady_s * 1e3 if done > warm else float("nan"),
-      "step_ms_with_warmup": all_s * 1e3 if done else float("nan"),
-      "tokens_per_s": batch * length / steady_s if done > warm else float("nan"),
-      "tokens_per_s_with_warmup": batch * length / all_s if done else float("nan"),
+      "warmup_s": timer["warmup"] if timer["warmup"] is not None else timer["train"],
+      "step_ms": steady_s * 1e3 if done > warm else None,
+      "step_ms_with_warmup": all_s * 1e3 if done else None,
+      "tokens_per_s": batch * length / steady_s if done > warm else None,
+      "tokens_per_s_with_warmup": batch * length / all_s if done else None,
       "evals": evals}
