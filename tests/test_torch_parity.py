@@ -53,7 +53,7 @@ def test_lockstep_detects_a_different_decay_mask(tmp_path):
 
 
 # ---- --mode=reference (experiments/torch_nanogpt_reference.py), in process: no subprocess start
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
+sys.path.append(os.path.join(ROOT, "experiments"))  # appended: its script names shadow nothing
 
 
 @pytest.fixture(autouse=True)
