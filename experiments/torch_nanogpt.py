@@ -1,13 +1,17 @@
 """nanoGPT's recipe in PyTorch, beside ours: the reference run, and a step-for-step replay.
 
-Needs PyTorch (not a tfjax dependency; CPU build: `pip install torch`). Two modes:
+Needs PyTorch (not a tfjax dependency; CPU build: `pip install torch`). Three modes:
 
-  # The PyTorch reference of a nanoGPT-shaped config: nanoGPT's training loop (get_lr, AdamW
-  # with decay on >= 2-D weights, clip 1.0, estimate_loss on 20 random batches every 250 steps),
-  # timed end to end, plus the loss on the whole validation split (the same non-overlapping
-  # windows as our `eval_mode=sequential`).
+  # The PyTorch reference of a nanoGPT-shaped config: nanoGPT's train.py loop (get_lr, AdamW
+  # with decay on >= 2-D weights, clip, dropout, estimate_loss on eval_batches random batches
+  # every eval_every steps), timed, plus the loss on the whole validation split (the same
+  # non-overlapping windows as our `eval_mode=sequential`). On CUDA as nanoGPT runs it: bf16
+  # autocast, fused AdamW, torch.compile (--nocompile: eager). Best val loss and its step, the
+  # val curve, wall-clock and per-step times with and without compile/warm-up, tokens/s.
   python experiments/torch_nanogpt.py --config=configs/shakespeare_char.py:cpu \
       --mode=reference --seed=1337 --out=bench_results/torch_ref
+  python experiments/torch_nanogpt.py --config=configs/shakespeare_char.py \
+      --mode=reference --device=cuda --max_seconds=110 --out=bench_results/nanogpt
 
   # Lockstep: PyTorch initializes the model, the same weights are copied into our params, and both
   # train on the same batches with nanoGPT's learning-rate curve. Equal losses at every step
@@ -21,9 +25,9 @@ Needs PyTorch (not a tfjax dependency; CPU build: `pip install torch`). Two mode
       --mode=speed --out=bench_results/torch_speed
 
 Writes OUT/torch_nanogpt_MODE.json and .md stamped with device, versions and date. The model
-is written here from the published GPT-2/nanoGPT definition (pre-LN blocks, bias-free Linear and
-LayerNorm, exact GELU, tied head, N(0, 0.02) init with 0.02/sqrt(2 layers) on the residual
-projections), sized by the config's `model` block.
+(experiments/torch_nanogpt_model.py) is written from the published GPT-2/nanoGPT definition,
+sized by the config's `model` block; lockstep and speed need a dropout-free config (the
+`:cpu` one), since two frameworks cannot draw the same dropout masks.
 """
 
 import datetime
@@ -38,115 +42,24 @@ from absl import flags
 import numpy as np
 
 from tfjax.training import cli
+from torch_nanogpt_model import check_nanogpt_shaped, nanogpt_lr, torch_adamw, torch_gpt
+from torch_nanogpt_model import torch_step, windows
+from torch_nanogpt_reference import run_reference
 
 _CONFIG = cli.define_config_file("config", None, "A nanoGPT-shaped decoder config.")
 _MODE = flags.DEFINE_enum("mode", "reference", ["reference", "lockstep", "speed"], "What to run.")
 _SEED = flags.DEFINE_integer("seed", 1337, "torch.manual_seed (nanoGPT uses 1337).")
 _STEPS = flags.DEFINE_integer("steps", 0, "Training steps (0: the config's num_steps).")
 _OUT = flags.DEFINE_string("out", "bench_results/torch_nanogpt", "Output directory.")
-
-
-def check_nanogpt_shaped(mc) -> None:
-  """The PyTorch model below is GPT-2/nanoGPT only; anything else would compare different math."""
-  want = {"family": "decoder", "position": "learned", "norm": "layernorm", "norm_bias": False,
-          "norm_placement": "pre", "ffn": "gelu", "ffn_bias": False, "attention_bias": False,
-          "tie_embeddings": True, "scaled_residual_init": True, "dropout": 0.0}
-  wrong = {k: getattr(mc, k) for k, v in want.items() if getattr(mc, k) != v}
-  if mc.num_kv_heads not in (None, mc.num_heads):
-    wrong["num_kv_heads"] = mc.num_kv_heads
-    want["num_kv_heads"] = mc.num_heads
-  if wrong:
-    raise ValueError(f"torch_nanogpt.py compares nanoGPT-shaped decoders only; the config has "
-                     f"{wrong}, needs {dict((k, want[k]) for k in wrong)}")
-
-
-def nanogpt_lr(it, opt, total_steps):
-  """nanoGPT's get_lr(it): linear warmup (it + 1) / (warmup + 1), cosine to min_lr at the end."""
-  if it < opt.warmup_steps:
-    return opt.lr * (it + 1) / (opt.warmup_steps + 1)
-  ratio = min((it - opt.warmup_steps) / max(total_steps - opt.warmup_steps, 1), 1.0)
-  return opt.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (opt.lr - opt.min_lr)
-
-
-def torch_gpt(mc):
-  """nanoGPT's GPT for model config `mc` (dropout off)."""
-  import torch  # pylint: disable=import-outside-toplevel
-  from torch import nn  # pylint: disable=import-outside-toplevel
-  import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
-  d, heads = mc.d_model, mc.num_heads
-
-  class Block(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.ln_1, self.ln_2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
-      self.c_attn = nn.Linear(d, 3 * d, bias=False)
-      self.attn_proj = nn.Linear(d, d, bias=False)
-      self.c_fc = nn.Linear(d, mc.d_ff, bias=False)
-      self.mlp_proj = nn.Linear(mc.d_ff, d, bias=False)
-
-    def forward(self, x_BxLxD):
-      b, length, _ = x_BxLxD.shape
-      qkv = self.c_attn(self.ln_1(x_BxLxD)).split(d, dim=2)
-      q, k, v = (t.view(b, length, heads, d // heads).transpose(1, 2) for t in qkv)
-      y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-      x_BxLxD = x_BxLxD + self.attn_proj(y.transpose(1, 2).reshape(b, length, d))
-      return x_BxLxD + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x_BxLxD))))
-
-  class GPT(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.wte, self.wpe = nn.Embedding(mc.vocab_size, d), nn.Embedding(mc.max_len, d)
-      self.blocks = nn.ModuleList([Block() for _ in range(mc.num_layers)])
-      self.ln_f = nn.LayerNorm(d, bias=False)
-      self.lm_head = nn.Linear(d, mc.vocab_size, bias=False)
-      self.wte.weight = self.lm_head.weight  # tied
-      for module in self.modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-          nn.init.normal_(module.weight, 0.0, 0.02)
-      for name, weight in self.named_parameters():
-        if name.endswith("proj.weight"):
-          nn.init.normal_(weight, 0.0, 0.02 / math.sqrt(2 * mc.num_layers))
-
-    def forward(self, idx_BxL, targets_BxL, weights_BxL=None):
-      x = self.wte(idx_BxL) + self.wpe(torch.arange(idx_BxL.shape[1]))
-      for block in self.blocks:
-        x = block(x)
-      logits = self.lm_head(self.ln_f(x))
-      losses = F.cross_entropy(logits.flatten(0, 1), targets_BxL.flatten(), reduction="none")
-      if weights_BxL is None:
-        return losses.mean()
-      w = weights_BxL.flatten()
-      return (losses * w).sum() / w.sum().clamp(min=1.0)
-
-  return GPT()
-
-
-def torch_adamw(model, opt):
-  """nanoGPT's configure_optimizers: decay on tensors with >= 2 dims, none on the rest."""
-  import torch  # pylint: disable=import-outside-toplevel
-  params = list(model.parameters())
-  groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": opt.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-  return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.b1, opt.b2), eps=opt.eps)
-
-
-def torch_step(model, optimizer, lr, clip, inputs, targets):
-  import torch  # pylint: disable=import-outside-toplevel
-  for group in optimizer.param_groups:
-    group["lr"] = lr
-  loss = model(inputs, targets)
-  optimizer.zero_grad(set_to_none=True)
-  loss.backward()
-  if clip:
-    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-  optimizer.step()
-  return loss.item()
-
-
-def windows(tokens, starts, length):
-  """(inputs, targets) int64 arrays of the windows tokens[s : s + length + 1]."""
-  rows = np.stack([tokens[s:s + length + 1] for s in starts]).astype(np.int64)
-  return rows[:, :-1], rows[:, 1:]
+_DEVICE = flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"],
+                            "--mode=reference: where PyTorch trains (auto: CUDA if present).")
+_COMPILE = flags.DEFINE_boolean("compile", None, "--mode=reference: torch.compile the model "
+                                "(default: on CUDA only, as nanoGPT; a failure falls back to "
+                                "eager with a message).")
+_MAX_SECONDS = flags.DEFINE_float("max_seconds", 0.0, "--mode=reference: stop the training loop "
+                                  "(evaluations and compile included) at the first step past "
+                                  "this many seconds, evaluate there and report the steps done; "
+                                  "0: no limit.")
 
 
 def params_from_torch(model, params, mc):
@@ -174,50 +87,10 @@ def params_from_torch(model, params, mc):
   return jax.tree.map(lambda ours, theirs: np.asarray(theirs, ours.dtype), dict(params), out)
 
 
-def run_reference(config, exp, steps):
-  """nanoGPT's train.py loop in PyTorch; returns timing and losses."""
-  import torch  # pylint: disable=import-outside-toplevel
-  torch.manual_seed(_SEED.value)
-  mc, opt, tc = exp.model_config, config.optimizer, config.train
-  train_tokens, val_tokens = exp.dataset.train_tokens, exp.dataset.val_tokens
-  length, batch = mc.max_len, tc.batch_size
-  model, evals = torch_gpt(mc), {}
-  optimizer = torch_adamw(model, opt)
-
-  def random_batch(tokens):
-    starts = torch.randint(len(tokens) - length, (batch,)).numpy()
-    return (torch.from_numpy(a) for a in windows(tokens, starts, length))
-
-  @torch.no_grad()
-  def estimate_loss(tokens):
-    model.eval()
-    loss = float(np.mean([model(*random_batch(tokens)).item() for _ in range(tc.eval_batches)]))
-    model.train()
-    return loss
-
-  start = time.perf_counter()
-  for it in range(steps + 1):
-    if it % tc.eval_every == 0 or it == steps:
-      evals[it] = {"train": estimate_loss(train_tokens), "val": estimate_loss(val_tokens)}
-      print(f"step {it}: train {evals[it]['train']:.4f} val {evals[it]['val']:.4f}", flush=True)
-    if it == steps:
-      break
-    last = torch_step(model, optimizer, nanogpt_lr(it, opt, steps), opt.clip_norm,
-                      *random_batch(train_tokens))
-  wall = time.perf_counter() - start
-  with torch.no_grad():
-    model.eval()
-    sums = np.zeros(2)
-    for _, b in exp.dataset.eval_batches(tc.eval_batch_size, mode="sequential"):
-      weights = torch.from_numpy(b["weights"])
-      loss = model(torch.from_numpy(b["inputs"]).long(), torch.from_numpy(b["targets"]).long(),
-                   weights)
-      sums += [loss.item() * weights.sum().item(), weights.sum().item()]
-  return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-          "seed": _SEED.value, "steps": steps, "wall_s": wall, "last_train_loss": last,
-          "final_val_loss_eval_batches": evals[steps]["val"],
-          "final_full_val_loss": sums[0] / sums[1],
-          "evals": evals}
+def reference(config, exp, steps):
+  """nanoGPT's recipe trained in PyTorch (experiments/torch_nanogpt_reference.py)."""
+  return run_reference(config, exp, steps, seed=_SEED.value, device=_DEVICE.value,
+                       use_compile=_COMPILE.value, max_seconds=_MAX_SECONDS.value)
 
 
 def run_lockstep(config, exp, steps):
@@ -352,19 +225,21 @@ def run_speed(config, exp, steps):
 
 def main(argv):
   del argv
+  if _MODE.value == "reference":  # PyTorch owns the GPU here; JAX only builds the data and must
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # not reserve its memory
   from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   import jax  # pylint: disable=import-outside-toplevel
   exp = experiment.prepare(config)
-  check_nanogpt_shaped(exp.model_config)
+  check_nanogpt_shaped(exp.model_config, allow_dropout=_MODE.value == "reference")
   steps = _STEPS.value or config.train.num_steps
   result = {"config": flags.FLAGS["config"].config_filename, "mode": _MODE.value,
             "jax": jax.__version__, "cpu_count": os.cpu_count(), "devices": jax.device_count(),
             "host": platform.processor() or platform.machine(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join(sys.argv)}
-  run = {"reference": run_reference, "lockstep": run_lockstep, "speed": run_speed}[_MODE.value]
+  run = {"reference": reference, "lockstep": run_lockstep, "speed": run_speed}[_MODE.value]
   result.update(run(config, exp, steps))
   os.makedirs(_OUT.value, exist_ok=True)
   stem = os.path.join(_OUT.value, f"torch_nanogpt_{_MODE.value}")
@@ -372,8 +247,12 @@ def main(argv):
     json.dump(result, f, indent=1)
   rows = [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
           for k, v in result.items() if not isinstance(v, dict)]
+  table = "| metric | value |\n| --- | --- |\n" + "\n".join(rows) + "\n"
+  if "evals" in result:  # the loss curve of nanoGPT's estimate_loss
+    table += "\n| step | train loss | val loss |\n| --- | --- | --- |\n" + "".join(
+        f"| {step} | {e['train']:.4f} | {e['val']:.4f} |\n" for step, e in result["evals"].items())
   with open(stem + ".md", "w") as f:
-    f.write("| metric | value |\n| --- | --- |\n" + "\n".join(rows) + "\n")
+    f.write(table)
   print(json.dumps({k: v for k, v in result.items() if not isinstance(v, dict)}, indent=1))
 
 
