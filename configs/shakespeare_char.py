@@ -2,7 +2,8 @@
 
 GPU (no argument): 6 layers x 384, 6 heads, context 256, batch 64, dropout 0.2 (embeddings,
 residual branches and attention probabilities), AdamW lr 1e-3 (beta2 0.99, weight decay 0.1 on
-matrices and embeddings), 100 warmup steps then cosine to 1e-4 at 5000 steps. CPU ("cpu" argument): nanoGPT's CPU variant, 4 layers x 128, 4 heads, context 64,
+matrices and embeddings), 100 warmup steps then cosine to 1e-4 at 5000 steps. CPU ("cpu"
+argument): nanoGPT's CPU variant, 4 layers x 128, 4 heads, context 64,
 batch 12, 2000 steps, dropout 0, eval on 20 batches; the CPU is split into one XLA device per
 core and runs 50 steps per jitted call.
 

@@ -45,6 +45,13 @@ phase() {  # phase NAME SECONDS COMMAND...: run under a limit, log to $OUT/NAME.
   local rc=$?
   printf "%s\t%s\t%s\n" "$name" "$rc" "$((SECONDS - start))" >>"$RESULTS/phases.tsv"
   echo "=== $name rc=$rc after ${SECONDS}s"; tail -n 4 "$RESULTS/$name.log"
+  checkpoint
+}
+
+checkpoint() {  # what is done so far, into $OUT: a call cut by its time limit still returns it
+  if [ -n "${OUT:-}" ] && [ "$OUT" != "$RESULTS" ]; then
+    tar -czf "$OUT/partial.tgz" -C "$RESULTS" . 2>/dev/null
+  fi
 }
 
 for p in $PHASES; do
@@ -65,7 +72,7 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
       cat "$RESULTS/env.log" | tail -n 6 ;;
     tests)
       XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 ${TEST_SELECT:-} \
-        -p no:cacheprovider tests/test_kernels.py tests/test_ops.py --junitxml="$RESULTS/tests.xml" ;;
+        -p no:cacheprovider ${TEST_ARGS:-tests/test_kernels.py tests/test_ops.py} --junitxml="$RESULTS/tests.xml" ;;
     attention)
       phase attention "$T_ATTN" $PY experiments/bench_attention.py --out="$RESULTS/attention" \
         --lengths=1024,4096,16384 --head_dims=64,128 --variant_impls=pallas \
@@ -102,11 +109,13 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
     peaks)
       phase peaks 60 $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
     nanogpt|mgpu)
-      RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh" ;;
+      RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh"; checkpoint ;;
     *) echo "unknown phase $p" ;;
   esac
 done
 $PY scripts/gpu_summary.py "$RESULTS" 2>&1 | tee "$RESULTS/summary.md"
 tar -czf /tmp/results.tgz -C "$RESULTS" . && mv /tmp/results.tgz "$RESULTS/results.tgz"
-if [ -n "${OUT:-}" ] && [ "$OUT" != "$RESULTS" ]; then cp "$RESULTS/results.tgz" "$RESULTS/summary.md" "$OUT/"; fi
+if [ -n "${OUT:-}" ] && [ "$OUT" != "$RESULTS" ]; then
+  cp "$RESULTS/results.tgz" "$RESULTS/summary.md" "$OUT/" && rm -f "$OUT/partial.tgz"
+fi
 echo "total ${SECONDS}s"

@@ -114,6 +114,17 @@ def peaks(results):
           f"TFLOP/s; copy {data['copy_mib']} MiB {data['copy_gb_per_s']:.0f} GB/s (read + write)"]
 
 
+def nanogpt(results):
+  data = load_json(os.path.join(results, "nanogpt", "torch_nanogpt_reference.json"))
+  if not data:
+    return []
+  fmt = lambda x, spec: "-" if x is None else format(x, spec)
+  return [f"nanogpt torch {data['torch']} on {data['device_name']}: best val "
+          f"{data['best_val_loss']:.4f} at step {data['best_val_step']}, {data['steps_done']} of "
+          f"{data['steps']} steps, wall {data['wall_s']:.0f} s (train {data['train_s']:.0f}, eval "
+          f"{data['eval_s']:.0f}), {fmt(data['step_ms'], '.2f')} ms/step, compile {data['compile']}"]
+
+
 def phases(results):
   path = os.path.join(results, "phases.tsv")
   if not os.path.exists(path):
@@ -123,7 +134,7 @@ def phases(results):
 
 
 def main(results):
-  for section in (phases, tests, peaks, profiles, attention, train, recipe, tune):
+  for section in (phases, tests, peaks, nanogpt, profiles, attention, train, recipe, tune):
     try:
       lines = section(results)
     except Exception as e:  # pylint: disable=broad-except  # a summary never hides the others

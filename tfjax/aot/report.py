@@ -107,6 +107,8 @@ class Report:
         "analytic_flops_per_step": self.analytic_flops,
         "est_step_s": self.roof.step_s, "mfu_bound": self.roof.mfu_bound,
         "est_step_kernel_sum_s": self.kernel_sum["step_s"] if self.kernel_sum else None,
+        "kernel_sum_s_by_kind": self.kernel_sum["by_kind_s"] if self.kernel_sum else None,
+        "roofline_compute_s": self.roof.compute_s, "roofline_memory_s": self.roof.memory_s,
         "collectives": [{"kind": k, "bytes": int(v)} for k, v in sorted(by_kind.items())],
     })
 
