@@ -103,6 +103,8 @@ def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
   """Our Pallas kernels with the Mosaic GPU forward. Inputs it would hand to the Triton forward
   raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel."""
   del kv_heads_differ  # GQA is in the Mosaic kernel's scope
+  if jax.default_backend() != "gpu":
+    raise NotImplementedError("the Mosaic GPU forward runs on NVIDIA Hopper GPUs only")
   if not flash_attention_mgpu.supports(q.shape, k.shape, q.dtype, causal=causal,
                                        has_segments=False, has_alibi=alibi_slopes is not None,
                                        window=None):
