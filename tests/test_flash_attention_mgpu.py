@@ -1,7 +1,9 @@
 """The Mosaic GPU flash-attention forward (tfjax/nn/kernels/flash_attention_mgpu.py).
 
-Here (CPU): which calls reach it (`gpu_forward` routing, traced, not run) and, with the CUDA
-plugin, that it lowers and compiles for H100 forward and backward (`aot_gpu`). On a Hopper GPU
+Here (CPU): which calls reach it (`gpu_forward` routing, traced, not run); the kernel run by
+Mosaic GPU's interpreter (its warpgroups, TMA ring, barriers, causal blocks and lse, with plain
+dots standing in for wgmma) against NumPy; with the CUDA plugin, that it lowers and compiles for
+H100 forward and backward (`aot_gpu`). On a Hopper GPU
 (`gpu`): output, log-sum-exp and gradients through the shared custom VJP against xla / an fp32
 reference in bf16, over seeds and shapes.
 """
@@ -17,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from test_kernels import assert_close, random_qkv, value_and_grads
+from test_kernels import assert_close, numpy_attention, random_qkv, value_and_grads
 from tfjax.nn import ops
 from tfjax.nn.kernels import flash_attention_mgpu as mgpu
 
@@ -81,6 +83,48 @@ def test_module_setting_selects_the_forward(monkeypatch):
 def test_unknown_gpu_forward_is_a_clear_error():
   with pytest.raises(ValueError, match=r"gpu_forward='cutlass' .*\('triton', 'mosaic'\)"):
     _forward_kernels("cutlass")
+
+
+# ---- Run by Mosaic GPU's interpreter on CPU ----------------------------------------------------
+
+
+def numpy_lse(q, k, *, causal):
+  """Natural-log log-sum-exp of the scaled logits, [B, H, L], in float64."""
+  q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+  k = np.repeat(k, q.shape[2] // k.shape[2], axis=2)
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+  if causal:
+    logits = np.where(np.tril(np.ones(logits.shape[-2:], bool)), logits, -np.inf)
+  top = logits.max(-1, keepdims=True)
+  return (top + np.log(np.exp(logits - top).sum(-1, keepdims=True)))[..., 0]
+
+
+def check_interpreted(seed, length, heads, kv_heads, head_dim, causal):
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=import-outside-toplevel
+  q, k, v, d_out = random_qkv(seed, 1, length, length, heads, kv_heads, head_dim, jnp.bfloat16)
+  out, lse = mgpu.mosaic_forward(q, k, v, causal=causal, scale=head_dim ** -0.5,
+                                 interpret=InterpretGPUParams())
+  f32 = lambda x: np.asarray(x, np.float32)
+  np_out, _ = numpy_attention(f32(q), f32(k), f32(v), d_out, causal=causal)
+  case = (seed, length, heads, kv_heads, head_dim, causal)
+  assert out.dtype == jnp.bfloat16 and lse.shape == (1, heads, length), case
+  assert_close(f32(out), np_out, 1e-2, f"out {case}")  # bf16 P and output rounding
+  np.testing.assert_allclose(f32(lse), numpy_lse(f32(q), f32(k), causal=causal), atol=1e-4,
+                             rtol=0, err_msg=f"lse {case}")
+
+
+def test_interpreted_causal_two_tiles_match_numpy():
+  """Two programs: one whose only key block is masked, one with an unmasked then a masked one."""
+  check_interpreted(0, 256, 1, 1, 64, causal=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [(1, 512, 1, 1, 64, True),  # 4 steps round a 3-slot ring
+                                  (2, 512, 2, 1, 128, False),  # GQA, 4 steps in 2 slots
+                                  (3, 256, 4, 2, 128, True)])  # GQA, causal
+def test_interpreted_matches_numpy(case):
+  seed, length, heads, kv_heads, head_dim, causal = case
+  check_interpreted(seed, length, heads, kv_heads, head_dim, causal)
 
 
 # ---- Compile for H100 from this CPU (the CUDA plugin) ------------------------------------------

@@ -96,7 +96,7 @@ def _kv_steps(causal: bool, tile, tiling: MosaicTiling, kv_len: int):
   return (tile_end + (tiling.block_kv - 1)) // tiling.block_kv
 
 
-def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg):
+def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
   """One consumer warpgroup: its block_q rows against every key block the program streams."""
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
   q_ref, _, _, out_ref, lse_ref = refs
@@ -109,6 +109,11 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg):
   rows = (batch, pl.ds(row_start, block_q), head)
   plgpu.copy_gmem_to_smem(q_ref.at[rows], qo_smem, q_ready.at[wg])
   plgpu.barrier_wait(q_ready.at[wg])
+  # Register layouts matter to the compiler only; Mosaic GPU's interpreter has no layout ops.
+  in_layout = lambda x, layout: x if interpret is not None else plgpu.layout_cast(x, layout)
+  iota = lambda shape, dim: (
+      lax.broadcasted_iota(jnp.int32, shape, dim) if interpret is not None
+      else plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA))
   logit_scale = scale * LOG2_E  # logits in base 2: exp(s - m) == exp2(s * log2(e) - m')
   head_dim = qo_smem.shape[-1]
 
@@ -121,11 +126,17 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg):
       plgpu.wgmma(acc_ref, qo_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
       return acc_ref[...]
 
-    s_BqxBk = pl.run_scoped(qk, plgpu.ACC((block_q, block_kv), F32)) * logit_scale
+    if interpret is None:
+      s_BqxBk = pl.run_scoped(qk, plgpu.ACC((block_q, block_kv), F32))
+    else:  # the interpreter's wgmma takes neither transposed nor register operands: the same
+      # products as plain dots of the shared-memory slots (here and for P V below)
+      s_BqxBk = lax.dot_general(qo_smem[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
+                                preferred_element_type=F32)
+    s_BqxBk = s_BqxBk * logit_scale
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
     if masked:  # causal: key position <= query position
-      q_pos = plgpu.broadcasted_iota(jnp.int32, s_BqxBk.shape, 0, layout=plgpu.Layout.WGMMA)
-      kv_pos = plgpu.broadcasted_iota(jnp.int32, s_BqxBk.shape, 1, layout=plgpu.Layout.WGMMA)
+      q_pos = iota(s_BqxBk.shape, 0)
+      kv_pos = iota(s_BqxBk.shape, 1)
       visible = q_pos + row_start >= kv_pos + kv_step * block_kv
       s_BqxBk = jnp.where(visible, s_BqxBk, MASK_LOGIT)
     m_new_Bq = jnp.maximum(m_Bq, s_BqxBk.max(axis=1))
@@ -139,13 +150,17 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg):
     def pv(acc_ref):
       plgpu.wgmma(acc_ref, p_BqxBk, v_smem.at[slot])
 
-    acc_BqxD = pl.run_state(pv)(plgpu.ACC.init(acc_BqxD))
+    if interpret is None:  # wgmma accumulates into the running output in place
+      acc_BqxD = pl.run_state(pv)(plgpu.ACC.init(acc_BqxD))
+    else:
+      acc_BqxD = acc_BqxD + lax.dot_general(p_BqxBk, v_smem.at[slot][...],
+                                            (((1,), (0,)), ((), ())), preferred_element_type=F32)
     plgpu.barrier_arrive(v_free.at[slot])
     return acc_BqxD, m_new_Bq, l_Bq
 
-  acc = plgpu.layout_cast(jnp.zeros((block_q, head_dim), F32), plgpu.Layout.WGMMA)
-  m = plgpu.layout_cast(jnp.full((block_q,), MASK_LOGIT, F32), plgpu.Layout.WGMMA.reduce(1))
-  l = plgpu.layout_cast(jnp.zeros((block_q,), F32), plgpu.Layout.WGMMA.reduce(1))
+  acc = in_layout(jnp.zeros((block_q, head_dim), F32), plgpu.Layout.WGMMA)
+  m = in_layout(jnp.full((block_q,), MASK_LOGIT, F32), plgpu.Layout.WGMMA.reduce(1))
+  l = in_layout(jnp.zeros((block_q,), F32), plgpu.Layout.WGMMA.reduce(1))
   carry = (acc, m, l)
   num_steps = _kv_steps(causal, tile, tiling, kv_len)
   if causal:  # blocks ending at or before the tile's first row need no mask
@@ -180,23 +195,35 @@ def _producer(refs, scratch, *, causal, groups, tiling, kv_len):
     plgpu.copy_gmem_to_smem(k_ref.at[keys], k_smem.at[slot], k_ready.at[slot])
     plgpu.copy_gmem_to_smem(v_ref.at[keys], v_smem.at[slot], v_ready.at[slot])
 
-  for slot in range(stages):  # fill the ring
-    if not causal:  # the step count is static
-      if slot < num_steps:
-        load(slot, slot)
-    else:
+  for slot in range(min(stages, kv_len // block_kv)):  # fill the ring
+    if causal:  # the program may need fewer steps than slots
       pl.when(slot < num_steps)(lambda slot=slot: load(slot, slot))
+    else:
+      load(slot, slot)
 
-  @pl.loop(stages, jnp.maximum(num_steps, stages))
-  def _refill(kv_step):
+  def wait_free(kv_step):  # both consumers are done with the step `stages` back in this slot
     slot = lax.rem(kv_step, jnp.array(stages, kv_step.dtype))
     plgpu.barrier_wait(k_free.at[slot])
     plgpu.barrier_wait(v_free.at[slot])
-    load(kv_step, slot)
+    return slot
+
+  @pl.loop(stages, jnp.maximum(num_steps, stages))
+  def _refill(kv_step):
+    load(kv_step, wait_free(kv_step - stages))
+
+  # Wait out the last releases too: every barrier phase is observed before the program ends.
+  @pl.loop(jnp.maximum(num_steps - stages, 0), num_steps)
+  def _drain(kv_step):
+    wait_free(kv_step)
 
 
-def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling | None = None):
-  """(out [B, L, H, D] in q.dtype, lse [B, H, L] fp32) for inputs `supports` accepts."""
+def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling | None = None,
+                   interpret=None):
+  """(out [B, L, H, D] in q.dtype, lse [B, H, L] fp32) for inputs `supports` accepts.
+
+  `interpret`: None compiles for the GPU; Mosaic GPU's interpret parameters run the kernel on
+  CPU, simulating shared memory, barriers and the warpgroups (tests).
+  """
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads = k.shape[1], k.shape[2]
@@ -223,7 +250,7 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
       @pl.when(wg < CONSUMERS)
       def _():
         plgpu.set_max_registers(232, action="increase")  # the fp32 tiles live in registers
-        _consumer(refs, scratch, scale=scale, wg=wg, **kw)
+        _consumer(refs, scratch, scale=scale, wg=wg, interpret=interpret, **kw)
 
       @pl.when(wg == CONSUMERS)
       def _():
@@ -241,6 +268,6 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
       num_threads=CONSUMERS + 1, thread_name="wg",
       # approx_math: exp2 and the division run as the fast PTX approximations (ex2.approx).
       compiler_params=plgpu.CompilerParams(approx_math=True),
-      kernel_name="tfjax_flash_forward_mgpu",
+      kernel_name="tfjax_flash_forward_mgpu", interpret=interpret,
   )(q, k, v)
   return out, lse
