@@ -25,9 +25,19 @@ LENGTHS=${LENGTHS:-4096,16384} HEAD_DIMS=${HEAD_DIMS:-64,128}
 TOKENS=${TOKENS:-16384} D_MODEL=${D_MODEL:-2048}
 SECONDS=0
 
+# Versions first: JAX's own Mosaic attention refuses causal masks on CUDA 12.8.0-12.9.0 (a ptxas
+# miscompilation), so a causal failure below is read against this line.
+$PY -c "import jax; print('jax', jax.__version__, jax.devices()[0].device_kind)
+try:
+  from jax._src.lib import cuda_versions; print('cuda runtime', cuda_versions.cuda_runtime_get_version())
+except Exception as e: print('cuda runtime unknown:', e)" 2>&1 | tee "$OUT_DIR/versions.log" | tail -n 2
+
 echo "=== mgpu tests (limit ${T_MGPU_TESTS}s)"
-timeout --signal=TERM --kill-after=5 "$T_MGPU_TESTS" $PY -m pytest -q -p no:cacheprovider -rfE \
-  -m gpu tests/test_flash_attention_mgpu.py --junitxml="$OUT_DIR/tests.xml" >"$OUT_DIR/tests.log" 2>&1
+# -v: a test's verdict is logged as it ends, so a run cut by the limit still shows which passed.
+XDIST=""; $PY -c "import xdist" 2>/dev/null && XDIST="-n 4"
+timeout --signal=TERM --kill-after=5 "$T_MGPU_TESTS" $PY -m pytest -v $XDIST -p no:cacheprovider \
+  -rfE -m gpu tests/test_flash_attention_mgpu.py --junitxml="$OUT_DIR/tests.xml" \
+  >"$OUT_DIR/tests.log" 2>&1
 tests_rc=$?
 echo "=== mgpu tests rc=$tests_rc after ${SECONDS}s"
 if [ "$tests_rc" -ne 0 ]; then tail -n 40 "$OUT_DIR/tests.log"; else tail -n 3 "$OUT_DIR/tests.log"; fi
