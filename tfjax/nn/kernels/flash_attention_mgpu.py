@@ -190,31 +190,35 @@ def _producer(refs, scratch, *, causal, groups, tiling, kv_len):
   kv_head = lax.div(head, jnp.array(groups, head.dtype))  # GQA: no repeated K/V in memory
   num_steps = _kv_steps(causal, tile, tiling, kv_len)
 
-  def load(kv_step, slot):
+  def copy(ref, smem, ready, kv_step, slot):
     keys = (batch, pl.ds(kv_step * block_kv, block_kv), kv_head)
-    plgpu.copy_gmem_to_smem(k_ref.at[keys], k_smem.at[slot], k_ready.at[slot])
-    plgpu.copy_gmem_to_smem(v_ref.at[keys], v_smem.at[slot], v_ready.at[slot])
+    plgpu.copy_gmem_to_smem(ref.at[keys], smem.at[slot], ready.at[slot])
 
   for slot in range(min(stages, kv_len // block_kv)):  # fill the ring
+    def fill(slot=slot):
+      copy(k_ref, k_smem, k_ready, slot, slot)
+      copy(v_ref, v_smem, v_ready, slot, slot)
     if causal:  # the program may need fewer steps than slots
-      pl.when(slot < num_steps)(lambda slot=slot: load(slot, slot))
+      pl.when(slot < num_steps)(fill)
     else:
-      load(slot, slot)
+      fill()
 
-  def wait_free(kv_step):  # both consumers are done with the step `stages` back in this slot
-    slot = lax.rem(kv_step, jnp.array(stages, kv_step.dtype))
-    plgpu.barrier_wait(k_free.at[slot])
-    plgpu.barrier_wait(v_free.at[slot])
-    return slot
+  slot_of = lambda kv_step: lax.rem(kv_step, jnp.array(stages, kv_step.dtype))
 
   @pl.loop(stages, jnp.maximum(num_steps, stages))
-  def _refill(kv_step):
-    load(kv_step, wait_free(kv_step - stages))
+  def _refill(kv_step):  # K and V each as soon as both consumers released step kv_step - stages
+    slot = slot_of(kv_step)
+    plgpu.barrier_wait(k_free.at[slot])
+    copy(k_ref, k_smem, k_ready, kv_step, slot)
+    plgpu.barrier_wait(v_free.at[slot])
+    copy(v_ref, v_smem, v_ready, kv_step, slot)
 
-  # Wait out the last releases too: every barrier phase is observed before the program ends.
+  # Wait out the last `stages` releases too: every barrier phase is observed before the program
+  # ends (the interpreter checks it; on the GPU it orders the exit after the consumers' reads).
   @pl.loop(jnp.maximum(num_steps - stages, 0), num_steps)
   def _drain(kv_step):
-    wait_free(kv_step)
+    plgpu.barrier_wait(k_free.at[slot_of(kv_step)])
+    plgpu.barrier_wait(v_free.at[slot_of(kv_step)])
 
 
 def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling | None = None,
