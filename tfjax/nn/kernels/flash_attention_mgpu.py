@@ -47,6 +47,9 @@ class MosaicTiling:
   block_q: int  # rows per consumer warpgroup (a program covers 2 * block_q rows)
   block_kv: int  # keys per pipeline step
   stages: int  # K/V shared-memory slots in flight
+  # FlashAttention-3's ping-pong (Sec. 3.1): the consumers take turns at the tensor cores, one's
+  # softmax running under the other's matmuls.
+  pingpong: bool = True
 
   def __post_init__(self):
     if self.block_q % 64 or self.block_kv % 64:
@@ -100,7 +103,8 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
   """One consumer warpgroup: its block_q rows against every key block the program streams."""
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
   q_ref, _, _, out_ref, lse_ref = refs
-  (qo_smem2, k_smem, v_smem, lse_smem2), (k_ready, v_ready, q_ready), (k_free, v_free) = scratch
+  (qo_smem2, k_smem, v_smem, lse_smem2), (k_ready, v_ready, q_ready), (k_free, v_free), turn = (
+      scratch)
   block_q, block_kv, stages = tiling.block_q, tiling.block_kv, tiling.stages
   batch, head, tile = lax.axis_index("batch"), lax.axis_index("head"), lax.axis_index("q_tile")
   tile_start = tile * (CONSUMERS * block_q)
@@ -114,6 +118,13 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
   iota = lambda shape, dim: (
       lax.broadcasted_iota(jnp.int32, shape, dim) if interpret is not None
       else plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA))
+  pingpong = tiling.pingpong
+
+  def rendezvous():  # both consumers meet; with warpgroup 1 one meeting behind, they alternate
+    if pingpong:
+      plgpu.barrier_arrive(turn)
+      plgpu.barrier_wait(turn)
+
   logit_scale = scale * LOG2_E  # logits in base 2: exp(s - m) == exp2(s * log2(e) - m')
   head_dim = qo_smem.shape[-1]
 
@@ -124,6 +135,7 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
 
     def qk(acc_ref):
       plgpu.wgmma(acc_ref, qo_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+      rendezvous()  # issued: the other consumer may take the tensor cores while this one waits
       return acc_ref[...]
 
     if interpret is None:
@@ -132,6 +144,7 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
       # products as plain dots of the shared-memory slots (here and for P V below)
       s_BqxBk = lax.dot_general(qo_smem[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
                                 preferred_element_type=F32)
+      rendezvous()
     s_BqxBk = s_BqxBk * logit_scale
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
     if masked:  # causal: key position <= query position
@@ -145,7 +158,11 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
     l_Bq = l_Bq * alpha_Bq + p_BqxBk.sum(axis=1)
     acc_BqxD = acc_BqxD * lax.broadcast_in_dim(alpha_Bq, acc_BqxD.shape, [0])
     p_BqxBk = p_BqxBk.astype(qo_smem.dtype)
+    if pingpong:  # softmax done; wait for V, then for the other consumer's matmuls to be issued
+      plgpu.barrier_arrive(turn)
     plgpu.barrier_wait(v_ready.at[slot])
+    if pingpong:
+      plgpu.barrier_wait(turn)
 
     def pv(acc_ref):
       plgpu.wgmma(acc_ref, p_BqxBk, v_smem.at[slot])
@@ -163,6 +180,9 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
   l = in_layout(jnp.zeros((block_q,), F32), plgpu.Layout.WGMMA.reduce(1))
   carry = (acc, m, l)
   num_steps = _kv_steps(causal, tile, tiling, kv_len)
+  # Both consumers run the same steps, two meetings each; warpgroup 1's extra one first and
+  # warpgroup 0's last keep the counts equal and the order alternating.
+  pl.when(wg == 1)(rendezvous)
   if causal:  # blocks ending at or before the tile's first row need no mask
     unmasked_steps = tile_start // block_kv
     carry = lax.fori_loop(0, unmasked_steps, lambda i, c: step(i, c, False), carry)
@@ -170,6 +190,7 @@ def _consumer(refs, scratch, *, causal, scale, tiling, kv_len, wg, interpret):
   else:
     carry = lax.fori_loop(0, num_steps, lambda i, c: step(i, c, False), carry)
   acc, m, l = carry
+  pl.when(wg == 0)(rendezvous)
   # Q's slot is free (its last wgmma completed): it stages O for the copy out.
   qo_smem[...] = (acc / lax.broadcast_in_dim(l, acc.shape, [0])).astype(qo_smem.dtype)
   lse_smem[...] = (m + jnp.log2(l)) * LN_2  # natural log, as the Triton backward expects
@@ -184,7 +205,7 @@ def _producer(refs, scratch, *, causal, groups, tiling, kv_len):
   both consumers have arrived on its `free` barrier."""
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
   _, k_ref, v_ref, _, _ = refs
-  (_, k_smem, v_smem, _), (k_ready, v_ready, _), (k_free, v_free) = scratch
+  (_, k_smem, v_smem, _), (k_ready, v_ready, _), (k_free, v_free), _ = scratch
   block_kv, stages = tiling.block_kv, tiling.stages
   batch, head, tile = lax.axis_index("batch"), lax.axis_index("head"), lax.axis_index("q_tile")
   kv_head = lax.div(head, jnp.array(groups, head.dtype))  # GQA: no repeated K/V in memory
@@ -247,6 +268,7 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
     ready = (plgpu.Barrier(num_barriers=stages), plgpu.Barrier(num_barriers=stages),
              plgpu.Barrier(num_barriers=CONSUMERS))
     free = (plgpu.Barrier(num_arrivals=CONSUMERS, num_barriers=stages),) * 2
+    turn = plgpu.Barrier(num_arrivals=CONSUMERS)  # the ping-pong's rendezvous
 
     def specialize(*scratch):
       wg = lax.axis_index("wg")
@@ -261,7 +283,7 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
         plgpu.set_max_registers(40, action="decrease")  # TMA issue needs few registers
         _producer(refs, scratch, groups=heads // kv_heads, **kw)
 
-    pl.run_scoped(specialize, buffers, ready, free, collective_axes="wg")
+    pl.run_scoped(specialize, buffers, ready, free, turn, collective_axes="wg")
 
   out, lse = plgpu.kernel(
       body,
