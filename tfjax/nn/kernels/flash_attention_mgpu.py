@@ -9,6 +9,8 @@ warpgroups:
   consumers  (warpgroups 0 and 1) each own block_q of the rows: S = Q K^T by wgmma into fp32
              registers, the online softmax in base 2 (scale * log2(e) folded into one multiply),
              O += P V by wgmma; at the end O / l goes back through shared memory by TMA.
+             With `pingpong` the two meet on a barrier twice a step, one meeting apart, so
+             that one's softmax runs while the other's matmuls hold the tensor cores.
 It returns the output [B, L, H, D] and the natural-log log-sum-exp [B, H, L] in fp32, the
 residuals the Triton backward (flash_attention.py) recomputes the probabilities from, so this is
 a drop-in forward of the same custom VJP.
@@ -16,7 +18,12 @@ a drop-in forward of the same custom VJP.
 Both consumers run the same number of kv steps, so their barrier arrivals stay in lockstep: under
 the causal rule that count is the one of the tile's last row, and each consumer masks the blocks
 that cross its diagonal (a row's extra, fully masked block adds exactly zero, since every row has
-already met key 0). Blocks entirely left of the tile's first row skip the mask.
+already met key 0). Blocks entirely left of the tile's first row skip the mask. The producer
+waits for every release before it exits, so each barrier phase is observed.
+
+`interpret=` Mosaic GPU's interpret parameters run the same program on CPU (tests): shared memory,
+TMA copies, barriers and warpgroups are simulated; as the interpreter has no layout casts and its
+wgmma takes no transposed or register operands, the two products are plain dots there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads (query head h reads
 kv head h // G); non-causal, or causal with q_len == kv_len; q_len a multiple of 2 * block_q and
