@@ -3,7 +3,8 @@
 Default sweep: bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k tokens, L in
 {512 .. 16k}, head_dim in {64, 128}, causal and not. Implementations by backend:
   GPU  (and elsewhere) xla, cudnn, the Pallas Triton mha bundled with JAX ('mha_bundled', a peer) and ours
-       ('pallas' = the Triton kernels);
+       ('pallas' = the Triton kernels); selectable, not default: 'pallas_mosaic', our Pallas with
+       the Mosaic GPU forward kernel (flash_attention_mgpu.py; Triton backward);
   TPU  xla, JAX's bundled TPU flash attention ('flash_tpu_bundled') and splash attention
        ('splash_bundled') as peers, and ours ('pallas' = the Mosaic kernels).
 The bundled kernels are peers used only here (they have no ALiBi; the bundled TPU flash attention
@@ -17,6 +18,7 @@ backward 2.5x forward. Memory: the compiled executable's temporaries + arguments
   python experiments/bench_attention.py --out bench_results/h100
   python experiments/bench_attention.py --out bench_results/tpu_v5e       # on a TPU host
   python experiments/bench_attention.py --lengths 4096 --head_dims 128 --impls pallas --tune
+  python experiments/bench_attention.py --impls pallas,pallas_mosaic,cudnn --phases fwd
   python experiments/bench_attention.py --smoke --out /tmp/bench   # tiny CPU run (tests)
 Writes results.json, results.md and results.png (plus tuning.json with --tune) under --out.
 """
@@ -39,7 +41,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
 
 from tfjax.nn import ops
-from tfjax.nn.kernels import flash_attention, flash_attention_tpu
+from tfjax.nn.kernels import flash_attention, flash_attention_mgpu, flash_attention_tpu
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 from tfjax.nn.kernels.flash_attention_tpu import TpuTiling, TpuTilings
 from tfjax.training import cli
@@ -97,7 +99,24 @@ DEFAULT_IMPLS = {"gpu": ["xla", "cudnn", "mha_bundled", "pallas"],
                  "tpu": ["xla", "flash_tpu_bundled", "splash_bundled", "pallas"]}
 
 
+def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+  """Our Pallas kernels with the Mosaic GPU forward. Inputs it would hand to the Triton forward
+  raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel."""
+  del kv_heads_differ  # GQA is in the Mosaic kernel's scope
+  if jax.default_backend() != "gpu":
+    raise NotImplementedError("the Mosaic GPU forward runs on NVIDIA Hopper GPUs only")
+  if not flash_attention_mgpu.supports(q.shape, k.shape, q.dtype, causal=causal,
+                                       has_segments=False, has_alibi=alibi_slopes is not None,
+                                       window=None):
+    raise NotImplementedError("outside the Mosaic GPU forward's scope (bf16, head_dim 64/128, "
+                              "no ALiBi, block-multiple lengths)")
+  return flash_attention(q, k, v, causal=causal, gpu_forward="mosaic")
+
+
 def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
+  if impl == "pallas_mosaic":
+    return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                                 kv_heads_differ=kv_heads_differ)
   if impl in BUNDLED_PEERS:
     return lambda q, k, v: BUNDLED_PEERS[impl](q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                kv_heads_differ=kv_heads_differ)
@@ -246,6 +265,8 @@ def variant_checks(rows):
     if r["variant"] == "base" or r["status"] != "ok" or key not in base:
       continue
     for metric in ("fwd_ms", "fwd_bwd_ms"):
+      if metric not in r or metric not in base[key]:  # a phase --phases left out
+        continue
       ratio = r[metric] / base[key][metric]
       checks.append(dict(impl=r["impl"], variant=r["variant"], seq_len=r["seq_len"],
                          head_dim=r["head_dim"], metric=metric, ratio_to_causal=ratio,
@@ -293,7 +314,7 @@ def write_plot(path, meta, rows):
   for ax, (head_dim, causal) in zip(axes[0], panels):
     for impl in sorted({r["impl"] for r in rows}):
       points = sorted((r["seq_len"], r["fwd_bwd_tflops"]) for r in rows
-                      if r["impl"] == impl and r["variant"] == "base" and r["status"] == "ok"
+                      if r["impl"] == impl and r["variant"] == "base" and "fwd_bwd_tflops" in r
                       and r["head_dim"] == head_dim and r["causal"] == causal)
       if points:
         ax.plot(*zip(*points), marker="o", label=impl)
@@ -406,6 +427,8 @@ def parse_args(argv=None):
   p.add_argument("--compile_workers", type=int, default=min(8, os.cpu_count() or 1),
                  help="threads compiling cases before any is timed")
   p.add_argument("--causal", type=strs, default=["false", "true"])
+  p.add_argument("--phases", type=strs, default=["fwd", "fwd_bwd"],
+                 help="what is timed: fwd (forward only) and/or fwd_bwd")
   p.add_argument("--tokens", type=int, default=16384, help="batch x L")
   p.add_argument("--d_model", type=int, default=2048)
   p.add_argument("--dtype", default="bfloat16")
@@ -421,6 +444,8 @@ def parse_args(argv=None):
     cfg.tokens, cfg.d_model, cfg.dtype, cfg.iters, cfg.min_seconds = 64, 128, "float32", 1, 0.0
   if cfg.impls is None:
     cfg.impls = DEFAULT_IMPLS["tpu" if jax.default_backend() == "tpu" else "gpu"]
+  if not cfg.phases or set(cfg.phases) - {"fwd", "fwd_bwd"}:
+    p.error(f"--phases={','.join(cfg.phases)}: use fwd, fwd_bwd or fwd,fwd_bwd")
   return cfg
 
 
@@ -439,9 +464,10 @@ def main(argv=None):
     for seq_len in cfg.lengths:
       for impl in cfg.impls:
         for causal in cfg.causal:
-          cases.append(make_case(impl, "base", seq_len, head_dim, causal == "true", cfg))
+          cases.append(make_case(impl, "base", seq_len, head_dim, causal == "true", cfg,
+                                 phases=cfg.phases))
         if cfg.variant_impls is None or impl in cfg.variant_impls:
-          cases += [make_case(impl, variant, seq_len, head_dim, True, cfg)
+          cases += [make_case(impl, variant, seq_len, head_dim, True, cfg, phases=cfg.phases)
                     for variant in cfg.variants]
 
   def save_partial(rows):  # so that a run stopped midway keeps what it measured

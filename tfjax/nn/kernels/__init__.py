@@ -1,8 +1,9 @@
 """Fused attention implementations behind `tfjax.nn.ops.dot_product_attention(implementation=...)`.
 
   chunked  plain-JAX flash attention (O(L) memory; the CPU choice for long sequences)
-  pallas   Pallas FlashAttention-2 kernels for the backend: Mosaic on TPU (flash_attention_tpu),
-           Triton on NVIDIA GPUs (flash_attention), the Triton ones interpreted on CPU
+  pallas   Pallas FlashAttention kernels for the backend: Mosaic on TPU (flash_attention_tpu),
+           Triton on NVIDIA GPUs (flash_attention; its forward optionally the Mosaic GPU kernel of
+           flash_attention_mgpu on Hopper), the Triton ones interpreted on CPU
   cudnn    cuDNN flash attention via jax.nn.dot_product_attention (GPU only)
 
 `IMPLEMENTATIONS` is the table tfjax.nn.ops reads (lazily, so that importing ops never imports

@@ -14,6 +14,12 @@ head h, so K/V are never repeated (dK/dV are written per query head, in fp32, th
 each group). Inputs keep their [B, L, heads, D] layout (the BlockSpecs squeeze the head axis:
 no transposes); lengths are padded to a block multiple and head_dim to a power of two >= 16, as
 Triton tiles require.
+
+The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU kernel of
+flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
+bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, lengths that need
+no key padding, compiled (not interpreted); any other call (ALiBi, segment ids, padding masks,
+windows, fp32 or fp16, other head_dims or lengths) runs the Triton forward, with no error.
 """
 
 from __future__ import annotations
@@ -29,9 +35,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from tfjax.nn import masks
-from tfjax.nn.kernels import _blocks, _common
+from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu
 
 F32 = jnp.float32
+
+GPU_FORWARDS = ("triton", "mosaic")
+# The forward kernel `flash_attention` uses on GPU when its `gpu_forward` argument is None. Triton
+# until a device run shows the Mosaic GPU kernel matching XLA and outrunning it.
+GPU_FORWARD = "triton"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +90,7 @@ class _Config(_blocks.BlockConfig):
   backward: KernelTiling = None
   interpret: bool = False
   precision: lax.Precision = lax.Precision.DEFAULT  # of the fp32 dots (_matmul_precision)
+  gpu_forward: str = "triton"  # "mosaic" only where flash_attention_mgpu.supports the call
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,6 +321,8 @@ def _optional_specs(cfg, q_ids, kv_ids, slopes, q_rows, kv_rows, row_index, kv_i
 
 
 def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
+  if cfg.gpu_forward == "mosaic":
+    return flash_attention_mgpu.mosaic_forward(q, k, v, causal=cfg.causal, scale=cfg.scale)
   batch, q_len, heads, head_dim = q.shape
   kv_len, block_q = k.shape[1], cfg.forward.block_q
   kv_head = lambda h: lax.div(h, cfg.groups)  # GQA: query head h reads kv head h // G.
@@ -385,6 +399,21 @@ def _default_interpret() -> bool:
                    f"{backend!r}; use implementation='xla'")
 
 
+def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
+  """The forward kernel of this call: `requested` (or GPU_FORWARD) where the Mosaic GPU kernel
+  takes the padded shapes, else "triton"."""
+  requested = GPU_FORWARD if requested is None else requested
+  if requested not in GPU_FORWARDS:
+    raise ValueError(f"gpu_forward={requested!r} is not a forward kernel; use one of "
+                     f"{GPU_FORWARDS}")
+  takes = flash_attention_mgpu.supports(
+      q_shape, (*kv_shape, q_shape[3]), dtype, causal=cfg.causal, has_segments=cfg.has_segments,
+      has_alibi=cfg.has_alibi, window=cfg.window)
+  aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
+  use_mosaic = requested == "mosaic" and not cfg.interpret and takes and aligned
+  return "mosaic" if use_mosaic else "triton"
+
+
 def _clamp_tiling(tiling: KernelTiling, q_len: int, kv_len: int) -> KernelTiling:
   """Shrinks tiles for short sequences (to a power of two >= 16, the smallest Triton matmul)."""
   shrink = lambda block, n: min(block, max(16, pl.next_power_of_2(n)))
@@ -395,10 +424,13 @@ def _clamp_tiling(tiling: KernelTiling, q_len: int, kv_len: int) -> KernelTiling
 def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
                     window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
                     kv_positions=None, tilings: Optional[Tilings] = None,
-                    interpret: Optional[bool] = None):
+                    interpret: Optional[bool] = None, gpu_forward: Optional[str] = None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
+  `gpu_forward` ("triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the forward
+  kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the call and
+  falls back to Triton elsewhere (module docstring). The backward is Triton's either way.
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -425,6 +457,8 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
       forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else interpret,
       precision=_matmul_precision())
+  cfg = dataclasses.replace(cfg, gpu_forward=_gpu_forward(
+      cfg, gpu_forward, (batch, q_len_p, heads, head_dim_p), (batch, kv_len_p, kv_heads), q.dtype))
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)
