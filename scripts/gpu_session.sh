@@ -103,11 +103,11 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
         rm -rf "$RESULTS/profile_$impl/trace"
       done ;;
     alibi)
-      phase alibi 90 $PY experiments/bench_attention.py --out="$RESULTS/alibi" --impls=pallas \
-        --variant_impls=pallas --causal=true --lengths=1024,4096,16384 --head_dims=64,128 \
+      phase alibi "${T_ALIBI:-90}" $PY experiments/bench_attention.py --out="$RESULTS/alibi" --impls=pallas \
+        --variant_impls=pallas --causal=true --lengths=${ALIBI_LENGTHS:-1024,4096,16384} --head_dims=64,128 \
         --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
     peaks)
-      phase peaks 60 $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
+      phase peaks "${T_PEAKS:-60}" $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
     nanogpt|mgpu)
       RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh"; checkpoint ;;
     *) echo "unknown phase $p" ;;

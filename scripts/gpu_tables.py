@@ -96,6 +96,87 @@ def recipe_table(rows):
           f"difference {best - PUBLISHED_VAL_LOSS:+.4f})."]
 
 
+MEMORY_BOUND = ("elementwise/other fusion", "reduction", "copy/transpose", "memcpy")
+
+
+def _by_kind(profile):
+  """Measured ms per step in the kernel-sum model's kinds (memory-bound kinds merged)."""
+  cats = profile["by_category_s"]
+  return {"matmul": cats.get("matmul", 0.0), "attention": cats.get("attention", 0.0),
+          "memory": sum(cats.get(c, 0.0) for c in MEMORY_BOUND),
+          "launch gaps": profile["span_s_per_step"] - profile["busy_s_per_step"]}
+
+
+def profile_table(before, after):
+  """Device time per kernel kind of the GPT-2 small step, cross-entropy by gather vs by mask."""
+  kinds = ["matmul", "attention"] + list(MEMORY_BOUND)
+  ms = lambda data, kind: data["profile"]["by_category_s"].get(kind, 0.0) * 1e3
+  out = ["| device time per step (ms) | log p[target] by gather (take_along_axis) | by masked "
+         "sum (tfjax.training.losses) |", "|---|---|---|"]
+  for kind in kinds:
+    out.append(f"| {kind} | {ms(before, kind):.2f} | {ms(after, kind):.2f} |")
+  for label, key in (("all kernels", "kernel_s_per_step"), ("device busy", "busy_s_per_step")):
+    out.append(f"| {label} | {before['profile'][key] * 1e3:.2f} | {after['profile'][key] * 1e3:.2f} |")
+  out.append(f"| step (wall) | {before['step_ms']:.1f} | {after['step_ms']:.1f} |")
+  out.append(f"| tokens/s | {before['tokens_per_s']:,.0f} | {after['tokens_per_s']:,.0f} |")
+  out.append(f"| MFU | {100 * before['mfu']:.1f}% | {100 * after['mfu']:.1f}% |")
+  top = after["profile"]["top_kernels"][:5]
+  out += ["", "Largest kernels after: " + "; ".join(
+      f"{k['kernel'][:48]} ({k['category']}) {k['ms_per_step']:.2f} ms" for k in top) + "."]
+  return out
+
+
+def peaks_line(peaks):
+  return [f"Achieved ceilings ({peaks['device']}, jax {peaks['jax']}, `experiments/bench_peaks.py`"
+          f"): bf16 GEMM {peaks['gemm_n']}^3 {peaks['gemm_tflops']:.0f} TFLOP/s "
+          f"({peaks['gemm_tflops'] / 989:.2f} of 989); element-wise pass over {peaks['copy_mib']} "
+          f"MiB {peaks['copy_gb_per_s']:.0f} GB/s read + write ({peaks['copy_gb_per_s'] / 4800:.2f}"
+          " of 4.8 TB/s)."]
+
+
+def aot_table(aot, measured):
+  """The ahead-of-time prediction (tfjax.aot on a CPU host) against the measured step."""
+  gib = lambda b: f"{b / 2 ** 30:.2f} GiB"
+  step = measured["step_ms"] / 1e3
+  kinds = _by_kind(measured["profile"])
+  predicted = aot["kernel_sum_s_by_kind"]
+  out = ["| quantity | predicted | measured | measured / predicted |", "|---|---|---|---|",
+         f"| memory per device | {gib(aot['bytes_per_device'])} | "
+         f"{gib(measured['device_peak_bytes'])} (device peak) | "
+         f"{measured['device_peak_bytes'] / aot['bytes_per_device']:.2f} |",
+         f"| step, roofline (max of compute {aot['roofline_compute_s'] * 1e3:.2f} ms and memory "
+         f"{aot['roofline_memory_s'] * 1e3:.2f} ms) | {aot['est_step_s'] * 1e3:.2f} ms | "
+         f"{step * 1e3:.2f} ms | {step / aot['est_step_s']:.2f} |",
+         f"| step, kernel sum | {aot['est_step_kernel_sum_s'] * 1e3:.2f} ms | {step * 1e3:.2f} ms"
+         f" | {step / aot['est_step_kernel_sum_s']:.2f} |"]
+  for kind in ("matmul", "attention", "memory", "launch gaps"):
+    if kind in predicted:
+      out.append(f"| - {kind} | {predicted[kind] * 1e3:.2f} ms | {kinds[kind] * 1e3:.2f} ms | "
+                 f"{kinds[kind] / predicted[kind]:.2f} |")
+  return out
+
+
+def nanogpt_table(torch, ours):
+  """nanoGPT in PyTorch against our run of the same recipe, on the same kind of GPU: best val
+  loss and the steady train-step speed (ours: the median of the logged tokens/s)."""
+  evals = [(r["step"], r["eval/loss"]) for r in ours if "eval/loss" in r]
+  best_step, best = min(evals, key=lambda e: e[1])
+  rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
+  ours_rate = rates[len(rates) // 2]
+  tokens_per_step = torch["tokens_per_s"] * torch["step_ms"] / 1e3 if torch["step_ms"] else 0
+  ms = lambda x: "-" if x is None else f"{x:.2f}"
+  return ["| run | attention dropout | best val loss (step) | steps run | ms per train step | "
+          "tokens/s | wall s (train + eval) |", "|---|---|---|---|---|---|---|",
+          f"| nanoGPT recipe, PyTorch {torch['torch']} ({torch['autocast']}, torch.compile "
+          f"{torch['compile']}) | 0.2 | {torch['best_val_loss']:.4f} ({torch['best_val_step']}) | "
+          f"{torch['steps_done']} of {torch['steps']} | {ms(torch['step_ms'])} | "
+          f"{torch['tokens_per_s'] or 0:,.0f} | {torch['wall_s']:.0f} ({torch['train_s']:.0f} + "
+          f"{torch['eval_s']:.0f}) |",
+          f"| tfjax, configs/shakespeare_char.py | 0 | {best:.4f} ({best_step}) | {evals[-1][0]} | "
+          f"{ms(tokens_per_step / ours_rate * 1e3 if tokens_per_step else None)} | "
+          f"{ours_rate:,.0f} | - |"]
+
+
 def main(results):
   attention = _load(results, "attention_h200.json")
   tuning = _load(results, "tuning_h200.json")
