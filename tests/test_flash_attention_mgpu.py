@@ -80,8 +80,17 @@ def test_module_setting_selects_the_forward(monkeypatch):
   assert _forward_kernels(None) == {MOSAIC_NAME}
 
 
+def test_auto_takes_mosaic_on_hopper_only(monkeypatch):
+  assert fa.GPU_FORWARD == "auto"
+  monkeypatch.setattr(fa, "_on_hopper", lambda: False)
+  assert _forward_kernels("auto", causal=True) == {TRITON_FORWARD_NAME}
+  monkeypatch.setattr(fa, "_on_hopper", lambda: True)
+  assert _forward_kernels("auto", causal=True) == {MOSAIC_NAME}
+  assert _forward_kernels("auto", alibi_slopes=jnp.ones(4)) == {TRITON_FORWARD_NAME}
+
+
 def test_unknown_gpu_forward_is_a_clear_error():
-  with pytest.raises(ValueError, match=r"gpu_forward='cutlass' .*\('triton', 'mosaic'\)"):
+  with pytest.raises(ValueError, match=r"gpu_forward='cutlass' .*\('auto', 'triton', 'mosaic'\)"):
     _forward_kernels("cutlass")
 
 

@@ -578,3 +578,24 @@ def test_embedder_matches_numpy(overrides):
   if cfg.embed_norm:
     x = np_norm(x, p["norm"], "layernorm", cfg.norm_eps)
   np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_token_table_gradient_accumulates_in_float32():
+  """The lookup gathers rows of the float32 table and casts them, so the gradient's scatter-add
+  (one row per token, many tokens per id) runs in float32 in the program handed to any backend's
+  compiler; casting the table first would make it a bfloat16 scatter (the CPU compiler happens to
+  widen it again, a GPU's does not)."""
+  import re  # pylint: disable=import-outside-toplevel
+  from tfjax.nn import models as model_lib  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
+  config = defaults.base_config().model
+  config.update(dtype="bfloat16", vocab_size=300, d_model=32, num_layers=1, num_heads=2, d_ff=64,
+                position="rope")
+  model = model_lib.build_model(ModelConfig.from_config(config))
+  ids = jnp.zeros((2, 8), jnp.int32)
+  params = model.init(jax.random.key(0), ids)
+  loss = lambda p: model.apply(p, ids).astype(jnp.float32).sum()
+  lowered = jax.jit(jax.grad(loss)).lower(params).as_text()
+  scatters = re.findall(r'"stablehlo.scatter".*?\) -> (tensor<[^>]*>)', lowered, re.S)
+  assert scatters == ["tensor<300x32xf32>"], scatters

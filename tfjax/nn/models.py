@@ -40,6 +40,14 @@ def token_embedding(cfg: ModelConfig, name: Optional[str] = None) -> nn.Embed:
                                                   (axes.VOCAB, axes.EMBED)))
 
 
+def lookup(table: nn.Embed, ids, dtype):
+  """Rows `ids` of an Embed's table, cast to `dtype` after the gather (nn.Embed casts the whole
+  table first): the same values, but the gradient, a scatter-add of one row per token, then
+  accumulates in the table's float32 rather than in a bfloat16 copy, where many tokens of one id
+  round away each other's updates."""
+  return jnp.take(table.embedding, ids, axis=0).astype(dtype)
+
+
 class Embedder(nn.Module):
   """Token embedding (+ absolute positions, token types), scaling, optional norm, dropout.
 
@@ -69,7 +77,7 @@ class Embedder(nn.Module):
 
   def __call__(self, inputs_BxL, positions_BxL, token_type_ids=None):
     cfg = self.config
-    x_BxLxD = self._tokens()(inputs_BxL)
+    x_BxLxD = lookup(self._tokens(), inputs_BxL, cfg.compute_dtype)
     if cfg.embed_scale:
       x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
     if has_learned_table(cfg):
@@ -79,7 +87,7 @@ class Embedder(nn.Module):
       x_BxLxD = x_BxLxD + table_BxLxD.astype(x_BxLxD.dtype)
     if cfg.type_vocab_size:
       types = jnp.zeros_like(inputs_BxL) if token_type_ids is None else token_type_ids
-      x_BxLxD = x_BxLxD + self.token_types(types)
+      x_BxLxD = x_BxLxD + lookup(self.token_types, types, cfg.compute_dtype)
     if cfg.embed_norm:
       x_BxLxD = self.norm(x_BxLxD)
     x_BxLxD = self.dropout(x_BxLxD)

@@ -39,10 +39,20 @@ from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu
 
 F32 = jnp.float32
 
-GPU_FORWARDS = ("triton", "mosaic")
-# The forward kernel `flash_attention` uses on GPU when its `gpu_forward` argument is None. Triton
-# until a device run shows the Mosaic GPU kernel matching XLA and outrunning it.
-GPU_FORWARD = "triton"
+GPU_FORWARDS = ("auto", "triton", "mosaic")
+# The forward kernel `flash_attention` uses on GPU when its `gpu_forward` argument is None. "auto":
+# the Mosaic GPU kernel where it applies and the device is a Hopper GPU (its wgmma instructions
+# exist on compute capability 9.x only), faster than the Triton forward in every case measured
+# (docs/benchmarks.md#gpu); Triton elsewhere. "mosaic" asks for it wherever it applies (a program
+# compiled for an H100 from a CPU host); "triton" never uses it.
+GPU_FORWARD = "auto"
+
+
+def _on_hopper() -> bool:
+  """Whether the default device is a Hopper GPU (compute capability 9.x)."""
+  if jax.default_backend() != "gpu":
+    return False
+  return str(getattr(jax.devices()[0], "compute_capability", "")).startswith("9.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,7 +420,8 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
       q_shape, (*kv_shape, q_shape[3]), dtype, causal=cfg.causal, has_segments=cfg.has_segments,
       has_alibi=cfg.has_alibi, window=cfg.window)
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
-  use_mosaic = requested == "mosaic" and not cfg.interpret and takes and aligned
+  wanted = requested == "mosaic" or (requested == "auto" and _on_hopper())
+  use_mosaic = wanted and not cfg.interpret and takes and aligned
   return "mosaic" if use_mosaic else "triton"
 
 
@@ -428,7 +439,7 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
-  `gpu_forward` ("triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the forward
+  `gpu_forward` ("auto", "triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the forward
   kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the call and
   falls back to Triton elsewhere (module docstring). The backward is Triton's either way.
   """
