@@ -2,9 +2,8 @@
 
   python scripts/gpu_tables.py docs/gpu > /tmp/gpu_tables.md
 
-Reads docs/gpu/{attention,tuning,train_gpt2_small}_h200.json and
-shakespeare_char_h200_metrics.jsonl (copied from a scripts/gpu_session.sh run) and prints the
-markdown block that docs/benchmarks.md carries between its `<!-- gpu-tables -->` markers
+Reads docs/gpu/*_h200.json and shakespeare_char_h200_metrics.jsonl (copied from
+scripts/gpu_session.sh runs) and prints the markdown block that docs/benchmarks.md carries between its `<!-- gpu-tables -->` markers
 (tests/test_gpu_tables.py checks that the doc holds exactly this output).
 """
 
@@ -114,7 +113,8 @@ def profile_table(before, after):
   out = ["| device time per step (ms) | log p[target] by gather (take_along_axis) | by masked "
          "sum (tfjax.training.losses) |", "|---|---|---|"]
   for kind in kinds:
-    out.append(f"| {kind} | {ms(before, kind):.2f} | {ms(after, kind):.2f} |")
+    if ms(before, kind) or ms(after, kind):
+      out.append(f"| {kind} | {ms(before, kind):.2f} | {ms(after, kind):.2f} |")
   for label, key in (("all kernels", "kernel_s_per_step"), ("device busy", "busy_s_per_step")):
     out.append(f"| {label} | {before['profile'][key] * 1e3:.2f} | {after['profile'][key] * 1e3:.2f} |")
   out.append(f"| step (wall) | {before['step_ms']:.1f} | {after['step_ms']:.1f} |")
@@ -177,25 +177,63 @@ def nanogpt_table(torch, ours):
           f"{ours_rate:,.0f} | - |"]
 
 
+def mosaic_table(data, bundled):
+  """Forward TFLOP/s of our two forward kernels and cuDNN (one process), with JAX's bundled
+  Pallas mha from the full sweep (`bundled`) for the 1.3x target."""
+  rows = {(r["impl"], r["seq_len"], r["head_dim"], r["causal"]): r["fwd_tflops"]
+          for r in data["rows"] if r["status"] == "ok"}
+  mha = {(r["seq_len"], r["head_dim"], r["causal"]): r["fwd_tflops"] for r in bundled["rows"]
+         if r["impl"] == "mha_bundled" and r["variant"] == "base" and r["status"] == "ok"}
+  out = ["| D | L | causal | ours, Mosaic GPU forward | ours, Triton forward | cuDNN | bundled "
+         "mha | Mosaic / bundled mha |", "|---|---|---|---|---|---|---|---|"]
+  for seq_len, head_dim, causal in sorted({k[1:] for k in rows}, key=lambda k: (k[1], k[0], k[2])):
+    get = lambda impl: rows.get((impl, seq_len, head_dim, causal))
+    ours, peer = get("pallas_mosaic"), mha.get((seq_len, head_dim, causal))
+    cell = lambda x: "-" if x is None else f"{x:.0f}"
+    ratio = f"{ours / peer:.2f}x" if ours and peer else "-"
+    out.append(f"| {head_dim} | {seq_len} | {'yes' if causal else 'no'} | {cell(ours)} | "
+               f"{cell(get('pallas'))} | {cell(get('cudnn'))} | {cell(peer)} | {ratio} |")
+  return out
+
+
 def main(results):
-  attention = _load(results, "attention_h200.json")
-  tuning = _load(results, "tuning_h200.json")
-  train = _load(results, "train_gpt2_small_h200.json")
+  load = lambda name: _load(results, name)
+  attention, tuning, alibi = load("attention_h200.json"), load("tuning_h200.json"), load(
+      "alibi_h200.json")
+  train, before = load("train_gpt2_small_h200.json"), load(
+      "train_gpt2_small_h200_gather_loss.json")
   with open(os.path.join(results, "shakespeare_char_h200_metrics.jsonl")) as f:
     recipe = [json.loads(line) for line in f if line.strip()]
-  # The backward tiling GPU_TILINGS held when the sweep ran (64x64, 4 warps for D 64 and
-  # 8 warps for D 128, 2 stages), to show what tuning changed.
+  # The backward tiling GPU_TILINGS held before tuning (64x64, 4 warps for D 64 and 8 warps for
+  # D 128, 2 stages), to show what tuning changed.
   old = {64: dict(block_q=64, block_k=64, num_warps=4, num_stages=2),
          128: dict(block_q=64, block_k=64, num_warps=8, num_stages=2)}
+  meta = lambda d: f"{d['meta']['device']}, jax {d['meta']['jax']}, {d['meta']['date'][:10]}"
   blocks = [["Attention, TFLOP/s forward / forward+backward (bf16, d_model 2048, batch x L = "
-             f"16k tokens; {attention['meta']['device']}, jax {attention['meta']['jax']}, "
-             f"{attention['meta']['date'][:10]}):", ""] + attention_table(attention),
-            ["Our kernel's cost relative to plain causal (time ratio; target < 1.10):", ""]
-            + variant_table(attention),
+             f"16k tokens; ours with the Triton forward; {meta(attention)}):", ""]
+            + attention_table(attention),
+            ["Forward only, ours with each forward kernel beside cuDNN (one process; bundled mha "
+             f"from the table above; {meta(load('mosaic_forward_h200.json'))}). `pallas` takes "
+             "the Mosaic forward by default on Hopper where it applies (bf16, D 64/128, no ALiBi,"
+             " window or segments):", ""]
+            + mosaic_table(load("mosaic_forward_h200.json"), attention),
+            ["Our kernel's cost relative to plain causal, Triton forward and backward, ALiBi as a "
+             f"per-key bias (time ratio; target < 1.10; {meta(alibi)}):", ""]
+            + variant_table(alibi),
             ["Tuning (`--tune`, causal, L 4096, bf16):", ""] + tuning_table(tuning, old),
             ["GPT-2 small training step:", ""] + train_table(train),
+            ["Where the step's time goes (`experiments/bench_train.py --profile_steps=5`, device "
+             "time per kernel kind from the profiler trace; same config as above):", ""]
+            + profile_table(before, train),
+            peaks_line(load("peaks_h200.json")),
+            ["The ahead-of-time estimate against the measured step (same config; `python -m "
+             "tfjax.aot --target=h200x1`, compiled on a 2-core CPU host, jax 0.10.2):", ""]
+            + aot_table(load("aot_gpt2_small_h200.json"), train),
             ["nanoGPT's shakespeare-char GPU recipe (5000 steps, seed 0), val loss on 200 "
-             "batches every 250 steps:", ""] + recipe_table(recipe)]
+             "batches every 250 steps:", ""] + recipe_table(recipe),
+            ["Side by side with nanoGPT in PyTorch on the same kind of GPU (`scripts/"
+             "gpu_phase_nanogpt.sh`, stopped by its time limit):", ""]
+            + nanogpt_table(load("nanogpt_torch_h200.json"), recipe)]
   print("\n\n".join("\n".join(b) for b in blocks))
 
 

@@ -235,9 +235,12 @@ def kernel_sum(found: list[Kernel], peak, efficiency: Efficiency, cfg, generatio
   return step_time(found, peak, efficiency, cfg.dtype, seconds)
 
 
-# Achieved fractions of the datasheet peaks (targets.PEAKS). H200: experiments/bench_peaks.py
-# and the idle time per launch of a profiled GPT-2 small step (experiments/bench_train.py
-# --profile_steps), jax 0.11.2, docs/gpu/. The H100 shares the H200's chip; its HBM3 is slower,
-# and the same fraction of its own bandwidth is assumed.
-_H200 = Efficiency(matmul=0.79, memory=0.896, launch_s=1.45e-6, source="provisional")
+# Achieved fractions of the datasheet peaks (targets.PEAKS), measured on an H200 with jax 0.11.2
+# (docs/gpu/peaks_h200.json, experiments/bench_peaks.py): a bf16 8192^3 GEMM at 737 TFLOP/s and an
+# element-wise pass over 2 GiB at 4215 GB/s; the idle time per launch is that of a profiled GPT-2
+# small step (docs/gpu/train_gpt2_small_h200_gather_loss.json: span - busy over 1375 launches).
+# The H100 has the H200's chip; the same fraction of its own (lower) bandwidth is assumed.
+_H200 = Efficiency(matmul=737 / 989, memory=4215 / 4800, launch_s=1.45e-6,
+                   source="H200 measured: GEMM 737 TFLOP/s, copy 4215 GB/s, 1.45 us per launch "
+                          "(docs/gpu)")
 GPU_EFFICIENCY = {"h200": _H200, "h100": _H200}
