@@ -24,7 +24,7 @@ TINY = dict(vocab_size=31, d_model=16, num_layers=1, num_heads=2, d_ff=32, max_l
 
 def tiny_config(**overrides) -> ModelConfig:
   """A validated ModelConfig at test size; any field can be overridden."""
-  return ModelConfig(**{**TINY, **overrides}).validated()
+  return ModelConfig.from_flat({**TINY, **overrides}).validated()
 
 
 def unboxed(tree):

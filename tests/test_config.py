@@ -59,5 +59,5 @@ def test_unknown_config_key_is_named_with_the_valid_keys():
 def test_config_dict_round_trip_builds_the_same_config():
   cfg = default_model_config(d_model=16, num_heads=2, num_kv_heads=1, window=3)
   built = ModelConfig.from_config(cfg)
-  assert built.kv_heads == 1 and built.window == 3 and built.dim_per_head == 8
+  assert built.attention.kv_heads == 1 and built.window == 3 and built.dim_per_head == 8
   assert ModelConfig.from_config(default_model_config()) == ModelConfig()

@@ -15,6 +15,7 @@ import numpy as np
 from tfjax.hf import llama, mapping
 from tfjax.hf.mapping import Fields, Rule, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.rope_config import RopeConfig
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
         "relu": "relu", "silu": "silu"}
@@ -41,7 +42,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       norm="layernorm", norm_eps=float(f.get("layer_norm_eps", 1e-5)), norm_placement="pre",
       parallel_block=parallel, parallel_shared_norm=not parallel, position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", False)),
-      **llama.rope_from_hf(f, max_len, theta_key="rotary_emb_base", fraction_key="rotary_pct",
+      **RopeConfig.from_hf(f, max_len, theta_key="rotary_emb_base", fraction_key="rotary_pct",
                            fraction_default=0.25))
 
 
@@ -53,7 +54,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
               attention_bias=cfg.attention_bias, layer_norm_eps=cfg.norm_eps,
               use_parallel_residual=cfg.parallel_block, max_position_embeddings=cfg.max_len,
               tie_word_embeddings=cfg.tie_embeddings,
-              **llama.rope_to_hf(cfg, with_fraction=True))
+              **cfg.positions.rope.to_hf(with_fraction=True))
 
 
 def interleaved_qkv(hf: str, paths, heads: int, weight: bool) -> Rule:

@@ -43,7 +43,7 @@ def model_config_from_hf(ckpt: reader.HFCheckpoint, dtype: str = "float32"):
   fields = Fields(ckpt.config, arch.model_type, arch.ignored)
   values = arch.config_from_hf(arch.model_type, fields, ckpt.names)
   fields.finish()
-  return arch, ModelConfig(**values, dtype=dtype).validated()
+  return arch, ModelConfig.from_flat({**values, "dtype": dtype}).validated()
 
 
 def special_ids(config: dict, generation: dict) -> dict:
