@@ -27,6 +27,21 @@ def tiny_config(**overrides) -> ModelConfig:
   return ModelConfig.from_flat({**TINY, **overrides}).validated()
 
 
+def assert_owner_rejects(section: str, overrides: dict, patterns) -> None:
+  """The config section `section` (ModelConfig.<section>) rejects `overrides` (flat model.* keys)
+  by itself, with a message holding every pattern (the flat key, the value, the choices); and so
+  does every way of building a config."""
+  model = ModelConfig.from_flat({**TINY, **overrides})  # not validated yet
+  with pytest.raises(ValueError) as info:
+    getattr(model, section).validate(model)
+  for pattern in patterns:
+    assert pattern in str(info.value), (pattern, str(info.value))
+  with pytest.raises(ValueError):
+    tiny_config(**overrides)
+  with pytest.raises(ValueError):
+    tiny_config().replace(**overrides)
+
+
 def unboxed(tree):
   """Plain arrays from a (possibly nn.with_logical_partitioning-boxed) variable tree."""
   return nn.meta.unbox(tree)

@@ -11,7 +11,6 @@ key, never a checkpoint that loads but computes something else.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil

@@ -16,6 +16,7 @@ from __future__ import annotations
 from tfjax.hf import llama
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
 from tfjax.nn.rope_config import RopeConfig
 
 # config.json fields Gemma 3's text model does not read (beyond mapping.IGNORED): `hidden_act`
@@ -78,7 +79,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       head_dim=None if head_dim * heads == d else head_dim, d_ff=f.require("intermediate_size"),
       ffn=llama.GATED_ACTS[act], ffn_bias=False,
       attention_bias=bool(f.get("attention_bias", False)), norm="rmsnorm",
-      norm_eps=float(f.get("rms_norm_eps", 1e-6)), norm_placement="sandwich",
+      **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-6), norm_placement="sandwich",
       norm_unit_offset=True, embed_scale=True, qk_norm="rmsnorm", position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", True)),
       window=int(f.require("sliding_window")), window_pattern=_window_pattern(f, n),
@@ -92,8 +93,10 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   return dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-      num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head, intermediate_size=cfg.d_ff,
-      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn), rms_norm_eps=cfg.norm_eps,
+      num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
+      intermediate_size=cfg.d_ff,
+      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+      **cfg.norms.eps_to_hf("rms_norm_eps"),
       max_position_embeddings=cfg.max_len, tie_word_embeddings=cfg.tie_embeddings,
       attention_bias=cfg.attention_bias, sliding_window=cfg.window,
       layer_types=["sliding_attention" if cfg.attention.is_sliding_layer(i) else "full_attention"

@@ -59,7 +59,7 @@ def run_config(model_cfg: ModelConfig, task: str):
   """The experiment config of an imported run: the model, its task, text data through the HF
   tokenizer (data.path is the user's to set for a fine-tune)."""
   config = base_config()
-  for key, value in model_cfg.__dict__.items():
+  for key, value in model_cfg.to_flat().items():
     config.model[key] = value
   config.task = task
   config.data.update(name="text", tokenizer="hf",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
 from tfjax.nn.rope_config import RopeConfig
 
 # hidden_act -> model.ffn (each gated, as these families' MLPs are).
@@ -72,7 +73,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       head_dim=None if head_dim * heads == d else head_dim,
       d_ff=f.require("intermediate_size"), ffn=GATED_ACTS[act],
       ffn_bias=bool(f.expect("mlp_bias", (False, True), False)) if kind == "llama" else False,
-      attention_bias=qkv_bias, norm="rmsnorm", norm_eps=float(f.get("rms_norm_eps", 1e-6)),
+      attention_bias=qkv_bias, norm="rmsnorm", **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-6),
       norm_placement="pre", position="rope", max_len=max_len,
       tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
       **RopeConfig.from_hf(f, max_len))
@@ -126,7 +127,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
       num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
       intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
-      rms_norm_eps=cfg.norm_eps, max_position_embeddings=cfg.max_len,
+      **cfg.norms.eps_to_hf("rms_norm_eps"), max_position_embeddings=cfg.max_len,
       tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
   if kind == "llama":
     out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)

@@ -46,6 +46,15 @@ class NormConfig(Section):
                     "norm_unit_offset": "unit_offset", "norm_placement": "placement",
                     "parallel_shared_norm": "parallel_shared_norm"}
 
+  @staticmethod
+  def eps_from_hf(f, hf_key: str, default: float) -> dict:
+    """model.norm_eps from config.json (`f`: tfjax.hf.mapping.Fields), whose family spells the
+    epsilon `hf_key` (rms_norm_eps, layer_norm_eps, layer_norm_epsilon) with its own default."""
+    return {"norm_eps": float(f.get(hf_key, default))}
+
+  def eps_to_hf(self, hf_key: str) -> dict:
+    return {hf_key: self.eps}
+
   @property
   def has_final_norm(self) -> bool:
     """Whether each layer stack ends with a norm (pre-norm placements leave the stream unnormed)."""

@@ -222,7 +222,7 @@ def rope_frequencies(head_dim: int, base: float) -> jax.Array:
   return 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
 
 
-# ---- RoPE frequency scaling (model.rope_scaling, tfjax/nn/rope_config.py) ----------------------------------------------
+# ---- RoPE frequency scaling (model.rope_scaling, tfjax/nn/rope_config.py) --------------------
 def linear_scaled_frequencies(inv_freq, factor: float):
   """Position interpolation (Chen et al. 2023): every frequency divided by the factor, so position
   p rotates as p / factor did."""
