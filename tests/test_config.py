@@ -104,3 +104,18 @@ def test_every_model_key_in_the_readme_and_configs_parses():
   cfg.rope_local_base = None
   built = ModelConfig.from_config(cfg)
   assert (built.positions.kind, built.attention.window) == ("alibi", 8)
+
+
+@pytest.mark.parametrize("name", ["default", "gpt2_small", "gpt2_owt", "bert_base", "llama2_7b",
+                                  "llama2_70b", "shakespeare_char", "transformer_base"])
+def test_every_config_files_model_keys_reach_their_owners(name):
+  """Each configs/*.py model section builds, and every key it sets reads back unchanged."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location(f"cfg_{name}",
+                                                os.path.join(ROOT, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  model = dict(module.get_config().model)
+  model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
+  built = ModelConfig.from_config(model)
+  assert {k: getattr(built, k) for k in model} == model
