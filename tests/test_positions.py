@@ -230,7 +230,8 @@ def test_alibi_slopes_published_values():
 @pytest.mark.parametrize("overrides,patterns", [
     (dict(position="xpos"), ["model.position='xpos'", *POSITIONS]),
     (dict(position="rope", d_model=12, num_heads=4), ["model.position='rope'", "even", "3"]),
-    (dict(relative_buckets=8), ["model.relative_buckets=8", "'t5_bias'", "model.position="]),
+    (dict(relative_buckets=8), ["model.relative_buckets=8", "read by position='t5_bias' only",
+                                "model.position='learned'"]),
     (dict(position="t5_bias", relative_buckets=2), ["model.relative_buckets=2", ">= 4"]),
     (dict(position_offset=2, position="rope"), ["model.position_offset=2", "'learned'"]),
     (dict(sinusoid_layout="halves"), ["model.sinusoid_layout='halves'", "'sinusoidal'"]),

@@ -163,8 +163,9 @@ class PositionConfig(Section):
     for key in self.KIND_KEYS:
       if values[key] != defaults[key] and key not in kind.reads:
         users = tuple(k.name for k in POSITION_KINDS.values() if key in k.reads)
-        raise ValueError(f"model.{key}={values[key]!r} is read by model.position in {users} "
-                         f"only, but model.position={self.kind!r}; leave it at {defaults[key]!r}")
+        readers = f"position={users[0]!r}" if len(users) == 1 else f"position in {users}"
+        raise ValueError(f"model.{key}={values[key]!r} is read by {readers} only, but "
+                         f"model.position={self.kind!r}; leave it at {defaults[key]!r}")
     if self.offset < 0:
       raise ValueError(f"model.position_offset={self.offset} shifts the rows of the learned "
                        "position table; use an offset >= 0")
