@@ -60,11 +60,11 @@ def parse_args(argv):
 
 def model_config(args) -> ModelConfig:
   longest = max(int(n) for n in args.lengths.split(","))
-  return ModelConfig(
+  return ModelConfig.from_config(dict(
       family="decoder", vocab_size=args.vocab_size, d_model=args.d_model,
       num_layers=args.num_layers, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
       d_ff=args.d_ff, position=args.position, max_len=args.prompt_len + longest,
-      dtype=args.dtype).validated()
+      dtype=args.dtype))
 
 
 def best_time(fn, repeats):
@@ -101,7 +101,7 @@ def bench(args, argv):
                                jnp.zeros((1, args.prompt_len), jnp.int32))["params"]
   prompts_BxP = np.random.default_rng(0).integers(
       1, cfg.vocab_size, (args.batch, args.prompt_len)).astype(np.int32)
-  bytes_per_token = (2 * cfg.num_layers * cfg.kv_heads * cfg.dim_per_head
+  bytes_per_token = (2 * cfg.num_layers * cfg.attention.kv_heads * cfg.dim_per_head
                      * jnp.dtype(cfg.compute_dtype).itemsize)
   rows = []
   for new_tokens in (int(n) for n in args.lengths.split(",")):

@@ -24,7 +24,22 @@ TINY = dict(vocab_size=31, d_model=16, num_layers=1, num_heads=2, d_ff=32, max_l
 
 def tiny_config(**overrides) -> ModelConfig:
   """A validated ModelConfig at test size; any field can be overridden."""
-  return ModelConfig(**{**TINY, **overrides}).validated()
+  return ModelConfig.from_flat({**TINY, **overrides}).validated()
+
+
+def assert_owner_rejects(section: str, overrides: dict, patterns) -> None:
+  """The config section `section` (ModelConfig.<section>) rejects `overrides` (flat model.* keys)
+  by itself, with a message holding every pattern (the flat key, the value, the choices); and so
+  does every way of building a config."""
+  model = ModelConfig.from_flat({**TINY, **overrides})  # not validated yet
+  with pytest.raises(ValueError) as info:
+    getattr(model, section).validate(model)
+  for pattern in patterns:
+    assert pattern in str(info.value), (pattern, str(info.value))
+  with pytest.raises(ValueError):
+    tiny_config(**overrides)
+  with pytest.raises(ValueError):
+    tiny_config().replace(**overrides)
 
 
 def unboxed(tree):

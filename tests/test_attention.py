@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config, to_numpy, unboxed
+from conftest import assert_owner_rejects, random_params, tiny_config, to_numpy, unboxed
 from np_reference import KEY, np_mha, np_norm, rand
 
 from tfjax.nn.attention import MultiHeadAttention
@@ -313,3 +313,21 @@ def test_key_value_projections_carry_the_kv_heads_axis(num_kv_heads):
       "value": (("embed", "kv_heads", "head_dim"), ("kv_heads", "head_dim")),
       "out": (("heads", "head_dim", "embed"), ("embed",)),
   }
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(d_model=18, num_heads=4), ["model.d_model=18", "model.num_heads=4", "head_dim"]),
+    (dict(num_heads=4, num_kv_heads=3), ["model.num_heads=4", "model.num_kv_heads=3"]),
+    (dict(family="encoder", window=4), ["model.window=4", "model.family='encoder'",
+                                        "model.window=None"]),
+    (dict(window=0), ["model.window=0", "positive"]),
+    (dict(head_dim=0), ["model.head_dim=0", "positive"]),
+    (dict(num_kv_heads=0), ["model.num_kv_heads=0", "positive"]),
+    (dict(num_heads=-2), ["model.num_heads=-2", "positive"]),
+    (dict(qk_norm="batchnorm"), ["model.qk_norm='batchnorm'", "rmsnorm", "layernorm"]),
+    (dict(window_pattern=2), ["model.window_pattern=2", "model.window=None"]),
+    (dict(attention_softcap=-1.0), ["model.attention_softcap=-1.0", "positive"]),
+    (dict(attention_dropout=1.5), ["model.attention_dropout=1.5", "[0, 1)"]),
+])
+def test_attention_section_rejects_bad_values_naming_the_flat_key(overrides, patterns):
+  assert_owner_rejects("attention", overrides, patterns)

@@ -39,7 +39,7 @@ def tiny_config(**overrides) -> ModelConfig:
   values = dict(family="decoder", vocab_size=VOCAB, d_model=16, num_layers=1, num_heads=4,
                 d_ff=32, position="rope", max_len=32, init_std=0.5, tie_embeddings=False)
   values.update(overrides)
-  return ModelConfig(**values).validated()
+  return ModelConfig.from_flat(values).validated()
 
 
 @functools.lru_cache(maxsize=None)

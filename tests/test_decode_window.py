@@ -42,7 +42,7 @@ def config(**overrides) -> ModelConfig:
                 d_ff=32, position="learned", max_len=MAX_LEN, init_std=0.5,
                 tie_embeddings=False, deterministic=True)
   values.update(overrides)
-  return ModelConfig(**values).validated()
+  return ModelConfig.from_flat(values).validated()
 
 
 @functools.lru_cache(maxsize=None)

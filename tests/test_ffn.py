@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config, to_numpy
+from conftest import assert_owner_rejects, random_params, tiny_config, to_numpy
 from np_reference import _erf, np_ffn, NP_FFNS, np_gelu, np_gelu_tanh, rand
 
-from tfjax.nn.ffn import FeedForward, gelu
+from tfjax.nn.ffn import FFNS, FeedForward, gelu
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -124,3 +124,11 @@ def test_ffn_gradients_match_numpy(kind):
   for name in expected:
     for leaf in ("kernel", "bias"):
       np.testing.assert_allclose(got[name][leaf], expected[name][leaf], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(ffn="swish"), ["model.ffn='swish'", *FFNS]),
+    (dict(d_ff=0), ["model.d_ff=0", "positive"]),
+])
+def test_ffn_section_rejects_bad_values_naming_the_flat_key(overrides, patterns):
+  assert_owner_rejects("feed_forward", overrides, patterns)

@@ -305,8 +305,9 @@ def test_export_rejects_inexpressible_config(tmp_path):
   from tfjax.hf import exporter  # pylint: disable=import-outside-toplevel
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
   arch = registry.architecture("llama")
-  cfg = ModelConfig(family="decoder", vocab_size=V, d_model=32, num_heads=4, d_ff=48,
-                    ffn="swiglu", ffn_bias=False, attention_bias=False, norm="rmsnorm",
-                    position="alibi", tie_embeddings=False)
+  cfg = ModelConfig.from_config(dict(
+      family="decoder", vocab_size=V, d_model=32, num_heads=4, d_ff=48, ffn="swiglu",
+      ffn_bias=False, attention_bias=False, norm="rmsnorm", position="alibi",
+      tie_embeddings=False))
   with pytest.raises(mapping.UnsupportedError, match="position"):
     exporter.hf_config(arch, cfg, set())

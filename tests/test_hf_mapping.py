@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import falcon, gpt_neox, llama, mapping, phi3
+from tfjax.hf import falcon, gpt_neox, mapping, phi3
+from tfjax.nn.rope_config import RopeConfig
 
 
 def test_neox_interleaved_qkv_rows_are_head_then_qkv_then_channel():
@@ -83,7 +84,7 @@ def test_partial_rotary_fraction_read_from_legacy_and_rope_parameters():
   transformers-5 rope_parameters spelling give the same rotary_fraction and base; the family
   default applies when the field is absent, as in transformers' configs."""
   def read(values, **kw):
-    return llama.rope_from_hf(mapping.Fields(values, "x"), 2048, **kw)
+    return RopeConfig.from_hf(mapping.Fields(values, "x"), 2048, **kw)
   neox = dict(theta_key="rotary_emb_base", fraction_key="rotary_pct", fraction_default=0.25)
   assert read({"rotary_pct": 0.5, "rotary_emb_base": 500}, **neox) == {
       "rope_base": 500.0, "rotary_fraction": 0.5}

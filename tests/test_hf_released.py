@@ -377,10 +377,10 @@ def test_gemma_legacy_gelu_is_tanh_and_exact_geglu_is_not_exported():
   values = arch.config_from_hf("gemma", reader, set())
   assert values["ffn"] == "geglu_tanh"
   assert T.GemmaConfig(hidden_act="gelu").hidden_act == "gelu_pytorch_tanh"  # the rule we follow
-  exact = ModelConfig(**{**values, "ffn": "geglu"}).validated()
+  exact = ModelConfig.from_flat({**values, "ffn": "geglu"}).validated()
   with pytest.raises(mapping.UnsupportedError, match="geglu"):
     exporter.hf_config(arch, exact, set())
-  tanh = ModelConfig(**values).validated()
+  tanh = ModelConfig.from_flat(values).validated()
   assert exporter.hf_config(arch, tanh, set())["hidden_act"] == "gelu_pytorch_tanh"
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import fast_jit, tiny_config, unboxed
-from tfjax.nn.layers import deepnorm_constants
+from tfjax.nn.norms import deepnorm_constants
 from tfjax.nn.models import build_model
 
 D, H, E, F, V = 48, 4, 12, 160, 37

@@ -44,8 +44,8 @@ def test_sandwich_norm_is_pre_and_post_norm_around_each_sublayer():
 def test_window_pattern_makes_every_nth_layer_global():
   """window_pattern=2 (Gemma 2): layers 0 and 2 slide over 2 keys, layer 1 sees all."""
   cfg = tiny_config(num_layers=3, window=2, window_pattern=2)
-  assert [cfg.is_sliding_layer(i) for i in range(4)] == [True, False, True, False]
-  assert [tiny_config(window=2).is_sliding_layer(i) for i in range(2)] == [True, True]
+  assert [cfg.attention.is_sliding_layer(i) for i in range(4)] == [True, False, True, False]
+  assert [tiny_config(window=2).attention.is_sliding_layer(i) for i in range(2)] == [True, True]
   x = rand((1, 5, 16), seed=3)
   stack = LayerStack(cfg, cfg.num_layers, causal=True)
   params = random_params(stack, x, seed=4)
@@ -83,7 +83,7 @@ def test_parallel_block_matches_numpy(shared):
 
 
 def test_deepnorm_constants_are_the_published_formulas():
-  from tfjax.nn.layers import deepnorm_constants
+  from tfjax.nn.norms import deepnorm_constants
   cfg = tiny_config(norm_placement="deepnorm", num_layers=18)
   assert deepnorm_constants(cfg, False) == pytest.approx((36 ** 0.25, 144 ** -0.25))
   cfg = tiny_config(family="encoder_decoder", norm_placement="deepnorm", num_layers=6,

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config, to_numpy
+from conftest import assert_owner_rejects, random_params, tiny_config, to_numpy
 from np_reference import np_norm, rand
 
-from tfjax.nn.norms import Norm
+from tfjax.nn.norms import NORMS, PLACEMENTS, Norm, deepnorm_constants, stack_config
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -56,3 +56,29 @@ def test_norm_statistics_in_float32_for_bfloat16():
   expected = np_norm(np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64), to_numpy(params),
                      "rmsnorm", cfg.norm_eps)
   np.testing.assert_allclose(np.asarray(y, np.float32), expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(norm="batchnorm"), ["model.norm='batchnorm'", *NORMS]),
+    (dict(norm_placement="middle"), ["model.norm_placement='middle'", *PLACEMENTS]),
+    (dict(parallel_shared_norm=False), ["model.parallel_shared_norm=False",
+                                        "model.parallel_block=True"]),
+    (dict(parallel_block=True, norm_placement="post"), ["model.parallel_block=True",
+                                                        "model.norm_placement='pre'"]),
+])
+def test_norm_section_rejects_bad_values_naming_the_flat_key(overrides, patterns):
+  assert_owner_rejects("norms", overrides, patterns)
+
+
+def test_stack_config_carries_each_stacks_deepnorm_constants():
+  """The norms section computes DeepNorm's alpha and beta from the layer counts, per stack; every
+  other placement leaves the config as it is."""
+  cfg = tiny_config(family="encoder_decoder", norm_placement="deepnorm", num_layers=6,
+                    num_decoder_layers=12)
+  for decoder_stack in (False, True):
+    norms = stack_config(cfg, decoder_stack).norms
+    assert (norms.residual_alpha, norms.init_gain) == deepnorm_constants(cfg, decoder_stack)
+  assert stack_config(cfg, True).norms.residual_alpha == pytest.approx(36 ** 0.25)
+  assert cfg.norms.residual_alpha == cfg.norms.init_gain == 1.0  # the model's own config
+  plain = tiny_config()
+  assert stack_config(plain, True) is plain

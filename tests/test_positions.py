@@ -1,16 +1,18 @@
 """tfjax/nn/positions.py: RoPE frequency scalings and partial rotary against their published
 formulas, written here in NumPy in the papers' / reference code's per-frequency form."""
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import assert_owner_rejects, tiny_config
 from np_reference import np_rope, rand
 
 from tfjax.nn import positions
+from tfjax.nn.config import POSITIONS
 from tfjax.nn.positions import alibi_slopes, apply_rope, sinusoidal_table
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
@@ -223,3 +225,51 @@ def test_alibi_slopes_published_values():
   # 12 heads (Press et al. reference code): 8-head slopes, then every other slope of 16 heads.
   expected12 = [2.0 ** -h for h in range(1, 9)] + [2.0 ** -(h / 2) for h in (1, 3, 5, 7)]
   np.testing.assert_allclose(alibi_slopes(12), expected12, rtol=1e-6)
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(position="xpos"), ["model.position='xpos'", *POSITIONS]),
+    (dict(position="rope", d_model=12, num_heads=4), ["model.position='rope'", "even", "3"]),
+    (dict(relative_buckets=8), ["model.relative_buckets=8", "read by position='t5_bias' only",
+                                "model.position='learned'"]),
+    (dict(position="t5_bias", relative_buckets=2), ["model.relative_buckets=2", ">= 4"]),
+    (dict(position_offset=2, position="rope"), ["model.position_offset=2", "'learned'"]),
+    (dict(sinusoid_layout="halves"), ["model.sinusoid_layout='halves'", "'sinusoidal'"]),
+    (dict(position_init_std=0.0), ["model.position_init_std=0.0", "positive"]),
+])
+def test_position_section_rejects_bad_values_naming_the_flat_key(overrides, patterns):
+  assert_owner_rejects("positions", overrides, patterns)
+
+
+@pytest.fixture
+def fake_kinds():
+  """Two kinds registered for one test: an absolute table of 7 parameters per embedder plus 3 per
+  layer stack, and a rotary kind."""
+  added = [positions.register_position_kind(positions.PositionKind(
+               "fake_absolute", absolute=True, embedding_params=lambda cfg: 7,
+               stack_params=lambda cfg: 3)),
+           positions.register_position_kind(positions.PositionKind(
+               "fake_rotary", rotary=True))]
+  yield added
+  for kind in added:
+    del positions.POSITION_KINDS[kind.name]
+
+
+def test_the_position_registry_is_the_one_list_every_consumer_reads(fake_kinds):
+  """A kind registered here is valid config, and decoding past max_len, parameter counts, length
+  evaluation and the HF registry's switch check see it without naming it anywhere."""
+  from tfjax.hf import registry  # pylint: disable=import-outside-toplevel
+  from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
+  from tfjax.training import decode_window, params  # pylint: disable=import-outside-toplevel
+  absolute, rotary = (tiny_config(position=k.name) for k in fake_kinds)
+  assert positions.has_learned_table(absolute) is False
+  assert decode_window.mode(absolute, 16, 1) == "slide"
+  assert decode_window.mode(rotary, 16, 1) == "window"
+  assert params.analytic_count(absolute) == params.analytic_count(tiny_config(position="none")) + 10
+  assert length_eval.extends_rope(rotary) and not length_eval.extends_rope(absolute)
+  assert length_eval.has_positions_at(absolute, 64)
+  assert not length_eval.has_positions_at(tiny_config(), 64)  # learned: max_len 16
+  arch = dataclasses.replace(registry.ARCHITECTURES["llama"], needs=("position:fake_rotary",))
+  assert registry.missing_switches(arch) == []
+  with pytest.raises(ValueError, match="fake_absolute"):
+    tiny_config(position="xpos")  # the choices listed are the registry's

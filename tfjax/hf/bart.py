@@ -112,7 +112,7 @@ def rules(cfg: ModelConfig) -> list:
       out.append(mapping.copy(f"{hf_stack}embed_positions.weight",
                               (f"{stack}_embed", "positions", "embedding")))
       out += _norm(f"{hf_stack}layernorm_embedding", (f"{stack}_embed", "norm"))
-    if cfg.has_final_norm:  # mBART
+    if cfg.norms.has_final_norm:  # mBART
       out += _norm(f"{hf_stack}layer_norm", (stack, "final_norm"))
     for i in range(layers):
       hf, tj = f"{hf_stack}layers.{i}.", (stack, f"layers_{i}")

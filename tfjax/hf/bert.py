@@ -10,6 +10,7 @@ from __future__ import annotations
 from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
 
 # config.json fields that do not change BertForMaskedLM's logits: none beyond mapping.IGNORED
 # (bert-base-uncased's released config.json reads entirely through it and the mapping below).
@@ -43,7 +44,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
               d_model=f.require("hidden_size"), num_layers=f.require("num_hidden_layers"),
               num_heads=f.require("num_attention_heads"), d_ff=f.require("intermediate_size"),
               ffn=ACTS[act], ffn_bias=True, attention_bias=True, norm="layernorm",
-              norm_eps=float(f.get("layer_norm_eps", 1e-12)), norm_placement="post",
+              **NormConfig.eps_from_hf(f, "layer_norm_eps", 1e-12), norm_placement="post",
               embed_norm=True, position="learned",
               max_len=f.get("max_position_embeddings", 512),
               type_vocab_size=f.get("type_vocab_size", 2), tie_embeddings=True,
@@ -55,7 +56,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   return dict(model_type="bert", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
               intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES[cfg.ffn],
-              layer_norm_eps=cfg.norm_eps, max_position_embeddings=cfg.max_len,
+              **cfg.norms.eps_to_hf("layer_norm_eps"), max_position_embeddings=cfg.max_len,
               type_vocab_size=cfg.type_vocab_size, tie_word_embeddings=True)
 
 

@@ -11,7 +11,6 @@ key, never a checkpoint that loads but computes something else.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ KEPT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_to
 
 
 def architecture_config(cfg: ModelConfig) -> dict:
-  values = dataclasses.asdict(cfg)
+  values = cfg.to_flat()
   return {k: v for k, v in values.items() if k not in EXECUTION_KEYS}
 
 
@@ -43,7 +42,7 @@ def hf_config(arch: registry.Architecture, cfg: ModelConfig, names: set) -> dict
   """config.json fields of `cfg` as `arch`, checked by translating them back."""
   out = arch.config_to_hf(arch.model_type, cfg)
   fields = Fields(out, arch.model_type, arch.ignored)
-  back = ModelConfig(**arch.config_from_hf(arch.model_type, fields, names)).validated()
+  back = ModelConfig.from_flat(arch.config_from_hf(arch.model_type, fields, names)).validated()
   fields.finish()
   want, got = architecture_config(cfg), architecture_config(back)
   differ = {k: want[k] for k in want if want[k] != got[k]}

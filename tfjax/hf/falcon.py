@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import llama, mapping
+from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, Rule, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
         "relu": "relu", "silu": "silu"}
@@ -62,24 +64,28 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       family="decoder", vocab_size=f.require("vocab_size"), d_model=d,
       num_layers=f.require("num_hidden_layers"), num_heads=heads, num_kv_heads=kv,
       d_ff=f.get("ffn_hidden_size") or 4 * d, ffn=ACTS[act], ffn_bias=bias,
-      attention_bias=bias, norm="layernorm", norm_eps=float(f.get("layer_norm_epsilon", 1e-5)),
+      attention_bias=bias, norm="layernorm",
+      **NormConfig.eps_from_hf(f, "layer_norm_epsilon", 1e-5),
       norm_placement="pre", parallel_block=parallel,
       parallel_shared_norm=not (new and norms == 2), position="rope", max_len=max_len,
-      tie_embeddings=bool(f.get("tie_word_embeddings", True)), **llama.rope_from_hf(f, max_len))
+      tie_embeddings=bool(f.get("tie_word_embeddings", True)),
+      **RopeConfig.from_hf(f, max_len))
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   two_norms = cfg.parallel_block and not cfg.parallel_shared_norm
-  new = two_norms or cfg.kv_heads not in (1, cfg.num_heads)
+  new = two_norms or cfg.attention.kv_heads not in (1, cfg.num_heads)
   out = dict(model_type="falcon", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-             num_kv_heads=cfg.kv_heads, new_decoder_architecture=new,
-             multi_query=cfg.kv_heads == 1 and cfg.num_heads > 1, parallel_attn=cfg.parallel_block,
+             num_kv_heads=cfg.attention.kv_heads, new_decoder_architecture=new,
+             multi_query=cfg.attention.kv_heads == 1 and cfg.num_heads > 1,
+             parallel_attn=cfg.parallel_block,
              bias=cfg.attention_bias, ffn_hidden_size=cfg.d_ff,
-             activation=ACT_NAMES.get(cfg.ffn, cfg.ffn), layer_norm_epsilon=cfg.norm_eps,
+             activation=ACT_NAMES.get(cfg.ffn, cfg.ffn),
+             **cfg.norms.eps_to_hf("layer_norm_epsilon"),
              max_position_embeddings=cfg.max_len, alibi=False,
-             tie_word_embeddings=cfg.tie_embeddings, **llama.rope_to_hf(cfg))
+             tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
   if new:
     out["num_ln_in_parallel_attn"] = 2 if two_norms else 1
   return out
@@ -111,7 +117,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h, kv = cfg.num_heads, cfg.kv_heads
+  h, kv = cfg.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("transformer.word_embeddings.weight", ("embed", "tokens", "embedding"))]
   out += _norm("transformer.ln_f", ("decoder", "final_norm"))
   if not cfg.tie_embeddings:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from tfjax.hf import llama
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 # config.json fields Gemma 3's text model does not read (beyond mapping.IGNORED): `hidden_act`
 # (it reads hidden_activation) and the pattern fields when `layer_types` is given.
@@ -49,7 +51,7 @@ def _rope(f: Fields, max_len: int) -> dict:
       "rope_theta"}:
     raise UnsupportedError(f"gemma3_text config.json sliding_attention rope parameters {local} "
                            "(scaled local RoPE) are not supported")
-  out = llama.rope_from_hf(Fields({"rope_parameters": full}, f.arch), max_len)
+  out = RopeConfig.from_hf(Fields({"rope_parameters": full}, f.arch), max_len)
   if "rotary_fraction" in out:
     raise UnsupportedError("gemma3_text config.json partial_rotary_factor is not supported")
   local_base = float(local["rope_theta"])
@@ -77,7 +79,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       head_dim=None if head_dim * heads == d else head_dim, d_ff=f.require("intermediate_size"),
       ffn=llama.GATED_ACTS[act], ffn_bias=False,
       attention_bias=bool(f.get("attention_bias", False)), norm="rmsnorm",
-      norm_eps=float(f.get("rms_norm_eps", 1e-6)), norm_placement="sandwich",
+      **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-6), norm_placement="sandwich",
       norm_unit_offset=True, embed_scale=True, qk_norm="rmsnorm", position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", True)),
       window=int(f.require("sliding_window")), window_pattern=_window_pattern(f, n),
@@ -91,15 +93,17 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   return dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-      num_key_value_heads=cfg.kv_heads, head_dim=cfg.dim_per_head, intermediate_size=cfg.d_ff,
-      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn), rms_norm_eps=cfg.norm_eps,
+      num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
+      intermediate_size=cfg.d_ff,
+      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+      **cfg.norms.eps_to_hf("rms_norm_eps"),
       max_position_embeddings=cfg.max_len, tie_word_embeddings=cfg.tie_embeddings,
       attention_bias=cfg.attention_bias, sliding_window=cfg.window,
-      layer_types=["sliding_attention" if cfg.is_sliding_layer(i) else "full_attention"
+      layer_types=["sliding_attention" if cfg.attention.is_sliding_layer(i) else "full_attention"
                    for i in range(cfg.num_layers)],
       query_pre_attn_scalar=round(cfg.attention_scale ** -2),
       attn_logit_softcapping=cfg.attention_softcap, final_logit_softcapping=cfg.logits_softcap,
-      rope_parameters={"full_attention": llama.rope_to_hf(cfg)["rope_parameters"],
+      rope_parameters={"full_attention": cfg.positions.rope.to_hf()["rope_parameters"],
                        "sliding_attention": {"rope_type": "default", "rope_theta": local}})
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
 
 # config.json fields transformers' GPT-2 model does not read (beyond mapping.IGNORED): the
 # double-heads model's summary (multiple-choice) head settings and the legacy context length.
@@ -35,8 +36,8 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   return dict(family="decoder", vocab_size=f.require("vocab_size"), d_model=d,
               num_layers=f.require("n_layer"), num_heads=f.require("n_head"),
               d_ff=f.get("n_inner") or 4 * d, ffn=ACTS[act], ffn_bias=True,
-              attention_bias=True, norm="layernorm", norm_eps=float(f.get("layer_norm_epsilon",
-                                                                          1e-5)),
+              attention_bias=True, norm="layernorm",
+              **NormConfig.eps_from_hf(f, "layer_norm_epsilon", 1e-5),
               norm_placement="pre", position="learned", max_len=f.get("n_positions", 1024),
               tie_embeddings=True, scaled_residual_init=True)
 
@@ -45,7 +46,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_embd=cfg.d_model,
               n_layer=cfg.num_layers, n_head=cfg.num_heads, n_inner=cfg.d_ff,
-              activation_function=ACT_NAMES[cfg.ffn], layer_norm_epsilon=cfg.norm_eps,
+              activation_function=ACT_NAMES[cfg.ffn], **cfg.norms.eps_to_hf("layer_norm_epsilon"),
               n_positions=cfg.max_len, tie_word_embeddings=True)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import llama, mapping
+from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, Rule, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
         "relu": "relu", "silu": "silu"}
@@ -38,10 +40,10 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       family="decoder", vocab_size=f.require("vocab_size"), d_model=f.require("hidden_size"),
       num_layers=f.require("num_hidden_layers"), num_heads=f.require("num_attention_heads"),
       d_ff=f.require("intermediate_size"), ffn=ACTS[act], ffn_bias=True, attention_bias=bias,
-      norm="layernorm", norm_eps=float(f.get("layer_norm_eps", 1e-5)), norm_placement="pre",
+      norm="layernorm", **NormConfig.eps_from_hf(f, "layer_norm_eps", 1e-5), norm_placement="pre",
       parallel_block=parallel, parallel_shared_norm=not parallel, position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", False)),
-      **llama.rope_from_hf(f, max_len, theta_key="rotary_emb_base", fraction_key="rotary_pct",
+      **RopeConfig.from_hf(f, max_len, theta_key="rotary_emb_base", fraction_key="rotary_pct",
                            fraction_default=0.25))
 
 
@@ -50,10 +52,10 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   return dict(model_type="gpt_neox", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
               intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
-              attention_bias=cfg.attention_bias, layer_norm_eps=cfg.norm_eps,
+              attention_bias=cfg.attention_bias, **cfg.norms.eps_to_hf("layer_norm_eps"),
               use_parallel_residual=cfg.parallel_block, max_position_embeddings=cfg.max_len,
               tie_word_embeddings=cfg.tie_embeddings,
-              **llama.rope_to_hf(cfg, with_fraction=True))
+              **cfg.positions.rope.to_hf(with_fraction=True))
 
 
 def interleaved_qkv(hf: str, paths, heads: int, weight: bool) -> Rule:

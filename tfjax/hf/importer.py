@@ -43,7 +43,7 @@ def model_config_from_hf(ckpt: reader.HFCheckpoint, dtype: str = "float32"):
   fields = Fields(ckpt.config, arch.model_type, arch.ignored)
   values = arch.config_from_hf(arch.model_type, fields, ckpt.names)
   fields.finish()
-  return arch, ModelConfig(**values, dtype=dtype).validated()
+  return arch, ModelConfig.from_flat({**values, "dtype": dtype}).validated()
 
 
 def special_ids(config: dict, generation: dict) -> dict:
@@ -59,7 +59,7 @@ def run_config(model_cfg: ModelConfig, task: str):
   """The experiment config of an imported run: the model, its task, text data through the HF
   tokenizer (data.path is the user's to set for a fine-tune)."""
   config = base_config()
-  for key, value in model_cfg.__dict__.items():
+  for key, value in model_cfg.to_flat().items():
     config.model[key] = value
   config.task = task
   config.data.update(name="text", tokenizer="hf",

@@ -14,6 +14,8 @@ from __future__ import annotations
 from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 # hidden_act -> model.ffn (each gated, as these families' MLPs are).
 GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu",
@@ -53,74 +55,6 @@ def activation(kind: str, f: Fields) -> str:
   return act
 
 
-def rope_from_hf(f: Fields, max_len: int, *, theta_key: str = "rope_theta",
-                 fraction_key: str = "partial_rotary_factor",
-                 fraction_default: float = 1.0) -> dict:
-  """model.rope_* (and rotary_fraction) from `rope_parameters` (transformers 5) or the legacy
-  top-level fields: `theta_key` (GPT-NeoX: rotary_emb_base), `rope_scaling`, and `fraction_key`
-  (GPT-NeoX: rotary_pct, Phi: partial_rotary_factor; `fraction_default` when absent, as each
-  transformers config sets it)."""
-  params = f.get("rope_parameters") or {}
-  legacy = f.get("rope_scaling") or {}
-  theta = params.get("rope_theta", f.get(theta_key, 10000.0))
-  scaling = dict(legacy, **{k: v for k, v in params.items() if k != "rope_theta"})
-  fraction = float(scaling.pop("partial_rotary_factor",
-                               f.get(fraction_key, fraction_default)))
-  kind = scaling.pop("rope_type", scaling.pop("type", "default"))
-  out = {"rope_base": float(theta)}
-  if fraction != 1.0:
-    out["rotary_fraction"] = fraction
-  allowed = {"default": (), "linear": ("factor",),
-             "dynamic": ("factor", "original_max_position_embeddings"),
-             "llama3": ("factor", "low_freq_factor", "high_freq_factor",
-                        "original_max_position_embeddings"),
-             "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
-                      "attention_factor", "truncate")}
-  if kind not in allowed:
-    raise UnsupportedError(f"{f.arch} config.json rope_scaling / rope_parameters type {kind!r} "
-                           f"is not supported (supported: {list(allowed)})")
-  extra = sorted(set(scaling) - set(allowed[kind]))
-  if extra:
-    raise UnsupportedError(f"{f.arch} rope scaling {kind!r} has field(s) {extra} that tfjax does "
-                           "not implement")
-  if kind == "default":
-    return out
-  if kind == "yarn" and not scaling.get("truncate", True):
-    raise UnsupportedError(f"{f.arch} yarn rope scaling with truncate=False is not supported")
-  out.update(rope_scaling=kind, rope_scaling_factor=float(scaling["factor"]))
-  if kind != "linear":
-    out["rope_original_max_len"] = int(scaling.get("original_max_position_embeddings", max_len))
-  if kind == "llama3":
-    out.update(rope_low_freq_factor=float(scaling["low_freq_factor"]),
-               rope_high_freq_factor=float(scaling["high_freq_factor"]))
-  if kind == "yarn":
-    out.update(rope_beta_fast=float(scaling.get("beta_fast", 32.0)),
-               rope_beta_slow=float(scaling.get("beta_slow", 1.0)))
-    if scaling.get("attention_factor") is not None:
-      out["rope_attention_factor"] = float(scaling["attention_factor"])
-  return out
-
-
-def rope_to_hf(cfg: ModelConfig, with_fraction: bool = False) -> dict:
-  """`rope_parameters`; `with_fraction` writes partial_rotary_factor (families whose default
-  is not 1)."""
-  params = {"rope_theta": cfg.rope_base, "rope_type": "default"}
-  if with_fraction or cfg.rotary_fraction != 1.0:
-    params["partial_rotary_factor"] = cfg.rotary_fraction
-  if cfg.rope_scaling != "none":
-    params.update(rope_type=cfg.rope_scaling, factor=cfg.rope_scaling_factor)
-  if cfg.rope_scaling in ("dynamic", "llama3", "yarn"):
-    params["original_max_position_embeddings"] = cfg.rope_original_max_len
-  if cfg.rope_scaling == "llama3":
-    params.update(low_freq_factor=cfg.rope_low_freq_factor,
-                  high_freq_factor=cfg.rope_high_freq_factor)
-  if cfg.rope_scaling == "yarn":
-    params.update(beta_fast=cfg.rope_beta_fast, beta_slow=cfg.rope_beta_slow)
-    if cfg.rope_attention_factor is not None:
-      params["attention_factor"] = cfg.rope_attention_factor
-  return {"rope_parameters": params}
-
-
 def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   """ModelConfig keys of a LLaMA-family config.json (`kind` = its model_type)."""
   del names
@@ -139,10 +73,10 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       head_dim=None if head_dim * heads == d else head_dim,
       d_ff=f.require("intermediate_size"), ffn=GATED_ACTS[act],
       ffn_bias=bool(f.expect("mlp_bias", (False, True), False)) if kind == "llama" else False,
-      attention_bias=qkv_bias, norm="rmsnorm", norm_eps=float(f.get("rms_norm_eps", 1e-6)),
+      attention_bias=qkv_bias, norm="rmsnorm", **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-6),
       norm_placement="pre", position="rope", max_len=max_len,
       tie_embeddings=bool(f.get("tie_word_embeddings", kind.startswith("gemma"))),
-      **rope_from_hf(f, max_len))
+      **RopeConfig.from_hf(f, max_len))
   if "rotary_fraction" in cfg:
     raise UnsupportedError(f"{kind} config.json partial_rotary_factor={cfg['rotary_fraction']} "
                            f"(partial RoPE) is not supported for {kind}: its attention rotates "
@@ -191,10 +125,10 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   out = dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-      num_key_value_heads=cfg.kv_heads, head_dim=cfg.dim_per_head,
+      num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
       intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
-      rms_norm_eps=cfg.norm_eps, max_position_embeddings=cfg.max_len,
-      tie_word_embeddings=cfg.tie_embeddings, **rope_to_hf(cfg))
+      **cfg.norms.eps_to_hf("rms_norm_eps"), max_position_embeddings=cfg.max_len,
+      tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
   if kind == "llama":
     out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)
   if kind == "gemma":
@@ -220,7 +154,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
 
 
 def rules(cfg: ModelConfig) -> list:
-  heads, kv = cfg.num_heads, cfg.kv_heads
+  heads, kv = cfg.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("model.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.copy("model.norm.weight", ("decoder", "final_norm", "scale"))]
   if not cfg.tie_embeddings:
@@ -236,7 +170,7 @@ def rules(cfg: ModelConfig) -> list:
       out += [mapping.copy(f"{hf}self_attn.q_norm.weight", att + ("query_norm", "scale")),
               mapping.copy(f"{hf}self_attn.k_norm.weight", att + ("key_norm", "scale"))]
     out.append(mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"), heads))
-    if cfg.out_bias:
+    if cfg.attention.uses_out_bias:
       out.append(mapping.copy(f"{hf}self_attn.o_proj.bias", att + ("out", "bias")))
     for name, path in (("gate_proj", "wi_gate"), ("up_proj", "wi"), ("down_proj", "wo")):
       out.append(mapping.linear(f"{hf}mlp.{name}.weight", tj + ("ffn", path, "kernel")))

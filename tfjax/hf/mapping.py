@@ -22,11 +22,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tfjax.nn import sections
+
 Path = tuple  # a tfjax parameter path, e.g. ("decoder", "layers_0", "ffn", "wi", "kernel")
 
 
-class UnsupportedError(ValueError):
-  """A checkpoint or config that tfjax cannot express exactly (named in the message)."""
+# A checkpoint or config that tfjax cannot express exactly (named in the message); defined in nn so
+# the config sections' own Hugging Face conversions raise it too.
+UnsupportedError = sections.UnsupportedError
 
 
 @dataclasses.dataclass(frozen=True)

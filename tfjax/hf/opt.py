@@ -68,7 +68,7 @@ def rules(cfg: ModelConfig) -> list:
   out = [mapping.copy("model.decoder.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.copy("model.decoder.embed_positions.weight",
                       ("embed", "positions", "embedding"))]
-  if cfg.has_final_norm:
+  if cfg.norms.has_final_norm:
     out += _norm("model.decoder.final_layer_norm", ("decoder", "final_norm"))
   for i in range(cfg.num_layers):
     hf, tj = f"model.decoder.layers.{i}.", ("decoder", f"layers_{i}")

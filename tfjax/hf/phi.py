@@ -10,9 +10,11 @@ field is absent, as transformers' PhiConfig sets it). Every projection has a bia
 
 from __future__ import annotations
 
-from tfjax.hf import gpt_neox, llama, mapping
+from tfjax.hf import gpt_neox, mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 # config.json fields Phi's causal LM does not read: none beyond mapping.IGNORED (its dropouts,
 # resid_pdrop and embd_pdrop, are there).
@@ -36,19 +38,21 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       num_layers=f.require("num_hidden_layers"), num_heads=heads,
       num_kv_heads=f.get("num_key_value_heads") or heads, d_ff=f.require("intermediate_size"),
       ffn=gpt_neox.ACTS[act], ffn_bias=True, attention_bias=True, norm="layernorm",
-      norm_eps=float(f.get("layer_norm_eps", 1e-5)), norm_placement="pre", parallel_block=True,
+      **NormConfig.eps_from_hf(f, "layer_norm_eps", 1e-5), norm_placement="pre",
+      parallel_block=True,
       position="rope", max_len=max_len, tie_embeddings=False, final_logits_bias=True,
-      **llama.rope_from_hf(f, max_len, fraction_default=0.5))
+      **RopeConfig.from_hf(f, max_len, fraction_default=0.5))
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="phi", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              num_key_value_heads=cfg.kv_heads, intermediate_size=cfg.d_ff,
-              hidden_act=gpt_neox.ACT_NAMES.get(cfg.ffn, cfg.ffn), layer_norm_eps=cfg.norm_eps,
+              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.d_ff,
+              hidden_act=gpt_neox.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+              **cfg.norms.eps_to_hf("layer_norm_eps"),
               max_position_embeddings=cfg.max_len, qk_layernorm=False,
-              tie_word_embeddings=False, **llama.rope_to_hf(cfg, with_fraction=True))
+              tie_word_embeddings=False, **cfg.positions.rope.to_hf(with_fraction=True))
 
 
 def _norm(hf: str, path: tuple) -> list:
@@ -57,7 +61,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  heads, kv = cfg.num_heads, cfg.kv_heads
+  heads, kv = cfg.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("model.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.linear("lm_head.weight", ("lm_head", "kernel")),
          mapping.copy("lm_head.bias", ("final_logits_bias",))]

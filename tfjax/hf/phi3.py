@@ -14,6 +14,8 @@ import numpy as np
 from tfjax.hf import llama, mapping
 from tfjax.hf.mapping import Fields, Rule, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
+from tfjax.nn.rope_config import RopeConfig
 
 # config.json fields Phi-3's causal LM does not read (beyond mapping.IGNORED): the training
 # context length, read only by `longrope` scaling (refused).
@@ -35,9 +37,9 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       num_layers=f.require("num_hidden_layers"), num_heads=heads,
       num_kv_heads=f.get("num_key_value_heads") or heads, d_ff=f.require("intermediate_size"),
       ffn=llama.GATED_ACTS[act], ffn_bias=False, attention_bias=False, norm="rmsnorm",
-      norm_eps=float(f.get("rms_norm_eps", 1e-5)), norm_placement="pre", position="rope",
+      **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-5), norm_placement="pre", position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", False)),
-      **llama.rope_from_hf(f, max_len))
+      **RopeConfig.from_hf(f, max_len))
   if window is not None:
     cfg["window"] = int(window)
   return cfg
@@ -47,10 +49,11 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="phi3", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              num_key_value_heads=cfg.kv_heads, intermediate_size=cfg.d_ff,
-              hidden_act=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn), rms_norm_eps=cfg.norm_eps,
+              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.d_ff,
+              hidden_act=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+              **cfg.norms.eps_to_hf("rms_norm_eps"),
               max_position_embeddings=cfg.max_len, sliding_window=cfg.window,
-              tie_word_embeddings=cfg.tie_embeddings, **llama.rope_to_hf(cfg))
+              tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
 
 
 def stacked_heads(hf: str, paths, heads, head_dim: int) -> Rule:
@@ -88,7 +91,8 @@ def rules(cfg: ModelConfig) -> list:
     out += [
         stacked_heads(f"{hf}self_attn.qkv_proj.weight",
                       [att + (p, "kernel") for p in ("query", "key", "value")],
-                      (cfg.num_heads, cfg.kv_heads, cfg.kv_heads), cfg.dim_per_head),
+                      (cfg.num_heads, cfg.attention.kv_heads, cfg.attention.kv_heads),
+                      cfg.dim_per_head),
         mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"),
                           cfg.num_heads),
         stacked_linear(f"{hf}mlp.gate_up_proj.weight",

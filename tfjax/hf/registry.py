@@ -99,11 +99,11 @@ ARCHITECTURES = {a.model_type: a for a in (
 def missing_switches(arch: Architecture) -> list:
   """The ModelConfig fields / values `arch` needs that this tfjax does not have yet."""
   from tfjax.nn import config as config_module  # pylint: disable=import-outside-toplevel
-  fields = {f.name for f in dataclasses.fields(ModelConfig)}
-  choices = {"ffn": getattr(config_module, "FFNS", ()),
-             "norm_placement": getattr(config_module, "PLACEMENTS", ()),
-             "position": getattr(config_module, "POSITIONS", ()),
-             "sinusoid_layout": getattr(config_module, "SINUSOID_LAYOUTS", ())}
+  from tfjax.nn.positions import POSITION_KINDS  # pylint: disable=import-outside-toplevel
+  fields = set(config_module.FLAT_KEYS)
+  choices = {"ffn": config_module.FFNS, "norm_placement": config_module.PLACEMENTS,
+             "position": tuple(POSITION_KINDS),
+             "sinusoid_layout": config_module.SINUSOID_LAYOUTS}
   missing = []
   for need in arch.needs:
     key, _, value = need.partition(":")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tfjax.hf import mapping
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
+from tfjax.nn.norms import NormConfig
 
 # config.json fields that do not change T5's logits (beyond mapping.IGNORED): `n_positions`
 # (relative position buckets have no table length; the released v1.0 configs carry it) and
@@ -43,7 +44,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
               num_decoder_layers=f.get("num_decoder_layers") or layers,
               num_heads=f.require("num_heads"), head_dim=f.require("d_kv"),
               d_ff=f.require("d_ff"), ffn=FFNS[proj], ffn_bias=False, attention_bias=False,
-              norm="rmsnorm", norm_eps=float(f.get("layer_norm_epsilon", 1e-6)),
+              norm="rmsnorm", **NormConfig.eps_from_hf(f, "layer_norm_epsilon", 1e-6),
               norm_placement="pre", position="t5_bias", attention_scale=1.0,
               relative_buckets=f.get("relative_attention_num_buckets", 32),
               relative_max_distance=f.get("relative_attention_max_distance", 128),
@@ -55,7 +56,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   return dict(model_type="t5", vocab_size=cfg.vocab_size, d_model=cfg.d_model,
               num_layers=cfg.num_layers, num_decoder_layers=cfg.decoder_layers,
               num_heads=cfg.num_heads, d_kv=cfg.dim_per_head, d_ff=cfg.d_ff,
-              feed_forward_proj=FFN_NAMES[cfg.ffn], layer_norm_epsilon=cfg.norm_eps,
+              feed_forward_proj=FFN_NAMES[cfg.ffn], **cfg.norms.eps_to_hf("layer_norm_epsilon"),
               relative_attention_num_buckets=cfg.relative_buckets,
               relative_attention_max_distance=cfg.relative_max_distance,
               tie_word_embeddings=cfg.tie_embeddings,

@@ -7,16 +7,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from tfjax.nn import axes
-from tfjax.nn.config import GATED_FFNS, ModelConfig
+from tfjax.nn.choices import one_of
 from tfjax.nn.inits import kernel_init
+from tfjax.nn.sections import Section
+
+if TYPE_CHECKING:
+  from tfjax.nn.config import ModelConfig
 
 
 def gelu(x, approximate: bool = False):
@@ -49,7 +55,31 @@ ACTIVATIONS = {
     "glu": jax.nn.sigmoid,
     "bilinear": lambda x: x,
 }
-GATED = GATED_FFNS
+FFNS = tuple(ACTIVATIONS)
+# Gated (three matrices, Shazeer 2020): W2 (act(W_gate x) * W1 x); the others W2 act(W1 x).
+GATED_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "bilinear")
+
+
+@dataclasses.dataclass(frozen=True)
+class FfnConfig(Section):
+  """activation (model.ffn): relu | gelu (exact erf) | gelu_tanh (GPT-2 gelu_new) | silu | gated
+  (three matrices): swiglu | geglu | geglu_tanh | reglu | glu (sigmoid gate) | bilinear (no
+  activation). d_ff: the hidden width. bias: biases of every FFN matrix."""
+  activation: str = "gelu"
+  d_ff: int = 512
+  bias: bool = True
+
+  KEYS: ClassVar = {"ffn": "activation", "d_ff": "d_ff", "ffn_bias": "bias"}
+
+  @property
+  def gated(self) -> bool:
+    return self.activation in GATED_FFNS
+
+  def validate(self, model) -> None:
+    del model
+    one_of("model.ffn", self.activation, FFNS)
+    if self.d_ff < 1:
+      raise ValueError(f"model.d_ff={self.d_ff} must be a positive integer")
 
 
 def dense(cfg: ModelConfig, features: int, logical_axes, name: str, use_bias: bool,
@@ -67,25 +97,25 @@ def dense(cfg: ModelConfig, features: int, logical_axes, name: str, use_bias: bo
 class FeedForward(nn.Module):
   """relu/gelu/gelu_tanh/silu: W2 act(W1 x);  gated: W2 (act(W_gate x) * (W1 x)).
 
-  `init_gain` multiplies the init std (Xavier: the bound) of every matrix (DeepNet's beta, see
-  tfjax/nn/layers.py).
+  The stack's DeepNorm beta (model.norms.init_gain, tfjax/nn/norms.py) multiplies the init std
+  (Xavier: the bound) of every matrix.
   """
   config: ModelConfig
-  init_gain: float = 1.0
 
   @nn.compact
   def __call__(self, x_BxLxD):
     cfg = self.config
-    act = ACTIVATIONS[cfg.ffn]
-    gain = self.init_gain
-    h_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi", cfg.ffn_bias,
+    ffn = cfg.feed_forward
+    act = ACTIVATIONS[ffn.activation]
+    gain = cfg.norms.init_gain
+    h_BxLxF = dense(cfg, ffn.d_ff, (axes.EMBED, axes.MLP), "wi", ffn.bias,
                     init_gain=gain)(x_BxLxD)
-    if cfg.ffn in GATED:
-      gate_BxLxF = dense(cfg, cfg.d_ff, (axes.EMBED, axes.MLP), "wi_gate", cfg.ffn_bias,
+    if ffn.gated:
+      gate_BxLxF = dense(cfg, ffn.d_ff, (axes.EMBED, axes.MLP), "wi_gate", ffn.bias,
                          init_gain=gain)(x_BxLxD)
       h_BxLxF = act(gate_BxLxF) * h_BxLxF
     else:
       h_BxLxF = act(h_BxLxF)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, (axes.BATCH, axes.LENGTH, axes.MLP))
-    return dense(cfg, x_BxLxD.shape[-1], (axes.MLP, axes.EMBED), "wo", cfg.ffn_bias,
+    return dense(cfg, x_BxLxD.shape[-1], (axes.MLP, axes.EMBED), "wo", ffn.bias,
                  cfg.residual_init_std, init_gain=gain)(h_BxLxF)

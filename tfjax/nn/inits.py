@@ -9,18 +9,19 @@
                   heads x head_dim projection has fan_in = d_model, fan_out = heads * head_dim,
                   the same bound as the d_model x d_model matrix of the paper
 
-`gain` is DeepNet's beta (tfjax/nn/layers.py): it multiplies the std of the normal init and the
+`gain` is DeepNet's beta (tfjax/nn/norms.py): it multiplies the std of the normal init and the
 bound of the Xavier one (Wang et al. 2022 scale Xavier's gain the same way). Embedding tables
 are not dense matrices: they keep their normal init (tfjax/nn/models.py, positions.py).
 """
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import flax.linen as nn
 
-from tfjax.nn.config import ModelConfig
+if TYPE_CHECKING:
+  from tfjax.nn.config import ModelConfig
 
 Axes = Union[int, Sequence[int]]
 

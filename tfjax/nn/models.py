@@ -82,8 +82,8 @@ class Embedder(nn.Module):
       x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
     if has_learned_table(cfg):
       x_BxLxD = x_BxLxD + self.positions(positions_BxL, inputs_BxL.shape[1])
-    elif cfg.position == "sinusoidal":
-      table_BxLxD = sinusoidal_table(positions_BxL, cfg.d_model, cfg.sinusoid_layout)
+    elif cfg.positions.kind == "sinusoidal":
+      table_BxLxD = sinusoidal_table(positions_BxL, cfg.d_model, cfg.positions.sinusoid_layout)
       x_BxLxD = x_BxLxD + table_BxLxD.astype(x_BxLxD.dtype)
     if cfg.type_vocab_size:
       types = jnp.zeros_like(inputs_BxL) if token_type_ids is None else token_type_ids

@@ -42,8 +42,11 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from tfjax.nn.choices import one_of
-from tfjax.nn.config import ATTENTION_IMPLS
 from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
+
+# `implementation` values: xla is this module's reference, auto picks one per backend and length,
+# the others are tfjax/nn/kernels/ (model.attention_impl chooses one).
+ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
 
 __all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",
            "softcap_logits", "visibility_mask", "weighted_values"]
@@ -198,7 +201,7 @@ def dot_product_attention(
     alibi_slopes: [H] or [B, H] ALiBi slopes m: adds -m * |q_pos - kv_pos|.
     bias: additive logits bias broadcastable to [B, H, T, S] (xla only).
     scale: logits scale; 1/sqrt(E) if None.
-    implementation: one of tfjax.nn.config.ATTENTION_IMPLS: 'xla' (this module), 'chunked',
+    implementation: one of ATTENTION_IMPLS: 'xla' (this module), 'chunked',
       'pallas' (Triton kernels on GPU, Mosaic ones on TPU), 'cudnn' (tfjax/nn/kernels/) or
       'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla; a program
       traced on CPU and lowered for TPU or GPU gets their pallas kernel).

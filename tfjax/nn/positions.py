@@ -1,12 +1,19 @@
 """Position encodings: sinusoidal, learned, RoPE (two pairings, partial, frequency scaling), ALiBi
 slopes. `none` is NoPE.
 
+The registry of position kinds (`POSITION_KINDS`) is the one list of `model.position` values:
+config validation, decoding past max_len (tfjax/training/decode_window.py), parameter counts
+(tfjax/training/params.py) and length evaluation (tfjax/research/length_eval.py) ask a kind's
+`PositionKind` instead of listing names. `PositionConfig` is the positions' config section.
+
 Shape letters as in tfjax/nn/axes.py (A: rotation angles per position).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, Optional
 
 import flax.linen as nn
 import jax
@@ -14,13 +21,159 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.nn import axes
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.choices import one_of
+from tfjax.nn.rope_config import RopeConfig
+from tfjax.nn.sections import Section
+
+if TYPE_CHECKING:
+  from tfjax.nn.config import ModelConfig
+
+
+def _no_params(cfg) -> int:
+  del cfg
+  return 0
+
+
+def _no_check(cfg) -> None:
+  del cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionKind:
+  """What the library needs to know about one `model.position` value.
+
+  absolute: position p means "p tokens after the start of the context" (a table added to the
+    embeddings), so decoding past max_len re-runs the last max_len tokens instead of sliding a
+    KV-cache window. learned_table: the positions are a [max_len + offset, D] parameter table, so
+    no sequence is longer than max_len. rotary: RoPE (the rope_* keys apply). reads: the
+    PositionConfig keys beyond rope_* it reads (others must keep their defaults).
+  embedding_params(cfg) / stack_params(cfg): its parameters per embedder (one per side when
+    encoder and decoder have their own) and per layer stack. check(cfg): its own validation.
+  """
+  name: str
+  absolute: bool = False
+  learned_table: bool = False
+  rotary: bool = False
+  reads: tuple = ()
+  embedding_params: Callable[[ModelConfig], int] = _no_params
+  stack_params: Callable[[ModelConfig], int] = _no_params
+  check: Callable[[ModelConfig], None] = _no_check
+
+
+POSITION_KINDS: Dict[str, PositionKind] = {}
+
+
+def register_position_kind(kind: PositionKind) -> PositionKind:
+  """Adds `kind` to the registry (validation and every consumer see it at once)."""
+  POSITION_KINDS[kind.name] = kind
+  return kind
+
+
+def position_kind(cfg: ModelConfig) -> PositionKind:
+  """The registry entry of `cfg`'s model.position."""
+  return cfg.positions.kind_info
 
 
 def has_learned_table(cfg: ModelConfig) -> bool:
   """Whether positions are a learned table of `model.max_len` rows (so sequences are capped at
   max_len, and the table's parameters count)."""
-  return cfg.position == "learned"
+  return position_kind(cfg).learned_table
+
+
+def _even_head_dim(cfg: ModelConfig) -> None:
+  if cfg.dim_per_head % 2:
+    raise ValueError(f"model.position={cfg.positions.kind!r} needs an even head dimension, got "
+                     f"{cfg.dim_per_head}")
+
+
+def _even_d_model(cfg: ModelConfig) -> None:
+  if cfg.d_model % 2:
+    raise ValueError(f"model.position='sinusoidal' needs an even d_model, got {cfg.d_model}")
+
+
+def _check_t5_bias(cfg: ModelConfig) -> None:
+  buckets, distance = cfg.positions.relative_buckets, cfg.positions.relative_max_distance
+  if buckets < 4:
+    raise ValueError(f"model.relative_buckets={buckets} must be >= 4 (half for each direction, "
+                     "half of those exact offsets)")
+  if distance <= buckets // 2:
+    raise ValueError(f"model.relative_max_distance={distance} must exceed relative_buckets // 2 "
+                     f"= {buckets // 2} (the exact offsets)")
+  if cfg.attention_impl not in ("xla", "auto"):
+    raise ValueError(
+        f"model.position='t5_bias' adds a dense [T, S] bias that only the xla attention takes, "
+        f"not model.attention_impl={cfg.attention_impl!r}; set attention_impl='xla' or 'auto'")
+
+
+for _kind in (
+    PositionKind("sinusoidal", absolute=True, reads=("sinusoid_layout",), check=_even_d_model),
+    PositionKind("learned", absolute=True, learned_table=True, reads=("position_offset",),
+                 embedding_params=lambda cfg: cfg.position_table_rows * cfg.d_model),
+    PositionKind("rope", rotary=True, check=_even_head_dim),
+    PositionKind("rope_interleaved", rotary=True, check=_even_head_dim),
+    PositionKind("alibi"),
+    PositionKind("t5_bias", reads=("relative_buckets", "relative_max_distance"),
+                 stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.num_heads,
+                 check=_check_t5_bias),
+    PositionKind("none")):
+  register_position_kind(_kind)
+
+SINUSOID_LAYOUTS = ("interleaved", "halves")
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionConfig(Section):
+  """kind: a registered PositionKind (sinusoidal | learned | rope | rope_interleaved | alibi |
+  t5_bias (bucketed relative bias, tfjax/nn/relative_bias.py) | none).
+  relative_buckets / relative_max_distance: t5_bias's buckets of the relative offsets; offsets
+  from max_distance on share the last bucket. offset: learned positions read row pos + offset of
+  a table of max_len + offset rows (BART, mBART: 2). sinusoid_layout: interleaved ([sin, cos] per
+  pair, Vaswani et al.) | halves ([sin ... | cos ...], Marian, Pegasus). init_std: the learned
+  table's init std; None = model.init_std (with embed_scale, 2^-0.5 matches the sinusoid table's
+  RMS; other kinds ignore it, so ablation arms can share it). rope: RoPE's section.
+  """
+  kind: str = "learned"
+  relative_buckets: int = 32
+  relative_max_distance: int = 128
+  offset: int = 0
+  sinusoid_layout: str = "interleaved"
+  init_std: Optional[float] = None
+  rope: RopeConfig = RopeConfig()
+
+  KEYS: ClassVar = {"position": "kind", "relative_buckets": "relative_buckets",
+                    "relative_max_distance": "relative_max_distance",
+                    "position_offset": "offset", "sinusoid_layout": "sinusoid_layout",
+                    "position_init_std": "init_std"}
+  NESTED: ClassVar = {"rope": RopeConfig}
+  OPTIONAL: ClassVar = {"position_init_std": float}
+  # Keys read by the kinds that list them in PositionKind.reads only.
+  KIND_KEYS: ClassVar = ("relative_buckets", "relative_max_distance", "position_offset",
+                         "sinusoid_layout")
+
+  @property
+  def kind_info(self) -> PositionKind:
+    """The registry entry of `kind`."""
+    return POSITION_KINDS[self.kind]
+
+  def validate(self, model) -> None:
+    one_of("model.position", self.kind, tuple(POSITION_KINDS))
+    one_of("model.sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
+    kind = POSITION_KINDS[self.kind]
+    values, defaults = self.flat(), self.flat_defaults()
+    for key in self.KIND_KEYS:
+      if values[key] != defaults[key] and key not in kind.reads:
+        users = tuple(k.name for k in POSITION_KINDS.values() if key in k.reads)
+        readers = f"position={users[0]!r}" if len(users) == 1 else f"position in {users}"
+        raise ValueError(f"model.{key}={values[key]!r} is read by {readers} only, but "
+                         f"model.position={self.kind!r}; leave it at {defaults[key]!r}")
+    if self.offset < 0:
+      raise ValueError(f"model.position_offset={self.offset} shifts the rows of the learned "
+                       "position table; use an offset >= 0")
+    if self.init_std is not None and not self.init_std > 0:
+      raise ValueError(f"model.position_init_std={self.init_std} must be a positive std "
+                       "or None (= model.init_std)")
+    kind.check(model)
+    self.rope.validate(model)
 
 
 def sinusoidal_table(positions_BxL, d_model: int, layout: str = "interleaved") -> jax.Array:
@@ -55,13 +208,13 @@ class LearnedPositions(nn.Module):
           f"sequence length {seq_len} exceeds the learned position table "
           f"(model.max_len={cfg.max_len}); raise model.max_len or use a relative encoding "
           "(rope, alibi, none) to run longer sequences")
-    std = cfg.init_std if cfg.position_init_std is None else cfg.position_init_std
+    std = cfg.init_std if cfg.positions.init_std is None else cfg.positions.init_std
     table = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(std), (None, axes.EMBED)),
         (cfg.position_table_rows, cfg.d_model))
-    if cfg.position_offset:  # BART: position p reads row p + 2
-      positions_BxL = positions_BxL + cfg.position_offset
+    if cfg.positions.offset:  # BART: position p reads row p + 2
+      positions_BxL = positions_BxL + cfg.positions.offset
     return jnp.take(table, positions_BxL, axis=0).astype(cfg.compute_dtype)
 
 
@@ -70,7 +223,7 @@ def rope_frequencies(head_dim: int, base: float) -> jax.Array:
   return 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
 
 
-# ---- RoPE frequency scaling (model.rope_scaling) -------------------------------------------------
+# ---- RoPE frequency scaling (model.rope_scaling, tfjax/nn/rope_config.py) --------------------
 def linear_scaled_frequencies(inv_freq, factor: float):
   """Position interpolation (Chen et al. 2023): every frequency divided by the factor, so position
   p rotates as p / factor did."""
@@ -131,23 +284,24 @@ def scaled_rope_frequencies(cfg: ModelConfig, positions_BxL=None):
   does per forward call); in KV-cache decoding, keys cached earlier keep the frequencies they were
   rotated with, so past the trained context cached and full-forward logits differ (as in HF).
   """
-  dim, base, factor = cfg.rotary_dim, cfg.rope_base, cfg.rope_scaling_factor
-  kind = cfg.rope_scaling
+  rope = cfg.positions.rope
+  dim, base, factor = cfg.rotary_dim, rope.base, rope.scaling_factor
+  kind = rope.scaling
   if kind == "dynamic":
     seq_len = jnp.max(positions_BxL) + 1
-    base = dynamic_ntk_base(base, dim, factor, cfg.rope_original_max_len, seq_len)
+    base = dynamic_ntk_base(base, dim, factor, rope.original_max_len, seq_len)
     return 1.0 / (base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)), 1.0
   if kind == "yarn":
-    gain = cfg.rope_attention_factor
+    gain = rope.attention_factor
     gain = yarn_attention_factor(factor) if gain is None else gain
-    return yarn_scaled_frequencies(dim, base, factor, cfg.rope_original_max_len,
-                                   cfg.rope_beta_fast, cfg.rope_beta_slow), gain
+    return yarn_scaled_frequencies(dim, base, factor, rope.original_max_len,
+                                   rope.beta_fast, rope.beta_slow), gain
   inv_freq = rope_frequencies(dim, base)
   if kind == "linear":
     return linear_scaled_frequencies(inv_freq, factor), 1.0
   if kind == "llama3":
-    return llama3_scaled_frequencies(inv_freq, factor, cfg.rope_low_freq_factor,
-                                     cfg.rope_high_freq_factor, cfg.rope_original_max_len), 1.0
+    return llama3_scaled_frequencies(inv_freq, factor, rope.low_freq_factor,
+                                     rope.high_freq_factor, rope.original_max_len), 1.0
   return inv_freq, 1.0
 
 

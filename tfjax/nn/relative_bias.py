@@ -5,20 +5,24 @@ offset j - i: offsets below half the buckets map to their own bucket, larger one
 logarithmically wider buckets up to `max_distance`, beyond which all share the last. In the
 encoder (bidirectional) half the buckets are for keys after the query; in decoder self-attention
 (causal) all buckets are for keys at or before it. One table [num_buckets, heads] per layer stack,
-shared by all its layers (tfjax/nn/layers.py); cross-attention has none. The bias is computed from
+shared by all its layers (tfjax/nn/layers.py); cross-attention has none. Shape letters as in
+tfjax/nn/axes.py (U: buckets). The bias is computed from
 absolute positions, so the KV-cache decoder gets it for cached keys exactly as the full forward.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from tfjax.nn import axes
-from tfjax.nn.config import ModelConfig
+
+if TYPE_CHECKING:
+  from tfjax.nn.config import ModelConfig
 
 
 def relative_position_bucket(relative_position, *, bidirectional: bool, num_buckets: int,
@@ -40,14 +44,14 @@ def relative_position_bucket(relative_position, *, bidirectional: bool, num_buck
   return bucket + jnp.where(distance < max_exact, distance, far)
 
 
-def t5_bias(table_NxH, q_positions_BxT, kv_positions_BxS, *, bidirectional: bool,
+def t5_bias(table_UxH, q_positions_BxT, kv_positions_BxS, *, bidirectional: bool,
             max_distance: int) -> jax.Array:
   """The additive attention bias [B, H, T, S] from the table and absolute positions."""
   relative_BxTxS = kv_positions_BxS[:, None, :] - q_positions_BxT[:, :, None]
   buckets_BxTxS = relative_position_bucket(
-      relative_BxTxS, bidirectional=bidirectional, num_buckets=table_NxH.shape[0],
+      relative_BxTxS, bidirectional=bidirectional, num_buckets=table_UxH.shape[0],
       max_distance=max_distance)
-  bias_BxTxSxH = jnp.take(table_NxH.astype(jnp.float32), buckets_BxTxS, axis=0)
+  bias_BxTxSxH = jnp.take(table_UxH.astype(jnp.float32), buckets_BxTxS, axis=0)
   return jnp.transpose(bias_BxTxSxH, (0, 3, 1, 2))
 
 
@@ -61,4 +65,4 @@ class RelativePositionTable(nn.Module):
     return self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, axes.HEADS)),
-        (cfg.relative_buckets, cfg.num_heads))
+        (cfg.positions.relative_buckets, cfg.attention.num_heads))

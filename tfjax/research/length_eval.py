@@ -71,13 +71,24 @@ def window_batches(tokens, starts, first_scored, length: int, rows: int) -> Iter
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")
 
 
+def extends_rope(cfg) -> bool:
+  """Whether `cfg`'s position kind is RoPE (so the rope_scalings apply at evaluation)."""
+  from tfjax.nn.positions import position_kind  # pylint: disable=import-outside-toplevel
+  return position_kind(cfg).rotary
+
+
+def has_positions_at(cfg, length: int) -> bool:
+  """Whether `cfg` embeds positions up to `length` (a learned table stops at model.max_len)."""
+  from tfjax.nn.positions import position_kind  # pylint: disable=import-outside-toplevel
+  return not (position_kind(cfg).learned_table and length > cfg.max_len)
+
+
 def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
   """`cfg` (a RoPE model trained at `trained_length`) with model.rope_scaling `kind` for scoring
   windows of `length` tokens (see the module docstring)."""
   from tfjax.nn.choices import one_of  # pylint: disable=import-outside-toplevel
-  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
   one_of("rope extension", kind, ROPE_EXTENSIONS)
-  if cfg.position not in ROPE_POSITIONS or cfg.rope_scaling != "none":
+  if not extends_rope(cfg) or cfg.rope_scaling != "none":
     raise ValueError(f"RoPE extension {kind!r} rescales an unscaled RoPE model; this run has "
                      f"model.position={cfg.position!r}, rope_scaling={cfg.rope_scaling!r}")
   factor = max(1.0, length / trained_length)
@@ -129,10 +140,8 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
     raise ValueError(f"the validation split ({len(tokens)} tokens) is shorter than one window "
                      f"of {max(lengths)}; use smaller multiples or a larger validation split")
   rows = rows or config.train.eval_batch_size
-  from tfjax.nn.config import ROPE_POSITIONS  # pylint: disable=import-outside-toplevel
-  from tfjax.nn.positions import has_learned_table  # pylint: disable=import-outside-toplevel
   extensions = [""]
-  if cfg.position in ROPE_POSITIONS:
+  if extends_rope(cfg):
     extensions += [f"_{kind}" for kind in rope_scalings]
 
   def scorer(suffix, length):
@@ -149,7 +158,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
         for mode, stride in (("nonoverlap", length),
                              ("sliding", max(1, int(length * stride_fraction)))):
           key = f"long/ppl_{mode}{suffix}@{length}"
-          if has_learned_table(cfg) and length > cfg.max_len:
+          if not has_positions_at(cfg, length):
             out[key] = None  # no position embedding exists past the table
             continue
           starts, first = scoring_windows(num_targets, length, stride)

@@ -29,9 +29,8 @@ import numpy as np
 
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
+from tfjax.nn.positions import position_kind
 
-# Encodings whose position p means "p tokens after the start of the context".
-ABSOLUTE_POSITIONS = ("learned", "sinusoidal")
 MODES = ("fits", "slide", "window")
 
 
@@ -40,7 +39,7 @@ def mode(cfg: ModelConfig, longest_prompt: int, max_new_tokens: int) -> str:
   position encodings and 'window' for the others (module docstring)."""
   if longest_prompt + max_new_tokens <= cfg.max_len:
     return "fits"
-  return "slide" if cfg.position in ABSOLUTE_POSITIONS else "window"
+  return "slide" if position_kind(cfg).absolute else "window"
 
 
 def windowed_config(cfg: ModelConfig) -> ModelConfig:

@@ -10,7 +10,6 @@ A run resumed from its own checkpoint ignores init_from.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Optional
 
@@ -36,7 +35,7 @@ def resolve(config):
   source_config = runs.load_config(path)
   model = experiment.model_config(source_config, workdir=path)
   resolved = config.copy_and_resolve_references()
-  for key, value in dataclasses.asdict(model).items():
+  for key, value in model.to_flat().items():
     if key not in OWN_KEYS and key not in ("deterministic", "decode"):
       resolved.model[key] = value
   return resolved

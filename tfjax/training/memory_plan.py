@@ -50,8 +50,8 @@ def activation_arrays(cfg: ModelConfig, rows: int, seq_len: int, enc_len: int | 
   shape, itemsize, count) making up A_layer, A_dots, A_input and A_head above, summed over the
   model's layers by activation_bytes."""
   c = jnp.dtype(cfg.compute_dtype).itemsize
-  d, h, kv, dh, f, v = (cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.dim_per_head, cfg.d_ff,
-                        cfg.vocab_size)
+  d, h, kv, dh, f, v = (cfg.d_model, cfg.num_heads, cfg.attention.kv_heads, cfg.dim_per_head,
+                        cfg.d_ff, cfg.vocab_size)
   b, s = rows, seq_len
   g = 3 if cfg.ffn in GATED_FFNS else 2
   materialized = cfg.attention_impl in ("xla", "auto")  # auto: counted (upper bound)

@@ -26,7 +26,7 @@ from flax import traverse_util
 
 from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
-from tfjax.nn.positions import has_learned_table
+from tfjax.nn.positions import has_learned_table, position_kind
 
 CATEGORIES = ("embeddings", "attention", "ffn", "norms", "output head")
 
@@ -78,9 +78,10 @@ def count_by_category(cfg: ModelConfig) -> dict:
 def analytic_count(cfg: ModelConfig) -> int:
   """Closed-form parameter count, written from the architecture (not from the modules)."""
   d, f, hd = cfg.d_model, cfg.d_ff, cfg.dim_per_head
-  h, kv = cfg.num_heads, cfg.kv_heads
+  h, kv = cfg.num_heads, cfg.attention.kv_heads
   norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
-  attn_bias = (h * hd + 2 * kv * hd if cfg.attention_bias else 0) + (d if cfg.out_bias else 0)
+  attn_bias = ((h * hd + 2 * kv * hd if cfg.attention_bias else 0)
+               + (d if cfg.attention.uses_out_bias else 0))
   qk_norm = 0 if cfg.qk_norm == "none" else 2 * hd * (
       2 if cfg.qk_norm == "layernorm" and cfg.norm_bias else 1)  # query_norm, key_norm
   attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
@@ -92,16 +93,16 @@ def analytic_count(cfg: ModelConfig) -> int:
   else:
     encoder_layer = attention + ffn + 2 * sublayer_norms * norm
   decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
-  final_norm = norm if cfg.has_final_norm else 0
+  final_norm = norm if cfg.norms.has_final_norm else 0
   token_tables = 1 if cfg.share_embeddings else 2  # encoder_decoder may keep one per side
   position_sides = 1 if cfg.shares_positions else 2
   embed = token_tables * cfg.vocab_size * d + cfg.type_vocab_size * d
-  embed += position_sides * ((cfg.position_table_rows * d if has_learned_table(cfg) else 0)
-                             + (norm if cfg.embed_norm else 0))
+  positions = position_kind(cfg)  # the registry's closed-form counts of its tables
+  embed += position_sides * (positions.embedding_params(cfg) + (norm if cfg.embed_norm else 0))
   untied_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
   untied_head += cfg.vocab_size if cfg.final_logits_bias else 0
   stacks = 2 if cfg.family == "encoder_decoder" else 1
-  embed += stacks * cfg.relative_buckets * h if cfg.position == "t5_bias" else 0
+  embed += stacks * positions.stack_params(cfg)
   if cfg.family == "decoder":
     return embed + cfg.num_layers * encoder_layer + final_norm + untied_head
   if cfg.family == "encoder_decoder":
