@@ -43,7 +43,7 @@ class LearnedPositions(nn.Module):
   A sequence longer than the table is rejected when traced. Explicit `positions` values are data,
   not shapes, so they cannot be checked under jit: an out-of-table position reads NaN (jnp.take's
   fill mode), loudly poisoning the output instead of silently clamping. Decoding checks prompt +
-  new tokens against the table before it starts (tfjax/training/decode.py).
+  new tokens against the table before it starts (tfjax/inference/decode.py).
   """
   config: ModelConfig
 
