@@ -202,6 +202,18 @@ def test_greedy_matches_argmax_of_full_forward(fast_compile):
     assert float(out.scores[b]) == pytest.approx(score, abs=1e-4)
 
 
+def test_the_decode_config_picks_the_attention_implementation_outside_the_block():
+  """Cached attention masks by absolute slot positions, which only the XLA reference takes: the
+  decode config (not MultiHeadAttention) sets it, so a run trained with another implementation
+  generates exactly what the same params generate under 'xla'."""
+  chunked = tiny_config(attention_impl="chunked")
+  decode_cfg = cached_model.decode_config(chunked)
+  assert decode_cfg.decode and decode_cfg.attention_impl == "xla" and decode_cfg.deterministic
+  assert cached_model.inference_config(chunked).attention_impl == "chunked"
+  np.testing.assert_array_equal(np.asarray(greedy(chunked).tokens),
+                                np.asarray(greedy(tiny_config()).tokens))
+
+
 @pytest.mark.parametrize("family,position,window", [
     ("decoder", "rope", 3), ("encoder_decoder", "learned", None)])
 def test_batched_prompts_of_different_lengths_match_each_alone(family, position, window):

@@ -166,3 +166,13 @@ def test_no_library_module_is_over_450_lines():
           if lines > limit:
             too_long.append(f"{os.path.relpath(path, PACKAGE)}: {lines} > {limit}")
   assert not too_long, too_long
+
+
+@pytest.mark.parametrize("old,new", [("decode", "tfjax.inference.decode"),
+                                     ("prepared", "tfjax.data.prepared"),
+                                     ("runtime", "tfjax.runtime.workarounds")])
+def test_a_moved_module_names_its_new_home(old, new):
+  import importlib  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ImportError, match=new.replace(".", r"\.")):
+    importlib.import_module(f"tfjax.training.{old}")
+  assert importlib.import_module(new).__name__ == new
