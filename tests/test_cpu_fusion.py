@@ -110,10 +110,10 @@ def test_a_layer_that_bypasses_the_residual_method_fails_instead_of_losing_the_b
   loss = lambda: cpu_fusion.applied(lambda p: jnp.sum(layer.apply({"params": p}, x)))
   fusion_policy("on")
   with pytest.raises(cpu_fusion.BoundaryMissed, match="TransformerLayer.sublayer"):
-    jax.grad(loss())(params)
-  fusion_policy("off")
-  grads = jax.grad(loss())(params)
-  assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
+    jax.eval_shape(jax.grad(loss()), params)
+  fusion_policy("off")  # traces (no compile needed to show it): same tree as the params
+  grads = jax.eval_shape(jax.grad(loss()), params)
+  assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(params)
 
 
 def test_the_residual_method_is_bound_by_attribute():
