@@ -60,7 +60,8 @@ def main(argv):
     cli.fail("--rounds must be at least 1")
   sharding.configure_cpu_devices(base)  # before JAX starts; both variants share the devices
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax.training import data, experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment
 
   runs = {}
   for name, config in variants.items():
@@ -68,7 +69,7 @@ def main(argv):
     placement = sharding.BatchPlacement.for_config(config)
     layout = experiment.state_layout(exp, placement)
     state = layout.init()
-    iterator = data.DataIterator(exp.dataset, config.train.batch_size)
+    iterator = datasets.DataIterator(exp.dataset, config.train.batch_size)
     runner = experiment.make_step_runner(exp, placement, layout, iterator)
     with placement.axis_rules():
       start = time.perf_counter()

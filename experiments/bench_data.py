@@ -44,7 +44,7 @@ SHARD_TOKENS = 100_000_000
 
 
 def shakespeare_docs(text_mb: float) -> list[str]:
-  from tfjax.training.data import tinyshakespeare_path  # pylint: disable=import-outside-toplevel
+  from tfjax.data.datasets import tinyshakespeare_path  # pylint: disable=import-outside-toplevel
   text = open(tinyshakespeare_path(), encoding="utf-8").read()
   paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
   docs, size = [], 0
@@ -148,7 +148,7 @@ def memory_kb() -> dict:
 
 def loader_child(directory: str, batches: int) -> dict:
   """Runs in a fresh process: draws batches in both modes, returns speeds and memory."""
-  from tfjax.training.prepared import PreparedDataset  # pylint: disable=import-outside-toplevel
+  from tfjax.data.prepared import PreparedDataset  # pylint: disable=import-outside-toplevel
   result = {"before_open": memory_kb()}
   for mode in ("random", "packed"):
     ds = PreparedDataset(directory, seq_len=SEQ_LEN, mode=mode, verify="size")

@@ -1,7 +1,7 @@
 """grain and ArrayRecord against the prepared loader (experiments/bench_data.py --grain_batches).
 
 The question (issue 33): would grain's DataLoader (worker processes, prefetch) or ArrayRecord's
-random access feed 12 x 1024 batches faster than tfjax.training.prepared (pread from .npy shards
+random access feed 12 x 1024 batches faster than tfjax.data.prepared (pread from .npy shards
 in the training process)? Both sides read the same prepared directory and draw the same rows.
 
 1. Loaders, per mode (random windows, packed rows), `batches` global batches of ROWS x SEQ_LEN:
@@ -51,7 +51,7 @@ def available() -> str:
 
 
 def _dataset(directory: str, mode: str):
-  from tfjax.training.prepared import PreparedDataset  # pylint: disable=import-outside-toplevel
+  from tfjax.data.prepared import PreparedDataset  # pylint: disable=import-outside-toplevel
   return PreparedDataset(directory, seq_len=SEQ_LEN, mode=mode, verify="size")
 
 
@@ -187,16 +187,16 @@ def bench_random_access(directory: str, batches: int, repeats: int,
                         chunk: int = CHUNK) -> list[dict]:
   """The windows of `batches` random-window batches, read by pread and by ArrayRecordReader."""
   from array_record.python import array_record_module as arm  # pylint: disable=import-outside-toplevel
-  from tfjax.training import data  # pylint: disable=import-outside-toplevel
+  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
   ds = _dataset(directory, "random")
   split = ds._splits["train"]  # pylint: disable=protected-access
   width = SEQ_LEN + 1
   split.windows(np.zeros(1, np.uint64), width)  # fills the per-shard window counts
   cumulative = split._windows_per_shard[width]  # pylint: disable=protected-access
-  train_key = data._TRAIN  # pylint: disable=protected-access
-  bits = np.concatenate([data.hash_bits(ds.seed, train_key, i, np.arange(ROWS))
+  train_key = datasets._TRAIN  # pylint: disable=protected-access
+  bits = np.concatenate([datasets.hash_bits(ds.seed, train_key, i, np.arange(ROWS))
                          for i in range(1, batches + 1)])  # the rows of batches 1..batches
-  picks = data._randint(bits, int(cumulative[-1]))  # pylint: disable=protected-access
+  picks = datasets._randint(bits, int(cumulative[-1]))  # pylint: disable=protected-access
   shard_ids = np.searchsorted(cumulative, picks, side="right")
   starts = picks - np.concatenate([[0], cumulative])[shard_ids]
   readers = [arm.ArrayRecordReader(p, "readahead_buffer_size:0")

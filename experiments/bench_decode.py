@@ -5,7 +5,7 @@
   python experiments/bench_decode.py --smoke --out=/tmp/bench              # tiny, for tests
 
 Both paths are greedy and compiled once per length:
-  cached     tfjax.training.decode.generate: one prefill, then one token per step reading the cache.
+  cached     tfjax.inference.decode.generate: one prefill, then one token per step reading the cache.
   recompute  no cache: each step runs the full forward pass over a fixed [batch, prompt + N]
              buffer (causality makes the unwritten tail irrelevant) and takes the argmax at the
              current position. Its per-step cost does not depend on the step, so only the first
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import decode
+from tfjax.inference import decode
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.training import cli

@@ -41,7 +41,9 @@ _CACHE = flags.DEFINE_string(
 def measure_steps(config, steps: int, warmup: int, profile_steps: int = 0, out: str = "") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
-  from tfjax.training import data, experiment, flops, params as accounting, runtime, sharding, tasks
+  from tfjax.data import datasets
+  from tfjax.training import experiment, flops, params as accounting, sharding, tasks
+  from tfjax.runtime import workarounds
 
   exp = experiment.prepare(config)
   placement = sharding.BatchPlacement.for_config(config)
@@ -52,14 +54,14 @@ def measure_steps(config, steps: int, warmup: int, profile_steps: int = 0, out: 
   # calls); batches are made and copied inside the timed loop.
   per_call = config.train.steps_per_call
   calls, warmup_calls = -(-steps // per_call), -(-warmup // per_call)
-  iterator = data.DataIterator(exp.dataset, config.train.batch_size)
+  iterator = datasets.DataIterator(exp.dataset, config.train.batch_size)
   runner = experiment.make_step_runner(exp, placement, layout, iterator)
   with placement.axis_rules():
     start = time.perf_counter()
     compiled = runner.program.lower(*runner.abstract_args).compile()  # serves the calls below
     compile_s = time.perf_counter() - start
     memory = compiled_memory(compiled)
-    host_lead = runtime.HostLeadLimiter()  # several CPU devices deadlock if the host runs ahead
+    host_lead = workarounds.HostLeadLimiter()  # several CPU devices deadlock if the host runs ahead
     for _ in range(1 + warmup_calls):
       state, metrics = runner.run(state, per_call)
       host_lead.wait_if_ahead(metrics)
@@ -140,7 +142,8 @@ def measure_full_run(config) -> dict:
 
 def main(argv):
   del argv
-  from tfjax.training import compile_cache, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
+  from tfjax.training import sharding
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   compile_cache.enable(_CACHE.value)

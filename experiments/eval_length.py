@@ -29,7 +29,7 @@ _STRIDE = flags.DEFINE_float("stride_fraction", 0.25, "Sliding-window stride as 
 def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments: {argv[1:]}")
-  from tfjax.training import files
+  from tfjax.runtime import files
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
   try:
     multiples = [int(m) for m in _MULTIPLES.value]

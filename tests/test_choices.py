@@ -6,11 +6,11 @@ import sys
 import pytest
 
 from tfjax.nn.choices import one_of
-from tfjax.training import data, synthetic, tokenizers
+from tfjax.data import datasets, synthetic, tokenizers
 
 
 def _data_config(**overrides):
-  config = data.default_data_config()
+  config = datasets.default_data_config()
   config.update(overrides)
   return config
 
@@ -26,7 +26,7 @@ def test_one_of_returns_the_value_or_names_key_value_and_choices():
     (lambda: synthetic.vocab_size("copyy", 8), r"synthetic task='copyy' is invalid; choose one of"),
     (lambda: tokenizers.make_tokenizer("wordpiece", "some text", None),
      r"tokenizer='wordpiece' is invalid"),
-    (lambda: data.make_dataset(_data_config(name="wikitext"), "lm"),
+    (lambda: datasets.make_dataset(_data_config(name="wikitext"), "lm"),
      r"data\.name='wikitext' is invalid; choose one of"),
 ])
 def test_data_side_choices_use_the_same_check(call, pattern):
@@ -35,6 +35,6 @@ def test_data_side_choices_use_the_same_check(call, pattern):
 
 
 def test_the_check_imports_no_jax():
-  code = "import sys; import tfjax.nn.choices, tfjax.training.synthetic; print('jax' in sys.modules)"
+  code = "import sys; import tfjax.nn.choices, tfjax.data.synthetic; print('jax' in sys.modules)"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "False"

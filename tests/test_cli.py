@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tfjax.training import cli
-from tfjax.training.workdir_lock import WorkdirLock
+from tfjax.runtime.workdir_lock import WorkdirLock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = [os.path.join(REPO, "experiments", "train.py")]

@@ -1,4 +1,4 @@
-"""tfjax/training/compile_cache.py: the persistent XLA compilation cache."""
+"""tfjax/runtime/compile_cache.py: the persistent XLA compilation cache."""
 
 import logging
 import os
@@ -30,7 +30,7 @@ def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
 
 
 def test_unusable_compilation_cache_directory_warns_and_leaves_jax_alone(tmp_path, caplog):
-  from tfjax.training import compile_cache  # pylint: disable=import-outside-toplevel
+  from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
   blocker = tmp_path / "a_file"
   blocker.write_text("")
   before = jax.config.jax_compilation_cache_dir

@@ -90,3 +90,31 @@ def test_cpu_fusion_policy_auto_follows_the_backend_and_bad_values_are_named(fus
                                        r"\('auto', 'on', 'off'\)"):
     cpu_fusion.install("fast")
   assert cpu_fusion.installed() == "off"  # a rejected value leaves the policy as it was
+
+
+def test_a_layer_that_bypasses_the_residual_method_fails_instead_of_losing_the_boundary(
+    fusion_policy):
+  """Renaming the method the layer routes its sublayers through (here: a subclass whose `sublayer`
+  hands off to a renamed copy, so the interceptor's method never runs) raises BoundaryMissed when
+  the boundary is on, rather than silently tracing without it; 'off' traces as before."""
+
+  class RenamedSublayer(TransformerLayer):
+    def residual_branch(self, name, x_BxLxD, fn):
+      return TransformerLayer.sublayer.__wrapped__(self, name, x_BxLxD, fn)
+
+  setattr(RenamedSublayer, cpu_fusion.RESIDUAL_METHOD, RenamedSublayer.residual_branch)
+  cfg = tiny_config()
+  x = jnp.asarray(rand((2, 5, 16), seed=50))
+  layer = RenamedSublayer(cfg, causal=True)
+  params = random_params(layer, x, seed=51)
+  loss = lambda: cpu_fusion.applied(lambda p: jnp.sum(layer.apply({"params": p}, x)))
+  fusion_policy("on")
+  with pytest.raises(cpu_fusion.BoundaryMissed, match="TransformerLayer.sublayer"):
+    jax.eval_shape(jax.grad(loss()), params)
+  fusion_policy("off")  # traces (no compile needed to show it): same tree as the params
+  grads = jax.eval_shape(jax.grad(loss()), params)
+  assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(params)
+
+
+def test_the_residual_method_is_bound_by_attribute():
+  assert cpu_fusion.RESIDUAL_METHOD == "sublayer" and callable(TransformerLayer.sublayer)

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from tfjax.training import data, text_files, tokenizers
-from tfjax.training.data import DataIterator, TextDataset, make_dataset, mask_tokens
+from tfjax.data import datasets, text_files, tokenizers
+from tfjax.data.datasets import DataIterator, TextDataset, make_dataset, mask_tokens
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
@@ -24,7 +24,7 @@ def _paragraph_text(n=60, seed=0):
 
 
 def _config(**kw):
-  c = data.default_data_config()
+  c = datasets.default_data_config()
   c.update(kw)
   return c
 
@@ -136,7 +136,7 @@ def test_packed_sequential_eval_covers_val_rows(corpus):
 
 def test_pack_documents():
   docs = [np.arange(1, 4), np.arange(10, 15), np.arange(20, 30)]
-  out = data.pack_documents(docs, row_len=8)
+  out = datasets.pack_documents(docs, row_len=8)
   np.testing.assert_array_equal(out["tokens"], [[1, 2, 3, 10, 11, 12, 13, 14],
                                                 [20, 21, 22, 23, 24, 25, 26, 27],
                                                 [28, 29, 0, 0, 0, 0, 0, 0]])
@@ -232,8 +232,8 @@ def test_file_errors(tmp_path):
 
 
 def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
-  monkeypatch.setenv(data.DATA_DIR_ENV, str(tmp_path / "data"))
-  monkeypatch.setenv(data.CACHE_DIR_ENV, str(tmp_path / "cache"))
+  monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / "data"))
+  monkeypatch.setenv(datasets.CACHE_DIR_ENV, str(tmp_path / "cache"))
 
   def offline(url, dest):
     raise OSError("network unreachable")
@@ -242,13 +242,13 @@ def test_tinyshakespeare_offline_error(tmp_path, monkeypatch):
   with pytest.raises(FileNotFoundError) as info:
     make_dataset(_config(), "lm", None)
   message = str(info.value)
-  assert data.DATA_DIR_ENV in message and "network unreachable" in message
+  assert datasets.DATA_DIR_ENV in message and "network unreachable" in message
   assert os.path.join(str(tmp_path / "data"), "tinyshakespeare", "input.txt") in message
 
 
 def test_tinyshakespeare_downloads_into_cache(tmp_path, monkeypatch, corpus):
-  monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
-  monkeypatch.setenv(data.CACHE_DIR_ENV, str(tmp_path))
+  monkeypatch.delenv(datasets.DATA_DIR_ENV, raising=False)
+  monkeypatch.setenv(datasets.CACHE_DIR_ENV, str(tmp_path))
   calls = []
 
   def fake_download(url, dest):
@@ -258,19 +258,19 @@ def test_tinyshakespeare_downloads_into_cache(tmp_path, monkeypatch, corpus):
       f.write(corpus)
 
   monkeypatch.setattr(text_files, "_download", fake_download)
-  assert data.tinyshakespeare_path() == str(tmp_path / "tinyshakespeare" / "input.txt")
-  data.tinyshakespeare_path()
-  assert calls == [data.TINYSHAKESPEARE_URL]  # cached after the first call
+  assert datasets.tinyshakespeare_path() == str(tmp_path / "tinyshakespeare" / "input.txt")
+  datasets.tinyshakespeare_path()
+  assert calls == [datasets.TINYSHAKESPEARE_URL]  # cached after the first call
 
 
 def test_tinyshakespeare_shared_file(monkeypatch, tmp_path):
-  candidates = [SHARED_DATA, os.environ.get(data.DATA_DIR_ENV, "")]
+  candidates = [SHARED_DATA, os.environ.get(datasets.DATA_DIR_ENV, "")]
   found = [d for d in candidates
            if d and os.path.exists(os.path.join(d, "tinyshakespeare", "input.txt"))]
   if not found:
     pytest.skip(f"Tiny Shakespeare not at {SHARED_DATA}/tinyshakespeare/input.txt nor under "
-                f"${data.DATA_DIR_ENV}")
-  monkeypatch.setenv(data.DATA_DIR_ENV, found[0])
+                f"${datasets.DATA_DIR_ENV}")
+  monkeypatch.setenv(datasets.DATA_DIR_ENV, found[0])
   ds = make_dataset(_config(seq_len=256), "lm", str(tmp_path))
   assert len(ds.train_tokens) + len(ds.val_tokens) == 1_115_394
   assert ds.vocab_size == 65

@@ -12,7 +12,7 @@ import flax.linen as nn
 import numpy as np
 import pytest
 
-from tfjax.training import decode
+from tfjax.inference import cached_model, decode, sample_loop
 from tfjax.nn.config import POSITIONS, ModelConfig
 from tfjax.nn.models import build_model
 
@@ -90,19 +90,19 @@ def cached_and_full_logits(cfg, params, prompt_lengths, sequences_BxL, encoder_B
   batch, total = sequences_BxL.shape
   padded_len = max(prompt_lengths)
   lengths_B = jnp.asarray(prompt_lengths, jnp.int32)
-  positions_BxP, segment_ids_BxP = decode.left_padded_positions(lengths_B, padded_len)
+  positions_BxP, segment_ids_BxP = cached_model.left_padded_positions(lengths_B, padded_len)
   prompts_BxP = jnp.where(segment_ids_BxP == 1,
                           jnp.take_along_axis(sequences_BxL, positions_BxP, axis=1), 0)
-  encoded = None if encoder_BxS is None else decode.encode(cfg, params, encoder_BxS)
-  cache = decode.init_cache(cfg, batch, total,
+  encoded = None if encoder_BxS is None else cached_model.encode(cfg, params, encoder_BxS)
+  cache = cached_model.init_cache(cfg, batch, total,
                             encoder_len=None if encoder_BxS is None else encoder_BxS.shape[1])
-  prefill_BxPxV, cache = decode.forward_cached(cfg, params, cache, prompts_BxP, positions_BxP,
+  prefill_BxPxV, cache = cached_model.forward_cached(cfg, params, cache, prompts_BxP, positions_BxP,
                                                segment_ids_BxP, encoded)
 
   def step(cache, t):
     position_B = lengths_B + t
     token_B = jnp.take_along_axis(sequences_BxL, position_B[:, None], axis=1)[:, 0]
-    logits_Bx1xV, cache = decode.forward_cached(cfg, params, cache, token_B[:, None],
+    logits_Bx1xV, cache = cached_model.forward_cached(cfg, params, cache, token_B[:, None],
                                                 position_B[:, None])
     return cache, logits_Bx1xV[:, 0]
 
@@ -153,12 +153,12 @@ def test_cached_logits_match_full_forward(overrides):
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_take_cache_rows_picks_rows_of_every_layer(scan_layers):
   cfg = tiny_config(scan_layers=scan_layers, num_layers=2)
-  cache = decode.init_cache(cfg, batch=3, max_len=4)
+  cache = cached_model.init_cache(cfg, batch=3, max_len=4)
   axis = 1 if scan_layers else 0  # nn.scan puts the layer axis first
   marked = jax.tree.map(
       lambda x: x if x.ndim <= axis else jnp.zeros_like(x) + jnp.arange(3, dtype=x.dtype).reshape(
           (1,) * axis + (3,) + (1,) * (x.ndim - axis - 1)), cache)
-  picked = decode.take_cache_rows(cfg, marked, jnp.asarray([2, 0, 0, 1]))
+  picked = cached_model.take_cache_rows(cfg, marked, jnp.asarray([2, 0, 0, 1]))
   for before, after in zip(jax.tree.leaves(marked), jax.tree.leaves(picked)):
     if before.ndim <= axis:  # the shared write counter
       np.testing.assert_array_equal(after, before)
@@ -168,7 +168,7 @@ def test_take_cache_rows_picks_rows_of_every_layer(scan_layers):
 
 
 def test_cache_is_a_ring_buffer_with_a_window():
-  cache = decode.init_cache(tiny_config(window=3, num_kv_heads=2), batch=2, max_len=100)
+  cache = cached_model.init_cache(tiny_config(window=3, num_kv_heads=2), batch=2, max_len=100)
   assert cache["decoder"]["layers_0"]["self_attention"]["cached_key"].shape == (2, 3, 2, 4)
 
 
@@ -200,6 +200,17 @@ def test_greedy_matches_argmax_of_full_forward(fast_compile):
       score += log_probs[sequence[-1]]
     assert np.asarray(out.tokens[b]).tolist() == sequence[len(prompt):]
     assert float(out.scores[b]) == pytest.approx(score, abs=1e-4)
+
+
+def test_the_decode_config_picks_the_attention_implementation_outside_the_block():
+  """Cached attention masks by absolute slot positions, which only the XLA reference takes: the
+  decode config (not MultiHeadAttention) sets it; a full forward pass keeps the run's own."""
+  chunked = tiny_config(attention_impl="chunked", dropout=0.1, remat="full")
+  decode_cfg = cached_model.decode_config(chunked)
+  assert decode_cfg.decode and decode_cfg.attention_impl == "xla"
+  assert decode_cfg.deterministic and decode_cfg.remat == "none"
+  full_pass = cached_model.inference_config(chunked)
+  assert full_pass.attention_impl == "chunked" and not full_pass.decode
 
 
 @pytest.mark.parametrize("family,position,window", [
@@ -290,7 +301,7 @@ def numpy_allowed(logits, temperature=1.0, top_k=None, top_p=None):
 @pytest.mark.parametrize("top_k,top_p", [(None, 0.5), (None, 0.9), (4, 0.8)])
 def test_filter_logits_keeps_exactly_the_numpy_nucleus(top_k, top_p):
   logits = np.random.default_rng(0).normal(size=(200, 17)).astype(np.float32) * 2
-  filtered = np.asarray(decode.filter_logits(jnp.asarray(logits), temperature=0.7, top_k=top_k,
+  filtered = np.asarray(sample_loop.filter_logits(jnp.asarray(logits), temperature=0.7, top_k=top_k,
                                              top_p=top_p))
   for row, kept in zip(logits, np.isfinite(filtered)):
     assert set(np.flatnonzero(kept).tolist()) == numpy_allowed(row, 0.7, top_k, top_p)

@@ -1,4 +1,4 @@
-"""Generation past model.max_len (tfjax/training/decode_window.py) against full forward passes.
+"""Generation past model.max_len (tfjax/inference/decode_window.py) against full forward passes.
 
 Reference: the model's ordinary forward pass (no cache) over the last max_len tokens of the
 sequence at positions 0..max_len-1, for one sequence at a time (nanoGPT's cropped-context
@@ -16,7 +16,7 @@ import pytest
 
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
-from tfjax.training import decode, decode_window
+from tfjax.inference import decode, decode_window
 
 VOCAB, MAX_LEN, NEW = 11, 8, 12
 PROMPTS = [[3, 7, 1, 9, 4], [5, 2, 8, 6, 1, 3, 10, 2, 7, 4]]  # the second is longer than max_len

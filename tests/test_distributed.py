@@ -1,4 +1,4 @@
-"""tfjax/training/distributed.py: where jax.distributed settings come from (flags, environment,
+"""tfjax/runtime/distributed.py: where jax.distributed settings come from (flags, environment,
 cluster)."""
 
 
@@ -9,7 +9,7 @@ from test_multiprocess import _LAUNCH_ENV
 
 
 def test_distributed_settings_come_from_flags_environment_or_cluster(monkeypatch):
-  from tfjax.training import distributed  # pylint: disable=import-outside-toplevel
+  from tfjax.runtime import distributed  # pylint: disable=import-outside-toplevel
   for key in _LAUNCH_ENV:
     monkeypatch.delenv(key, raising=False)
   calls = []

@@ -1,10 +1,10 @@
-"""tfjax/training/files.py: atomic writes never leave half a file or lose the old one."""
+"""tfjax/runtime/files.py: atomic writes never leave half a file or lose the old one."""
 
 import os
 
 import pytest
 
-from tfjax.training import files
+from tfjax.runtime import files
 
 
 def test_json_round_trip_and_replace(tmp_path):

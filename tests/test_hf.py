@@ -18,7 +18,9 @@ pytest.importorskip("safetensors")
 from tfjax.hf import __main__ as cli  # noqa: E402
 from tfjax.hf import mapping, registry  # noqa: E402
 from tfjax.nn.models import build_model  # noqa: E402
-from tfjax.training import decode, runs, tokenizers  # noqa: E402
+from tfjax.inference import decode  # noqa: E402
+from tfjax.training import runs
+from tfjax.data import tokenizers
 
 T = transformers
 V, L = 97, 12  # vocab, test sequence length

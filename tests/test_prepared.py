@@ -1,4 +1,4 @@
-"""tfjax/training/prepared.py: training batches from a prepared directory (data.name='prepared').
+"""tfjax/data/prepared.py: training batches from a prepared directory (data.name='prepared').
 
 Documents are known byte strings, so every row is checked against the corpus itself: windows are
 slices of one shard, packed segments are pieces of one document, row r of batch i does not
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from tfjax.data import prepare as prep
-from tfjax.training import data, experiment
+from tfjax.data import datasets
+from tfjax.training import experiment
 from tfjax.training.defaults import base_config
-from tfjax.training.tokenizers import ByteTokenizer
+from tfjax.data.tokenizers import ByteTokenizer
 
 L = 16
 
@@ -35,9 +36,9 @@ def corpus(tmp_path_factory):
 
 
 def dataset(path, **kwargs):
-  config = data.default_data_config()
+  config = datasets.default_data_config()
   config.update(name="prepared", path=path, **{"seq_len": L, **kwargs})
-  return data.make_dataset(config, "lm")
+  return datasets.make_dataset(config, "lm")
 
 
 def test_random_windows_are_slices_of_one_shard(corpus):
@@ -80,11 +81,11 @@ def test_global_batch_is_the_same_for_one_and_two_processes(corpus):
 
 PROCESS_ROWS = """
 import sys, numpy as np
-from tfjax.training import data
+from tfjax.data import datasets
 path, mode, process, count, out = sys.argv[1:]
-config = data.default_data_config()
+config = datasets.default_data_config()
 config.update(name="prepared", path=path, seq_len=16, mode=mode, seed=7)
-it = data.DataIterator(data.make_dataset(config, "lm"), 8, start_index=2,
+it = datasets.DataIterator(datasets.make_dataset(config, "lm"), 8, start_index=2,
                        row_start=int(process) * int(count), row_count=int(count))
 np.savez(out, *[it.next()["inputs"] for _ in range(4)])
 """
@@ -138,11 +139,11 @@ def test_each_process_reads_only_its_own_rows(corpus):
 def test_iterator_resumes_exactly_from_the_batch_index(corpus):
   path, _ = corpus
   ds = dataset(path, mode="packed")
-  straight = data.DataIterator(ds, 4)
+  straight = datasets.DataIterator(ds, 4)
   expected = [straight.next() for _ in range(6)]
-  first = data.DataIterator(ds, 4)
+  first = datasets.DataIterator(ds, 4)
   got = [first.next() for _ in range(3)]
-  resumed = data.DataIterator(dataset(path, mode="packed"), 4)
+  resumed = datasets.DataIterator(dataset(path, mode="packed"), 4)
   resumed.restore(json.loads(json.dumps(first.state())))
   got += [resumed.next() for _ in range(3)]
   for a, b in zip(expected, got):
@@ -222,20 +223,20 @@ def test_tokenizer_and_vocabulary_checks(corpus, tmp_path):
   run = tmp_path / "run"
   run.mkdir()
   (run / "tokenizer.json").write_text(json.dumps({"type": "char", "chars": "ab"}))
-  config = data.default_data_config()
+  config = datasets.default_data_config()
   config.update(name="prepared", path=path, seq_len=L)
   with pytest.raises(ValueError, match="not the tokenizer of the run in"):
-    data.make_dataset(config, "lm", workdir=str(run))
+    datasets.make_dataset(config, "lm", workdir=str(run))
   ByteTokenizer().save(str(run))  # the run's own tokenizer, saved by training: accepted
-  data.make_dataset(config, "lm", workdir=str(run))
+  datasets.make_dataset(config, "lm", workdir=str(run))
 
   full = base_config()
   full.data.update(name="prepared", path=path, seq_len=L)
   full.model.update(family="decoder", vocab_size=0, d_model=16, num_layers=1, num_heads=2,
                     d_ff=32, max_len=L)
-  assert data.resolve_vocab_size(full) == 256  # from the manifest, without opening shards
+  assert datasets.resolve_vocab_size(full) == 256  # from the manifest, without opening shards
   full.task = "mlm"
-  assert data.resolve_vocab_size(full) == 257
+  assert datasets.resolve_vocab_size(full) == 257
   full.task = "lm"
   full.model.vocab_size = 200
   with pytest.raises(ValueError, match="model.vocab_size=200 is smaller than the data's "
@@ -245,9 +246,9 @@ def test_tokenizer_and_vocabulary_checks(corpus, tmp_path):
 
 def test_masked_lm_rows_are_masked_corpus_windows(corpus):
   path, _ = corpus
-  config = data.default_data_config()
+  config = datasets.default_data_config()
   config.update(name="prepared", path=path, seq_len=L, seed=5)
-  ds = data.make_dataset(config, "mlm")
+  ds = datasets.make_dataset(config, "mlm")
   batch = ds.train_batch(2, 64)
   assert ds.vocab_size == 257 and ds.mask_id == 256
   selected = batch["weights"] > 0

@@ -1,4 +1,4 @@
-"""tfjax/training/runtime.py: startup and runtime workarounds (host lead limiter, background
+"""tfjax/runtime/workarounds.py: startup and runtime workarounds (host lead limiter, background
 compiles)."""
 
 import logging
@@ -18,7 +18,7 @@ from run_helpers import REPO, tiny_config
 _QUEUED_STEPS = """
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from tfjax.training.runtime import HostLeadLimiter
+from tfjax.runtime.workarounds import HostLeadLimiter
 mesh = Mesh(np.array(jax.devices()), ("data",))
 replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
 

@@ -1,4 +1,4 @@
-"""tfjax/training/sampling.py: the greedy sample a training run logs."""
+"""tfjax/inference/sampling.py: the greedy sample a training run logs."""
 
 import logging
 import threading

@@ -5,9 +5,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tfjax.training import synthetic
+from tfjax.data import synthetic
 from tfjax.training import tasks
-from tfjax.training.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset
+from tfjax.data.synthetic import BOS, EOS, NUM_SPECIAL, PAD, SEP, SyntheticDataset
 
 SEQUENCE_TASKS = ("copy", "reverse", "sort", "addition", "associative_recall")
 

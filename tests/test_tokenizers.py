@@ -1,4 +1,4 @@
-"""tfjax/training/tokenizers.py: byte, char and BPE tokenizers round trip and save/load."""
+"""tfjax/data/tokenizers.py: byte, char and BPE tokenizers round trip and save/load."""
 
 import sys
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from test_data import SAMPLE, _paragraph_text
-from tfjax.training import tokenizers
+from tfjax.data import tokenizers
 
 
 def test_byte_tokenizer_roundtrip():

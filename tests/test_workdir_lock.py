@@ -1,4 +1,4 @@
-"""One training process per workdir (tfjax/training/workdir_lock.py)."""
+"""One training process per workdir (tfjax/runtime/workdir_lock.py)."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from tfjax.training import workdir_lock
-from tfjax.training.workdir_lock import LOCK_FILE, WorkdirLock
+from tfjax.runtime import workdir_lock
+from tfjax.runtime.workdir_lock import LOCK_FILE, WorkdirLock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,7 +18,7 @@ def hold_lock_in_child(workdir):
   """A live process holding the lock of `workdir` (no jax: starts in a fraction of a second)."""
   code = textwrap.dedent(f"""
       import sys, time
-      from tfjax.training.workdir_lock import WorkdirLock
+      from tfjax.runtime.workdir_lock import WorkdirLock
       with WorkdirLock({str(workdir)!r}):
         print("locked", flush=True)
         sys.stdin.read()  # until the test closes stdin

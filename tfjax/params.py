@@ -1,9 +1,10 @@
-"""`python -m tfjax.params` (the README's command) runs `tfjax.training.params`, the same module."""
+"""The README's spellings: `python -m tfjax.params` runs tfjax.training.params_main (the command
+line) and `import tfjax.params` is tfjax.training.params (the accounting library)."""
 import runpy
 import sys
 
 if __name__ == "__main__":
-  runpy.run_module("tfjax.training.params", run_name="__main__", alter_sys=True)
+  runpy.run_module("tfjax.training.params_main", run_name="__main__", alter_sys=True)
 else:
   from tfjax.training import params as _params
   sys.modules[__name__] = _params

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tfjax.training import decode, experiment, sharding, tasks
+from tfjax.inference import cached_model
+from tfjax.training import experiment, sharding, tasks
 
 WHATS = ("train", "eval", "decode")
 # The module (tfjax.nn.kernels re-exports its function under the same name).
@@ -71,7 +72,7 @@ def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
     raise ValueError(f"--what=decode compiles a decoder's KV-cache step; model.family="
                      f"{cfg.family!r} (use --what=train or --what=eval)")
   rows = config.train.eval_batch_size
-  cache_shapes = jax.eval_shape(lambda: decode.init_cache(cfg, rows, seq_len))
+  cache_shapes = jax.eval_shape(lambda: cached_model.init_cache(cfg, rows, seq_len))
   batch_axes = placement.sharding.spec[0]
   row_axis = 1 if cfg.scan_layers else 0  # nn.scan stacks the layers' caches in front
 
@@ -86,7 +87,7 @@ def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
   tokens = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=placement.sharding)
 
   def step(params, cache, tokens_Bx1, positions_Bx1):
-    return decode.forward_cached(cfg, params, cache, tokens_Bx1, positions_Bx1)
+    return cached_model.forward_cached(cfg, params, cache, tokens_Bx1, positions_Bx1)
   jitted = jax.jit(step, donate_argnums=(1,))
   return Program("decode", jitted, (layout.abstract.params, cache, tokens, tokens), placement,
                  exp, rows, seq_len)

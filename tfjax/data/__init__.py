@@ -1,4 +1,6 @@
-"""Corpora bigger than memory: `prepare` tokenizes them once into memory-mappable token shards
-with a manifest (`tfjax-prepare`, `python -m tfjax.data.prepare`); `shards` opens and verifies a
-prepared directory. Nothing here imports tfjax.training: the training system reads prepared
-directories through tfjax.training.prepared."""
+"""Everything a batch is made from, below the training system (nothing here imports
+tfjax.training or tfjax.inference): `datasets.make_dataset` picks a text, synthetic or prepared
+dataset from the data config; `tokenizers`, `text_files`, `hashed_rng` (with MLM masking) and
+`packing` serve the text datasets. Corpora bigger than memory: `prepare` tokenizes them once into
+memory-mappable token shards with a manifest (`tfjax-prepare`, `python -m tfjax.data.prepare`),
+and `prepared` serves training batches from such a directory."""

@@ -3,7 +3,7 @@
 A prepared directory holds, per split (`train`, `val`) and shard k:
   {split}_{k:05d}.tokens.npy  a flat uint16 / uint32 array: the shard's documents back to back
   {split}_{k:05d}.docs.npy    uint64 [num_docs]: the end offset of each document in the tokens
-plus `tokenizer.json` (the tokenizer in tfjax's saved-tokenizer format, tfjax.training.tokenizers)
+plus `tokenizer.json` (the tokenizer in tfjax's saved-tokenizer format, tfjax.data.tokenizers)
 and `manifest.json`:
   {"format": 1, "dtype": "uint16", "tokenizer": {"name", "spec", "vocab_size", "eos_id",
    "sha256"}, "splits": {"train": {"shards": [{"tokens", "docs", "num_tokens", "num_docs",

@@ -2,7 +2,7 @@
 
     tfjax-prepare --input=FILES|GLOB|HF_DATASET_DIR --tokenizer=gpt2|bpe:DIR|hf:DIR|byte|char \
         --output=DIR [--text_field=text] [--workers=N] [--val_fraction=F | --val_docs=N]
-    python -m tfjax.data.prepare ...   # the same
+    python -m tfjax.data.prepare ...   # the same (command line: tfjax/data/prepare_main.py)
 
 Documents stream from the inputs in order (tfjax.data.sources); each goes to the validation split
 when a hash of its index falls under --val_fraction (or when it is one of the first --val_docs).
@@ -17,11 +17,11 @@ never overwritten; a directory holding an unfinished prepare of other inputs or 
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import multiprocessing
 import os
+import runpy
 import sys
 import time
 from typing import Optional
@@ -208,74 +208,5 @@ def prepare(inputs: str, tokenizer: str, output: str, *, text_field: str = "text
   return manifest
 
 
-class _Parser(argparse.ArgumentParser):
-  def error(self, message):
-    _fail(f"{message} (see {self.prog} --help)")
-
-
-def _bool(text: str) -> bool:
-  if text.lower() in ("1", "true", "yes"):
-    return True
-  if text.lower() in ("0", "false", "no"):
-    return False
-  raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
-
-
-def parse_args(argv):
-  p = _Parser(prog="tfjax-prepare", description=__doc__.splitlines()[0],
-              formatter_class=lambda prog: argparse.HelpFormatter(
-                  prog, max_help_position=60, width=100_000))
-  p.add_argument("--input", required=True,
-                 help="comma-separated .txt/.jsonl[.gz|.zst]/.parquet files or globs, or a "
-                      "`datasets` save_to_disk directory")
-  p.add_argument("--tokenizer", required=True, help="gpt2 | bpe:DIR | hf:DIR | byte | char")
-  p.add_argument("--output", required=True, help="the prepared directory to write")
-  p.add_argument("--text_field", default="text", help="the text field of JSONL / column of "
-                 "Parquet and datasets")
-  p.add_argument("--workers", type=int, default=None, help="tokenizing processes (default: "
-                 "one per CPU core)")
-  p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of the documents "
-                 "in the val split (nanoGPT's OpenWebText split)")
-  p.add_argument("--val_docs", type=int, default=None, help="instead: the first N documents")
-  p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
-  p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
-  p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
-                 "skip (the document) | error")
-  p.add_argument("--txt_docs", default="paragraphs", help=".txt documents: paragraphs (split "
-                 "at blank lines) | file")
-  p.add_argument("--append_eos", default=True, type=_bool,
-                 help="end each document with the tokenizer's end-of-text id, when it has one")
-  p.add_argument("--progress", default=True, type=_bool,
-                 help="show a progress bar")
-  return p.parse_args(argv)
-
-
-def _fail(message: str):
-  # tfjax.training.cli's convention (one `error:` line, exit 2); tfjax.data sits below training.
-  print("error: " + " ".join(str(message).split()), file=sys.stderr)
-  sys.exit(USAGE_ERROR)
-
-
-def main(argv=None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
-  try:
-    manifest = prepare(args.input, args.tokenizer, args.output, text_field=args.text_field,
-                       workers=args.workers, val_fraction=args.val_fraction,
-                       val_docs=args.val_docs, shard_mb=args.shard_mb, dtype=args.dtype,
-                       bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
-                       append_eos=args.append_eos, progress=args.progress)
-  except (ValueError, FileNotFoundError, NotADirectoryError) as e:
-    if os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0"):
-      raise
-    _fail(str(e) if not isinstance(e, OSError) or not e.filename else
-          (f"{e.filename}: {e.strerror}" if e.strerror else str(e)))
-  train, val = manifest["splits"]["train"], manifest["splits"]["val"]
-  print(f"{args.output}: train {train['num_tokens']:,} tokens / {train['num_docs']:,} documents "
-        f"in {len(train['shards'])} shards, val {val['num_tokens']:,} / {val['num_docs']:,}; "
-        f"{manifest['dtype']}, tokenizer {manifest['tokenizer']['name']} "
-        f"({manifest['tokenizer']['vocab_size']:,} ids); non-UTF-8 documents: "
-        f"{manifest['bad_utf8']['documents']} ({manifest['bad_utf8']['policy']})")
-
-
-if __name__ == "__main__":
-  main()
+if __name__ == "__main__":  # `python -m tfjax.data.prepare`: the command line, by module name
+  runpy.run_module("tfjax.data.prepare_main", run_name="__main__", alter_sys=True)

@@ -1,7 +1,7 @@
 """`--tokenizer=gpt2|bpe:DIR|hf:DIR|byte|char` -> the tokenizer a prepare encodes with.
 
 The result is saved into the prepared directory in tfjax's saved-tokenizer format
-({"type": "byte" | "char" | "bpe" | "hf", ...}, read by tfjax.training.tokenizers.load_tokenizer),
+({"type": "byte" | "char" | "bpe" | "hf", ...}, read by tfjax.data.tokenizers.load_tokenizer),
 so training takes its tokenizer from there and never needs the original files again.
 
   byte    UTF-8 bytes, 256 ids.
@@ -152,7 +152,7 @@ def resolve(flag: str, documents: Optional[Iterable[str]] = None) -> TokenizerSp
 
 class Encoder:
   """Encodes batches of documents with a saved tokenizer state (rebuilt in each worker process).
-  HF tokenizers encode with their special tokens, as tfjax.training.tokenizers.HFTokenizer does."""
+  HF tokenizers encode with their special tokens, as tfjax.data.tokenizers.HFTokenizer does."""
 
   def __init__(self, state: dict):
     self.kind = state["type"]

@@ -22,7 +22,8 @@ from flax import traverse_util
 from tfjax.hf import importer, reader, registry, shards
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
-from tfjax.training import runs, tokenizers
+from tfjax.training import runs
+from tfjax.data import tokenizers
 
 # ModelConfig keys that change how a model runs or is initialized, not what it computes.
 EXECUTION_KEYS = ("dropout", "attention_dropout", "init", "init_std", "position_init_std",

@@ -27,7 +27,8 @@ from flax import traverse_util
 from tfjax.hf import reader, registry
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import DTYPES, ModelConfig
-from tfjax.training import checkpoint, runs, sharding, tokenizers
+from tfjax.training import checkpoint, runs, sharding
+from tfjax.data import tokenizers
 from tfjax.training import params as param_accounting
 from tfjax.training.defaults import base_config
 

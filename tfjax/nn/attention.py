@@ -9,12 +9,9 @@ never changes when the attention implementation does.
 Attention weights for visualization: apply with `mutable=['intermediates']` and each attention
 module sows its [batch, heads, q_len, kv_len] probabilities as 'attention_weights'.
 
-Decoding (config.decode=True): the 'cache' collection holds per layer the keys and values written so
-far ([batch, cache_len, kv_heads, head_dim]: GQA shrinks it), each slot's absolute position (-1 =
-empty or padding) and a write counter. Each call attends to [cache ; new tokens] and then writes the
-new tokens; with a sliding window the cache is a ring buffer of `window` slots. Cross-attention
-caches the projected encoder keys/values on its first (prefill) call; later calls pass no encoder
-output and reuse them.
+Decoding (config.decode=True): causal self-attention and cross-attention read and write their KV
+cache through tfjax/nn/kv_cache.py; which attention implementation a decode step uses is the
+decode config's `attention_impl` (tfjax/inference/cached_model.py sets it).
 """
 
 from __future__ import annotations
@@ -23,10 +20,8 @@ import dataclasses
 from typing import TYPE_CHECKING, ClassVar, Optional
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
-from tfjax.nn import axes, ops
+from tfjax.nn import axes, kv_cache, ops
 from tfjax.nn.choices import one_of
 from tfjax.nn.inits import kernel_init
 from tfjax.nn.masks import default_positions, query_key_positions
@@ -216,10 +211,14 @@ class MultiHeadAttention(nn.Module):
     # Only causal self-attention and cross-attention see the sequence grow; a bidirectional
     # encoder (e.g. the encoder of an encoder-decoder run with decode=True) recomputes in full.
     uses_cache = cfg.decode and (self.causal or self.cross)
-    if uses_cache and not self.is_initializing():
-      k_BxSxKxE, v_BxSxKxE, kwargs = self._use_cache(k_BxSxKxE, v_BxSxKxE, positions, kwargs)
+    if uses_cache and self.is_initializing():
+      kv_cache.init(self, k_BxSxKxE, cross=self.cross, window=self.window,
+                    dtype=cfg.compute_dtype)
+    elif uses_cache and self.cross:
+      k_BxSxKxE, v_BxSxKxE, kwargs = kv_cache.cross_attention(self, k_BxSxKxE, v_BxSxKxE, kwargs)
     elif uses_cache:
-      self._init_cache(k_BxSxKxE)
+      k_BxSxKxE, v_BxSxKxE, kwargs = kv_cache.self_attention(
+          self, k_BxSxKxE, v_BxSxKxE, positions, kwargs, window=self.window)
 
     if relative and position == "t5_bias":
       q_pos, kv_pos = query_key_positions(q_len, k_BxSxKxE.shape[1], kwargs.get("q_positions"),
@@ -233,7 +232,7 @@ class MultiHeadAttention(nn.Module):
     dropout = 0.0 if cfg.deterministic else attention.dropout
     out_BxTxHxE = ops.dot_product_attention(
         q_BxTxHxE, k_BxSxKxE, v_BxSxKxE,
-        implementation="xla" if cfg.decode else cfg.attention_impl,
+        implementation=cfg.attention_impl,
         dropout_rate=dropout, dropout_rng=self.make_rng("dropout") if dropout else None, **kwargs)
     out_BxTxHxE = nn.with_logical_constraint(
         out_BxTxHxE, (axes.BATCH, axes.LENGTH, axes.HEADS, axes.HEAD_DIM))
@@ -245,87 +244,3 @@ class MultiHeadAttention(nn.Module):
                         out_axis=2),
             (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)
-
-  # ---- KV cache -------------------------------------------------------------------------------
-  def _init_cache(self, k_BxSxKxE):
-    """Called under `init` with a dummy input as long as the longest sequence to decode."""
-    cfg = self.config
-    batch, length, kv_heads, head_dim = k_BxSxKxE.shape
-    if self.cross:
-      size = length  # the encoder length used at init
-    else:
-      size = length if self.window is None else min(length, self.window)
-    shape = (batch, size, kv_heads, head_dim)
-    self.variable("cache", "cached_key", jnp.zeros, shape, cfg.compute_dtype)
-    self.variable("cache", "cached_value", jnp.zeros, shape, cfg.compute_dtype)
-    self.variable("cache", "positions", lambda: jnp.full((batch, size), -1, jnp.int32))
-    self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-
-  def _use_cache(self, k_new, v_new, positions, kwargs):
-    if not self.has_variable("cache", "cached_key"):
-      raise ValueError("decode=True needs a cache: build it with tfjax.training.decode.init_cache first")
-    key = self.variable("cache", "cached_key")
-    value = self.variable("cache", "cached_value")
-    slot_pos = self.variable("cache", "positions")
-    index = self.variable("cache", "index")
-    if self.cross:
-      if k_new is not None:  # prefill: project the encoder output once
-        if k_new.shape != key.value.shape:
-          raise ValueError(
-              f"encoder output gives cross-attention keys {k_new.shape} but the cache was built "
-              f"for {key.value.shape}; init the cache with the same encoder length")
-        key.value, value.value = k_new.astype(key.value.dtype), v_new.astype(value.value.dtype)
-        slot_pos.value = jnp.where(kwargs["kv_segment_ids"] != 0, 1, -1) if kwargs[
-            "kv_segment_ids"] is not None else jnp.ones_like(slot_pos.value)
-      kwargs = dict(kwargs, kv_segment_ids=(slot_pos.value >= 0).astype(jnp.int32),
-                    q_segment_ids=None)
-      return key.value, value.value, kwargs
-
-    # Self-attention: attend to [cache ; new], then write the new tokens (pads get position -1).
-    q_len = k_new.shape[1]
-    new_pos = positions
-    if kwargs["q_segment_ids"] is not None:
-      new_pos = jnp.where(kwargs["q_segment_ids"] != 0, positions, -1)
-    if q_len == 1:
-      return self._write_then_attend(key, value, slot_pos, index, k_new, v_new, positions,
-                                     new_pos, kwargs)
-    keys = jnp.concatenate([key.value, k_new.astype(key.value.dtype)], axis=1)
-    values = jnp.concatenate([value.value, v_new.astype(value.value.dtype)], axis=1)
-    kwargs = _attend_by_position(kwargs, positions,
-                                 jnp.concatenate([slot_pos.value, new_pos], axis=1))
-    size = key.value.shape[1]
-    if q_len > size and self.window is None:
-      raise ValueError(f"{q_len} new tokens do not fit in a KV cache of {size} slots")
-    # Ring-buffer write of the last min(q_len, size) new tokens (a plain append without window).
-    keep = min(q_len, size)
-    slots = (index.value + (q_len - keep) + jnp.arange(keep)) % size
-    key.value = key.value.at[:, slots].set(k_new[:, q_len - keep:].astype(key.value.dtype))
-    value.value = value.value.at[:, slots].set(v_new[:, q_len - keep:].astype(value.value.dtype))
-    slot_pos.value = slot_pos.value.at[:, slots].set(new_pos[:, q_len - keep:])
-    index.value = index.value + q_len
-    return keys, values, kwargs
-
-  def _write_then_attend(self, key, value, slot_pos, index, k_new, v_new, positions, new_pos,
-                         kwargs):
-    """One-token step: write first, then attend over the cache alone.
-
-    Same result as attending to [cache ; new] and then writing: the slot it overwrites is empty,
-    or (ring buffer of `window` slots) holds the key `window` positions back, which the window
-    already hides. But it updates the cache in place, where concatenating copies every layer's
-    whole cache on every step (the per-token cost then grows with the cache length).
-    """
-    slot = index.value % key.value.shape[1]
-    key.value = jax.lax.dynamic_update_slice_in_dim(
-        key.value, k_new.astype(key.value.dtype), slot, axis=1)
-    value.value = jax.lax.dynamic_update_slice_in_dim(
-        value.value, v_new.astype(value.value.dtype), slot, axis=1)
-    slot_pos.value = jax.lax.dynamic_update_slice_in_dim(slot_pos.value, new_pos, slot, axis=1)
-    index.value = index.value + 1
-    return key.value, value.value, _attend_by_position(kwargs, positions, slot_pos.value)
-
-
-def _attend_by_position(kwargs, q_positions, kv_positions):
-  """Attention arguments for cached keys: masks come from absolute positions (-1 = empty slot or
-  padding, hidden through a segment id of 0) instead of from the keys' order in the cache."""
-  return dict(kwargs, q_positions=q_positions, kv_positions=kv_positions, q_segment_ids=None,
-              kv_segment_ids=(kv_positions >= 0).astype(jnp.int32))

@@ -17,7 +17,7 @@ letters below in every module of the library and its tests.
   A  rotation angles per position (sinusoidal: D / 2, RoPE: E / 2)
   V  vocabulary
   U  relative-position buckets (T5's bias table, tfjax/nn/relative_bias.py)
-  decoding (tfjax/training/decode.py): P padded prompt length, N new tokens, M sequences per prompt
+  decoding (tfjax/inference/decode.py): P padded prompt length, N new tokens, M sequences per prompt
      (num_samples), R = B * M decoded rows, W beams, C beam candidates
 """
 

@@ -78,7 +78,7 @@ class ModelConfig:
   attention_impl: str = "xla"        # xla | chunked | pallas | cudnn | auto (tfjax.nn.ops)
   dtype: str = "float32"             # compute dtype; params stay float32
   deterministic: bool = True         # False enables dropout (needs a 'dropout' rng)
-  decode: bool = False               # KV-cache decoding (see tfjax/training/decode.py)
+  decode: bool = False               # KV-cache decoding (see tfjax/inference/decode.py)
   # ---- the blocks' sections (flat keys in each class's KEYS) ----
   attention: AttentionConfig = AttentionConfig()
   feed_forward: FfnConfig = FfnConfig()

@@ -2,7 +2,7 @@
 slopes. `none` is NoPE.
 
 The registry of position kinds (`POSITION_KINDS`) is the one list of `model.position` values:
-config validation, decoding past max_len (tfjax/training/decode_window.py), parameter counts
+config validation, decoding past max_len (tfjax/inference/decode_window.py), parameter counts
 (tfjax/training/params.py) and length evaluation (tfjax/research/length_eval.py) ask a kind's
 `PositionKind` instead of listing names. `PositionConfig` is the positions' config section.
 
@@ -196,7 +196,7 @@ class LearnedPositions(nn.Module):
   A sequence longer than the table is rejected when traced. Explicit `positions` values are data,
   not shapes, so they cannot be checked under jit: an out-of-table position reads NaN (jnp.take's
   fill mode), loudly poisoning the output instead of silently clamping. Decoding checks prompt +
-  new tokens against the table before it starts (tfjax/training/decode.py).
+  new tokens against the table before it starts (tfjax/inference/decode.py).
   """
   config: ModelConfig
 

@@ -53,7 +53,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
-from tfjax.training import compile_cache, files
+from tfjax.runtime import compile_cache, files
 
 _log = logging.getLogger(__name__)
 

@@ -193,7 +193,8 @@ class PointJob:
 
   def __call__(self) -> str:
     # pylint: disable=import-outside-toplevel  (jax only inside the job)
-    from tfjax.training import compile_cache, distributed, metrics
+    from tfjax.runtime import compile_cache, distributed
+    from tfjax.training import metrics
     metrics.setup_logging()
     distributed.initialize()  # multi-task SLURM jobs: coordinator etc. from SLURM's environment
     sweep = sweep_lib.load_sweep(self.config_path, self.scale)

@@ -23,7 +23,7 @@ import os
 
 import google_crc32c
 
-from tfjax.training import files
+from tfjax.runtime import files
 
 if google_crc32c.implementation != "c":  # the pure-Python fallback is ~1000x slower
   logging.getLogger(__name__).warning(

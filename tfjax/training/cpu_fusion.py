@@ -13,7 +13,11 @@ measurements. (The same trick on the activation derivatives no longer paid and w
 How it is applied, and why this way. The blocks (tfjax/nn/layers.py) are the published math only.
 A Flax method interceptor (`interceptor`) wraps the residual-stream input `x` of every
 `TransformerLayer.sublayer(name, x, fn)` call in an identity whose cotangent goes through the
-cond. Whoever builds a differentiated step wraps the function it traces with `applied(fn)`:
+cond. The method is bound by attribute (`TransformerLayer.sublayer`, read at import: renaming it
+fails here, loudly), and every traced function checks that a TransformerLayer it applied did pass
+its residual stream through the boundary (a layer that stops calling that method raises
+`BoundaryMissed` instead of silently losing the workaround). Whoever builds a differentiated step
+wraps the function it traces with `applied(fn)`:
   * the interceptor is entered inside the traced function, so it holds on whichever thread traces
     it (Flax keeps interceptors per thread, like logical axis rules), and only there: eval,
     init and decoding programs are untouched (the identity changes nothing without a gradient);
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Callable, Iterator
 
 import flax.linen as nn
@@ -42,6 +47,15 @@ from tfjax.nn.layers import TransformerLayer
 
 POLICIES = ("auto", "on", "off")
 _policy = "auto"
+# The layer method whose input `x` is the residual stream entering a sublayer. An attribute
+# lookup, not a string: a renamed method stops the import here.
+RESIDUAL_METHOD = TransformerLayer.sublayer.__name__
+_traces = threading.local()  # per thread (as Flax's interceptors): counts of the current trace
+
+
+class BoundaryMissed(RuntimeError):
+  """A TransformerLayer was applied under the fusion boundary but none of its residual streams
+  went through it."""
 
 
 def install(policy: str = "auto") -> None:
@@ -90,7 +104,11 @@ def _materialized_cotangent_jvp(primals, tangents):
 def interceptor(next_fun, args, kwargs, context):
   """Flax method interceptor: the residual stream entering each `TransformerLayer.sublayer` goes
   through `materialized_cotangent`; every other method call is passed through unchanged."""
-  if context.method_name == "sublayer" and isinstance(context.module, TransformerLayer):
+  counts = getattr(_traces, "counts", None)
+  if counts is not None and isinstance(context.module, TransformerLayer):
+    counts["layers"] += context.method_name == "__call__"
+    counts["boundaries"] += context.method_name == RESIDUAL_METHOD
+  if context.method_name == RESIDUAL_METHOD and isinstance(context.module, TransformerLayer):
     if len(args) != 3 or kwargs:
       raise TypeError("cpu_fusion.interceptor expects TransformerLayer.sublayer(name, x, fn) "
                       f"called positionally; got {len(args)} positional and {sorted(kwargs)}")
@@ -105,8 +123,18 @@ def intercepting() -> Iterator[None]:
   if not enabled():
     yield
     return
-  with nn.intercept_methods(interceptor):
-    yield
+  outer, _traces.counts = getattr(_traces, "counts", None), {"layers": 0, "boundaries": 0}
+  try:
+    with nn.intercept_methods(interceptor):
+      yield
+    counts = _traces.counts
+  finally:
+    _traces.counts = outer
+  if counts["layers"] and not counts["boundaries"]:
+    raise BoundaryMissed(
+        f"cpu_fusion: {counts['layers']} TransformerLayer call(s) traced but no residual stream "
+        f"went through TransformerLayer.{RESIDUAL_METHOD}; route each sublayer through that "
+        "method (or set --config.train.cpu_fusion=off)")
 
 
 def applied(fn: Callable) -> Callable:

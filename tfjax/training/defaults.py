@@ -1,7 +1,7 @@
 """The full experiment config every `configs/*.py` starts from (`base_config`), and the default run.
 
 `base_config()` is one ConfigDict with every key present. Sections: model
-(tfjax.nn.config.ModelConfig), data (tfjax.training.data), optimizer (tfjax.training.optimizer), train (the loop,
+(tfjax.nn.config.ModelConfig), data (tfjax.data.datasets), optimizer (tfjax.training.optimizer), train (the loop,
 below), mesh (tfjax.training.sharding). Config files change values, never add keys, so a typo in
 `--config.x.y=...` fails instead of being silently ignored.
 
@@ -13,7 +13,7 @@ without the repository's configs/ (configs/default.py returns the same config).
 from ml_collections import config_dict
 
 from tfjax.nn.config import default_model_config
-from tfjax.training.data import default_data_config
+from tfjax.data.datasets import default_data_config
 from tfjax.training.optimizer import default_optimizer_config
 
 

@@ -20,11 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax.training import cpu_fusion, data, init_from, runtime, sharding, steps, tasks
+from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
+from tfjax.data import datasets
+from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
+from tfjax.training.run_config import model_config
 from tfjax.training.sharding import BatchPlacement
 from tfjax.training.steps import TrainState
 
@@ -41,14 +44,6 @@ class Experiment:
   schedule: optax.Schedule
 
 
-def model_config(config, dataset=None, *, workdir: str | None = None) -> ModelConfig:
-  """The validated ModelConfig of an experiment config, vocab_size=0 resolved from the data
-  (data.resolve_vocab_size: from `dataset` if built, else without building it)."""
-  model = dict(config.model)
-  model["vocab_size"] = data.resolve_vocab_size(config, dataset, workdir=workdir)
-  return ModelConfig.from_config(model)
-
-
 def prepare(config, workdir: str | None = None, num_devices: int | None = None) -> Experiment:
   """Validates the whole config and builds the data; raises ValueError naming any bad key.
 
@@ -58,7 +53,7 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None) 
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
-  dataset = data.make_dataset(config.data, config.task,
+  dataset = datasets.make_dataset(config.data, config.task,
                               workdir=init_from.tokenizer_dir(config, existing))
   model_cfg = model_config(config, dataset)
   tasks.check_task(config.task, model_cfg.family)
@@ -160,7 +155,7 @@ def state_layout(experiment: Experiment, placement: BatchPlacement) -> StateLayo
                           shapes, shardings)
 
   def init() -> TrainState:  # out_shardings alone place the state: no mesh context is needed
-    return runtime.call_once(jax.jit(init_fn, out_shardings=shardings), rng)
+    return workarounds.call_once(jax.jit(init_fn, out_shardings=shardings), rng)
 
   return StateLayout(abstract, shardings, init)
 
@@ -229,7 +224,7 @@ class StepRunner:
 
 
 def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: StateLayout,
-                     iterator: data.DataIterator) -> StepRunner:
+                     iterator: datasets.DataIterator) -> StepRunner:
   train_cfg = experiment.config.train
   per_call = train_cfg.steps_per_call
   one_row = experiment.dataset.train_batch(0, 1)

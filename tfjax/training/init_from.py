@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from tfjax.data.tokenizers import TOKENIZER_FILE
+from tfjax.training import checkpoint, run_config
+
 # Model keys a fine-tune may set differently from the run it starts from (they change how the
 # model runs, not its parameters).
 OWN_KEYS = ("dropout", "attention_dropout", "remat", "attention_impl", "dtype")
@@ -29,11 +32,10 @@ def resolve(config):
   path = source(config)
   if path is None:
     return config
-  from tfjax.training import experiment, runs  # pylint: disable=import-outside-toplevel
   if not os.path.isdir(path):
     raise ValueError(f"config.init_from={path!r} is not a run directory")
-  source_config = runs.load_config(path)
-  model = experiment.model_config(source_config, workdir=path)
+  source_config = run_config.load_config(path)
+  model = run_config.model_config(source_config, workdir=path)
   resolved = config.copy_and_resolve_references()
   for key, value in model.to_flat().items():
     if key not in OWN_KEYS and key not in ("deterministic", "decode"):
@@ -44,7 +46,6 @@ def resolve(config):
 def tokenizer_dir(config, workdir: Optional[str]) -> Optional[str]:
   """Where the data's tokenizer is loaded from: the run's own workdir once it holds one, else
   the init_from run's if that holds one, else the workdir (built there)."""
-  from tfjax.training.tokenizers import TOKENIZER_FILE  # pylint: disable=import-outside-toplevel
   path = source(config)
   own = workdir is not None and os.path.exists(os.path.join(workdir, TOKENIZER_FILE))
   if not own and path is not None and os.path.exists(os.path.join(path, TOKENIZER_FILE)):
@@ -55,7 +56,6 @@ def tokenizer_dir(config, workdir: Optional[str]) -> Optional[str]:
 def load_params(path: str, abstract_params: Any) -> Any:
   """The params of the newest readable checkpoint of run `path`, placed as `abstract_params`
   (ShapeDtypeStructs with shardings) say; ValueError if none fits."""
-  from tfjax.training import checkpoint  # pylint: disable=import-outside-toplevel
   restored = checkpoint.newest_params(path, abstract_params)
   if restored is None:
     raise ValueError(f"config.init_from={path!r} has no checkpoint whose params fit this model")

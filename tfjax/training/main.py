@@ -27,7 +27,8 @@ import sys
 
 from absl import flags
 
-from tfjax.training import cli, defaults, stop_signals
+from tfjax.training import cli, defaults
+from tfjax.runtime import stop_signals
 
 # The default run ships inside the package (tfjax/training/defaults.py's get_config), so an installed
 # `tfjax-train` works from any directory; configs/default.py is the same config.
@@ -75,7 +76,8 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag, e.g. "
              "--config.train.num_steps=100 (see --help)")
-  from tfjax.training import compile_cache, distributed, sharding  # pylint: disable=g-import-not-at-top
+  from tfjax.runtime import compile_cache, distributed  # pylint: disable=g-import-not-at-top
+  from tfjax.training import sharding
   # before anything touches a device
   sharding.configure_cpu_devices(_CONFIG.value)
   distributed.initialize(
@@ -84,7 +86,8 @@ def main(argv):
       mode=_DISTRIBUTED.value)
   compile_cache.enable(_COMPILATION_CACHE.value)
   # pylint: disable-next=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
-  from tfjax.training import runtime, train
+  from tfjax.runtime import workarounds
+  from tfjax.training import train
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
     cli.fail("a multi-process run needs --workdir (on a filesystem all processes share)")
@@ -92,7 +95,7 @@ def main(argv):
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
-  runtime.freeze_startup_objects()  # after the imports, before tracing (see tfjax/training/runtime.py)
+  workarounds.freeze_startup_objects()  # after the imports, before tracing (see tfjax/runtime/workarounds.py)
   final = train.train_and_evaluate(_CONFIG.value, workdir)
   stopped = train.stop_message()
   if stopped is not None:  # a preempted run must not look like a finished one
@@ -109,7 +112,7 @@ def run():
 
   Until the training loop takes over the stop signals (checkpoint, then stop), SIGTERM / SIGINT
   end the start-up: one line, exit 128 + N, and a workdir this start created is removed
-  (train.train_and_evaluate), so nothing is left behind (tfjax/training/stop_signals.py)."""
+  (train.train_and_evaluate), so nothing is left behind (tfjax/runtime/stop_signals.py)."""
   stop_signals.install()
   try:
     cli.run_absl(main)

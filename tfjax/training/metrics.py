@@ -21,7 +21,7 @@ import time
 
 import jax
 
-from tfjax.training import files, runtime
+from tfjax.runtime import files, workarounds
 
 METRICS_FILE = "metrics.jsonl"
 SUPERSEDED_FILE = "metrics_superseded.jsonl"
@@ -60,7 +60,7 @@ class MetricsWriter:
       purge = initial_step + 1 if initial_step > 0 or superseded else None
       # flush_secs: tensorboardX writes events from a queue on its own thread, and its flush()
       # does not wait for the queue, so the thread's periodic flush is what bounds a kill's loss.
-      self._tb = runtime.summary_writer_class()(os.path.join(workdir, "tensorboard"),
+      self._tb = workarounds.summary_writer_class()(os.path.join(workdir, "tensorboard"),
                                                 purge_step=purge, flush_secs=TB_FLUSH_S)
     except ImportError:  # pragma: no cover - tensorboardX is a dependency
       _log.warning("tensorboardX missing: no TensorBoard events")

@@ -1,4 +1,5 @@
-"""Parameter accounting: `python -m tfjax.params --config=configs/NAME.py`.
+"""Parameter accounting (its command line, `python -m tfjax.params --config=configs/NAME.py`, is
+tfjax/training/params_main.py).
 
 FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan is tfjax/training/memory_plan.py.
 Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
@@ -15,13 +16,11 @@ devices needed; tfjax/training/memory_plan.py and docs/scaling.md).
 from __future__ import annotations
 
 import collections
-import sys
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import flags
 from flax import traverse_util
 
 from tfjax.nn.config import GATED_FFNS, ModelConfig
@@ -143,79 +142,3 @@ def report(cfg: ModelConfig) -> str:
   lines = [f"{name:<{width}}  {n:>15,}  {100 * n / total:5.1f}%" for name, n in counts.items()]
   lines.append(f"total: {total}")
   return "\n".join(lines)
-
-
-# ---- The command line ---------------------------------------------------------------------------
-def _sequence_lengths(config) -> tuple[int, int | None]:
-  """(decoder/LM row length, encoder length or None) of the config's training batches: built
-  from the data for synthetic tasks (cheap), else data.seq_len."""
-  if config.data.name in data.TEXT_DATASETS + (data.PREPARED,):
-    return int(config.data.seq_len), None
-  batch = data.make_dataset(config.data, config.task).train_batch(0, 1)
-  return tasks.row_lengths(batch, config.task)
-
-
-def parse_mesh(text: str) -> tuple[int, int, int]:
-  try:
-    sizes = tuple(int(t) for t in text.replace("x", ",").split(","))
-  except ValueError:
-    sizes = ()
-  if len(sizes) != 3 or any(n < 1 for n in sizes):
-    raise ValueError(f"--mesh={text!r}: give three positive sizes DATA,FSDP,TENSOR, e.g. 1,8,1")
-  return sizes
-
-
-def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
-  dataset = None
-  if config.model.get("vocab_size") in (0, None) and config.data.name in data.TEXT_DATASETS and (
-      config.data.tokenizer != "byte"):  # a char/BPE vocabulary is known once the text is read
-    dataset = data.make_dataset(config.data, config.task)
-  cfg = experiment.model_config(config, dataset)
-  text = report(cfg)
-  if mesh:
-    sizes = parse_mesh(mesh)
-    data_len, enc_len = _sequence_lengths(config)
-    seq_len = seq_len or data_len
-    accum = config.optimizer.grad_accum_steps
-    optimizer, _ = make_optimizer(config.optimizer, config.train.num_steps, cfg.d_model)
-    plan = memory_plan.memory_plan(cfg, sizes, batch_size=config.train.batch_size,
-                                   seq_len=seq_len, optimizer=optimizer,
-                                   rules=sharding.rules(config), grad_accum_steps=accum,
-                                   enc_len=enc_len)
-    body, last = text.rsplit("\n", 1)
-    text = "\n".join([body, memory_plan.format_plan(plan, sizes, config.train.batch_size,
-                                                     seq_len, accum, cfg.remat),
-                      last])  # `total: N` stays the last line
-  print(text)
-
-
-def main() -> None:
-  """`tfjax-params` / `python -m tfjax.params --config=FILE [--mesh=D,F,T] [--seq_len=L]`. A bad
-  flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/cli.py)."""
-  # Imported here, not at the top: memory_plan imports this module (for the parameter shapes), so
-  # a top-level import would be circular for every other importer.
-  # pylint: disable=g-import-not-at-top,global-statement
-  global data, experiment, memory_plan, sharding, tasks, make_optimizer
-  from tfjax.training import cli, data, experiment, memory_plan, sharding, tasks
-  from tfjax.training.optimizer import make_optimizer
-  # pylint: enable=g-import-not-at-top,global-statement
-  config_flag = cli.define_config_file("config", None, "Config file, e.g. configs/NAME.py[:ARG] "
-                                       "(required).")
-  mesh_flag = flags.DEFINE_string(
-      "mesh", None, "DATA,FSDP,TENSOR mesh sizes (e.g. 1,8,1): also print per-device memory on "
-      "that mesh (simulated; no devices needed).")
-  seq_len_flag = flags.DEFINE_integer(
-      "seq_len", None, "Row length for the activation estimate (default: the config's data).")
-
-  def run(argv):
-    if len(argv) > 1:
-      cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
-    if config_flag is None or config_flag.value is None:
-      cli.fail("--config is required, e.g. --config=configs/gpt2_small.py")
-    _plan_and_print(config_flag.value, mesh_flag.value, seq_len_flag.value)
-
-  cli.run_absl(run, argv=sys.argv)
-
-
-if __name__ == "__main__":
-  main()

@@ -17,40 +17,15 @@ from typing import Any, Mapping
 import jax
 from ml_collections import config_dict
 
-from tfjax.training import checkpoint, data, experiment, files, sharding
+from tfjax.training import checkpoint, experiment, sharding
+from tfjax.data import datasets
+from tfjax.runtime import files
 from tfjax.training import params as param_accounting
 from tfjax.nn.config import ModelConfig
-from tfjax.training.defaults import base_config
+from tfjax.training.run_config import CONFIG_FILE, config_from_json, load_config  # noqa: F401
 
-CONFIG_FILE = "config.json"
 HISTORY_FILE = "config_history.jsonl"  # {step, key, old, new} per setting a resume changed
 _log = logging.getLogger(__name__)
-
-
-def config_from_json(values: Mapping[str, Any]) -> config_dict.ConfigDict:
-  """The ConfigDict a run's config.json was written from (JSON lists become tuples again)."""
-  config = base_config()
-
-  def update(node, new, prefix):
-    for key, value in new.items():
-      if key not in node:
-        raise ValueError(f"config.json has key {prefix}{key}, unknown to this version of tfjax")
-      if isinstance(node[key], config_dict.ConfigDict):
-        update(node[key], value, f"{prefix}{key}.")
-      elif isinstance(value, list):
-        node[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-      else:
-        node[key] = value
-
-  update(config, values, "")
-  return config
-
-
-def load_config(workdir: str) -> config_dict.ConfigDict:
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
-    raise ValueError(f"{workdir} has no config.json: not a tfjax training run directory")
-  return config_from_json(files.read_json(path))
 
 
 def check_same_run(workdir: str, config) -> None:
@@ -127,7 +102,7 @@ class RestoredRun:
   @functools.cached_property
   def dataset(self):
     """The run's dataset, built on first use (text: with the tokenizer saved in the workdir)."""
-    return data.make_dataset(self.config.data, self.config.task, workdir=self.workdir)
+    return datasets.make_dataset(self.config.data, self.config.task, workdir=self.workdir)
 
 
 def restore_run(workdir: str) -> RestoredRun:

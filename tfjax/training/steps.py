@@ -2,7 +2,7 @@
 
 Pure functions of (state, batch); tfjax/training/experiment.py jits them with shardings and tfjax/training/train.py
 loops over them. Resuming is exact because nothing here depends on the call history: dropout keys
-are fold_in(rng, step), and the batch is a pure function of (seed, step) (tfjax/training/data.py).
+are fold_in(rng, step), and the batch is a pure function of (seed, step) (tfjax/data/datasets.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The step math is tfjax/training/steps.py, the setup (validation, sharded state, jitted steps) is
 tfjax/training/experiment.py, batch placement is tfjax.training.sharding.BatchPlacement and the startup workarounds
-are tfjax/training/runtime.py; this module only runs them in order. Resuming is exact: batch k is a pure
+are tfjax/runtime/workarounds.py; this module only runs them in order. Resuming is exact: batch k is a pure
 function of (seed, k), dropout keys are fold_in(rng, step), and checkpoints hold params,
 optimizer state, step, rng and the data position.
 """
@@ -21,8 +21,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from tfjax.training import (checkpoint, data, divergence, flops, init_from, metrics, runs,
-                            runtime, sampling, steps, stop_signals, tasks, workdir_lock)
+from tfjax.training import checkpoint, divergence, flops, init_from, metrics, runs, steps, tasks
+from tfjax.data import datasets
+from tfjax.runtime import workarounds, stop_signals, workdir_lock
+from tfjax.inference import sampling
 from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
                               state_layout)
 from tfjax.training.sharding import BatchPlacement
@@ -64,7 +66,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   A NaN/inf loss or gradient norm raises divergence.Diverged naming the step (after closing the
   run's files; nothing is checkpointed after it), or with train.skip_nonfinite=True skips that
   update and counts it in train/skipped_steps (tfjax/training/divergence.py). One process
-  trains a workdir at a time: a second one raises ValueError (tfjax/training/workdir_lock.py).
+  trains a workdir at a time: a second one raises ValueError (tfjax/runtime/workdir_lock.py).
   """
   stop_signals.defer()  # a signal from here on is acted on at the start-up's safe points
   experiment = prepare(config, workdir)  # everything validated before anything is written
@@ -98,7 +100,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
   changes = runs.config_changes(workdir, config)  # before config.json takes the new values
   _prepare_workdir(workdir, experiment)  # the first write, after every check above
   row_start, row_count = placement.process_rows(train_cfg.batch_size)
-  iterator = data.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
+  iterator = datasets.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
                                row_count=row_count)
   runner = make_step_runner(experiment, placement, layout, iterator)
   ckpt = checkpoint.Checkpointer(workdir, keep=train_cfg.keep_checkpoints)
@@ -118,7 +120,7 @@ def _train_with(experiment, workdir, stop_after_step, placement, layout, eval_st
   train_cfg = experiment.config.train
   compile_jobs = [(runner.program, runner.abstract_args)] + _eval_compile_jobs(
       eval_step, layout, eval_batches)
-  with runtime.compiling_in_background(compile_jobs, placement.axis_rules) as (
+  with workarounds.compiling_in_background(compile_jobs, placement.axis_rules) as (
       compiling_train, *compiling_eval):
     stop_signals.raise_if_pending()
     state = _restored_or_initial_state(ckpt, layout, iterator, workdir, experiment)
@@ -154,7 +156,7 @@ def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, itera
   evaluate = functools.partial(_evaluate_and_sample, eval_step, eval_batches, trained_lengths,
                                writer, sampler)
   config_json = json.loads(config.to_json_best_effort())
-  host_lead, last = runtime.HostLeadLimiter(), {}
+  host_lead, last = workarounds.HostLeadLimiter(), {}
   _last_stop["signal"] = _last_stop["step"] = None
   skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
   with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
@@ -223,7 +225,7 @@ def _eval_compile_jobs(eval_step, layout: StateLayout, eval_batches) -> list:
 
 
 def _restored_or_initial_state(ckpt: checkpoint.Checkpointer, layout: StateLayout,
-                               iterator: data.DataIterator, workdir: str,
+                               iterator: datasets.DataIterator, workdir: str,
                                experiment: Experiment) -> steps.TrainState:
   """The newest checkpoint's state (and data position), else the seeded initial state (with the
   params of config.init_from's run when set)."""

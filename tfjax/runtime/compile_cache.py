@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from tfjax.training.data import cache_dir
+from tfjax.runtime.files import cache_dir
 
 OFF = "none"
 _log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 `data.name='prepared'`, `data.path=DIR`.
 
 Shards stay on disk: a batch reads only its own rows' tokens (tfjax.data.manifest.TokenFile, from
-the page cache once warm), so memory does not grow with the corpus. The multi-host contract of tfjax.training.data holds: row r
+the page cache once warm), so memory does not grow with the corpus. The multi-host contract of tfjax.data.datasets holds: row r
 of training batch i is a pure function of (seed, i, r), drawn with the same counter-based hash, so
 each process reads only its rows and resuming needs only the batch index.
 
@@ -27,11 +27,11 @@ import numpy as np
 
 from tfjax.data import manifest as mf
 from tfjax.nn.choices import one_of
-from tfjax.training import files
-from tfjax.training.data import EVAL_MODES, MODES, TextDataset, text_vocab_size
-from tfjax.training.hashed_rng import _randint, hash_bits
-from tfjax.training.packing import _packed_lm_targets, pack_documents
-from tfjax.training.tokenizers import TOKENIZER_FILE, load_tokenizer
+from tfjax.runtime import files
+from tfjax.data.text_dataset import EVAL_MODES, MODES, TextDataset, text_vocab_size
+from tfjax.data.hashed_rng import _randint, hash_bits
+from tfjax.data.packing import _packed_lm_targets, pack_documents
+from tfjax.data.tokenizers import TOKENIZER_FILE, load_tokenizer
 
 VERIFY = ("checksum", "size")
 

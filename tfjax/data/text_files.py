@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import urllib.request
 
-from tfjax.training import files
+from tfjax.runtime import files
+from tfjax.runtime.files import CACHE_DIR_ENV, cache_dir
 
 DATA_DIR_ENV = "TFJAX_DATA_DIR"
-CACHE_DIR_ENV = "TFJAX_CACHE_DIR"
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt")
 
@@ -21,10 +21,6 @@ def _download(url: str, dest: str) -> None:
   with urllib.request.urlopen(url, timeout=60) as response, files.replaced_atomically(
       dest, "wb") as f:
     f.write(response.read())
-
-
-def cache_dir() -> str:
-  return os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfjax")
 
 
 def tinyshakespeare_path() -> str:

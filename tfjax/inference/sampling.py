@@ -7,10 +7,8 @@ import concurrent.futures
 import jax
 import numpy as np
 
+from tfjax.inference import decode
 from tfjax.nn.positions import has_learned_table
-from tfjax.training import decode
-from tfjax.training.experiment import Experiment
-from tfjax.training.sharding import BatchPlacement
 
 
 class GreedySampler:
@@ -20,9 +18,13 @@ class GreedySampler:
   helper programs. Its program compiles at the first sample, unoptimized on CPU (a program that
   runs rarely; decode.generate's fast_compile). Use as a context manager: on exit it waits for the
   thread (none outlives the run).
+
+  `experiment` is the run's tfjax.training.experiment.Experiment (its config, dataset and
+  model_config are read) and `placement` its sharding.BatchPlacement (`replicated()`); both are
+  passed in, so generation stays below the training system that calls it.
   """
 
-  def __init__(self, experiment: Experiment, placement: BatchPlacement):
+  def __init__(self, experiment, placement):
     self._experiment, self._placement = experiment, placement
     self._prompt = experiment.config.train.sample_prompt or ""
     ids = experiment.dataset.tokenizer.encode(self._prompt) if self._prompt else [0]
@@ -36,7 +38,7 @@ class GreedySampler:
     self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tfjax-sample")
 
   @staticmethod
-  def wanted(experiment: Experiment) -> bool:
+  def wanted(experiment) -> bool:
     """Whether the run samples: a text LM (it has a tokenizer) with train.sample_tokens > 0."""
     return (experiment.config.task == "lm" and experiment.config.train.sample_tokens > 0
             and getattr(experiment.dataset, "tokenizer", None) is not None)

@@ -1,4 +1,4 @@
-"""Small file helpers shared by the training system and the research tools.
+"""Small file helpers shared by the data, training and research code, and the cache folder.
 
 Writes are write-then-rename: a reader (another process of a multi-host run, a sweep's status
 command, a resumed run) never sees half a file, and a crash mid-write leaves the old file intact.
@@ -10,6 +10,13 @@ import contextlib
 import json
 import os
 from typing import IO, Iterator
+
+CACHE_DIR_ENV = "TFJAX_CACHE_DIR"
+
+
+def cache_dir() -> str:
+  """$TFJAX_CACHE_DIR, else ~/.cache/tfjax: downloaded data and the XLA compilation cache."""
+  return os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tfjax")
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tfjax.inference.cached_model import inference_config, left_padded_positions
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.nn.positions import position_kind
@@ -63,20 +64,19 @@ def last_window_logits(cfg: ModelConfig, params, prompt_RxP, prompt_lengths_R, g
   read). Needs padded prompt length P + step > max_len (the window starts at column >= 1 of
   [prompt ; generated]); `step` may be traced.
   """
-  from tfjax.training import decode  # pylint: disable=import-outside-toplevel  (decode imports us)
   window = cfg.max_len
   history_RxT = jnp.concatenate([prompt_RxP, generated_RxN], axis=1)
   start = prompt_RxP.shape[1] + step - window
-  tokens_RxW = jax.lax.dynamic_slice_in_dim(history_RxT, start, window, axis=1)
+  tokens_RxL = jax.lax.dynamic_slice_in_dim(history_RxT, start, window, axis=1)
   lengths_R = jnp.minimum(prompt_lengths_R + step, window)
-  positions_RxW, segment_ids_RxW = decode.left_padded_positions(lengths_R, window)
-  model = build_model(decode.inference_config(cfg))
+  positions_RxL, segment_ids_RxL = left_padded_positions(lengths_R, window)
+  model = build_model(inference_config(cfg))
   if cfg.family == "encoder_decoder":
-    logits = model.apply({"params": params}, encoded_RxSxD, tokens_RxW,
+    logits = model.apply({"params": params}, encoded_RxSxD, tokens_RxL,
                          encoder_segment_ids=encoder_segment_ids_RxS,
-                         decoder_segment_ids=segment_ids_RxW, decoder_positions=positions_RxW,
+                         decoder_segment_ids=segment_ids_RxL, decoder_positions=positions_RxL,
                          method="decode")
   else:
-    logits = model.apply({"params": params}, tokens_RxW, segment_ids=segment_ids_RxW,
-                         positions=positions_RxW)
+    logits = model.apply({"params": params}, tokens_RxL, segment_ids=segment_ids_RxL,
+                         positions=positions_RxL)
   return logits[:, -1:].astype(jnp.float32)

@@ -2,7 +2,7 @@
 
 `hash_bits(*keys)` is a pure function of integer keys (splitmix64), vectorized with NumPy
 broadcasting: a dataset draws row r of batch i from hash_bits(seed, stream, i, r), so any process
-builds any row without sharing state (the multi-host contract of tfjax.training.data).
+builds any row without sharing state (the multi-host contract of tfjax.data.datasets).
 """
 
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""`tfjax-prepare` / `python -m tfjax.data.prepare`: the command line of tfjax/data/prepare.py
+(flags, one `error:` line with exit 2 for bad input, the summary line)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tfjax.data import prepare as prepare_lib
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    _fail(f"{message} (see {self.prog} --help)")
+
+
+def _bool(text: str) -> bool:
+  if text.lower() in ("1", "true", "yes"):
+    return True
+  if text.lower() in ("0", "false", "no"):
+    return False
+  raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true or false)")
+
+
+def parse_args(argv):
+  p = _Parser(prog="tfjax-prepare", description=prepare_lib.__doc__.splitlines()[0],
+              formatter_class=lambda prog: argparse.HelpFormatter(
+                  prog, max_help_position=60, width=100_000))
+  p.add_argument("--input", required=True,
+                 help="comma-separated .txt/.jsonl[.gz|.zst]/.parquet files or globs, or a "
+                      "`datasets` save_to_disk directory")
+  p.add_argument("--tokenizer", required=True, help="gpt2 | bpe:DIR | hf:DIR | byte | char")
+  p.add_argument("--output", required=True, help="the prepared directory to write")
+  p.add_argument("--text_field", default="text", help="the text field of JSONL / column of "
+                 "Parquet and datasets")
+  p.add_argument("--workers", type=int, default=None, help="tokenizing processes (default: "
+                 "one per CPU core)")
+  p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of the documents "
+                 "in the val split (nanoGPT's OpenWebText split)")
+  p.add_argument("--val_docs", type=int, default=None, help="instead: the first N documents")
+  p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
+  p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
+  p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
+                 "skip (the document) | error")
+  p.add_argument("--txt_docs", default="paragraphs", help=".txt documents: paragraphs (split "
+                 "at blank lines) | file")
+  p.add_argument("--append_eos", default=True, type=_bool,
+                 help="end each document with the tokenizer's end-of-text id, when it has one")
+  p.add_argument("--progress", default=True, type=_bool,
+                 help="show a progress bar")
+  return p.parse_args(argv)
+
+
+def _fail(message: str):
+  # tfjax.training.cli's convention (one `error:` line, exit 2); tfjax.data sits below training.
+  print("error: " + " ".join(str(message).split()), file=sys.stderr)
+  sys.exit(prepare_lib.USAGE_ERROR)
+
+
+def main(argv=None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    manifest = prepare_lib.prepare(args.input, args.tokenizer, args.output, text_field=args.text_field,
+                       workers=args.workers, val_fraction=args.val_fraction,
+                       val_docs=args.val_docs, shard_mb=args.shard_mb, dtype=args.dtype,
+                       bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
+                       append_eos=args.append_eos, progress=args.progress)
+  except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+    if os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0"):
+      raise
+    _fail(str(e) if not isinstance(e, OSError) or not e.filename else
+          (f"{e.filename}: {e.strerror}" if e.strerror else str(e)))
+  train, val = manifest["splits"]["train"], manifest["splits"]["val"]
+  print(f"{args.output}: train {train['num_tokens']:,} tokens / {train['num_docs']:,} documents "
+        f"in {len(train['shards'])} shards, val {val['num_tokens']:,} / {val['num_docs']:,}; "
+        f"{manifest['dtype']}, tokenizer {manifest['tokenizer']['name']} "
+        f"({manifest['tokenizer']['vocab_size']:,} ids); non-UTF-8 documents: "
+        f"{manifest['bad_utf8']['documents']} ({manifest['bad_utf8']['policy']})")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,77 @@
+"""`tfjax-generate` / experiments/generate.py: restores the newest checkpoint of --workdir and
+continues a prompt.
+
+  python experiments/generate.py --workdir=runs/shakespeare --prompt="ROMEO:" --max_new_tokens=200
+  python experiments/generate.py --workdir=DIR --prompt="First" --strategy=sample --top_p=0.9 \
+      --num_samples=3 --seed=1
+  python experiments/generate.py --workdir=DIR --prompt="^abc|" --strategy=beam --beam_size=4
+
+The run's own config.json, tokenizer and newest readable checkpoint are used; how --prompt is read
+is tfjax/inference/generate.py. --prompt_ids="1 4 5" gives raw ids instead.
+Any --max_new_tokens works: past the model's max_len the context slides
+(tfjax/inference/decode_window.py). A bad flag, workdir or prompt ends in one `error:` line (tfjax/training/cli.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from tfjax.inference import decode
+from tfjax.inference.generate import generate_for_run
+from tfjax.training import cli, runs
+from tfjax.training.metrics import setup_logging
+
+
+def parse_args(argv):
+  parser = cli.ArgumentParser(prog="tfjax-generate",
+                              description="Continue a prompt with a trained run's newest checkpoint.")
+  parser.add_argument("--workdir", required=True, help="a training run directory")
+  parser.add_argument("--prompt", default="", help="text in the run's tokenizer / alphabet")
+  parser.add_argument("--prompt_ids", default=None, help="raw token ids, e.g. '1 4 5' (overrides)")
+  parser.add_argument("--strategy", default="greedy", choices=decode.STRATEGIES,
+                      help="greedy | sample (temperature, top_k, top_p) | beam")
+  parser.add_argument("--max_new_tokens", type=int, default=100, help="tokens to generate")
+  parser.add_argument("--num_samples", type=int, default=1,
+                      help="samples per prompt (sample) or hypotheses shown (beam)")
+  parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+  parser.add_argument("--temperature", type=float, default=1.0, help="sample: logits / T")
+  parser.add_argument("--top_k", type=int, default=None, help="sample: keep the k likeliest")
+  parser.add_argument("--top_p", type=float, default=None, help="sample: nucleus mass p")
+  parser.add_argument("--beam_size", type=int, default=4, help="beam: beams per prompt")
+  parser.add_argument("--length_penalty", type=float, default=0.6,
+                      help="beam: GNMT length penalty alpha")
+  parser.add_argument("--eos_id", type=int, default=None,
+                      help="stop token (default: EOS of synthetic tasks, none for text; -1 = none)")
+  return parser.parse_args(argv)
+
+
+def generate_from_run(args) -> list[dict]:
+  """Restores the newest checkpoint of args.workdir and continues the prompt (`generate_for_run`)."""
+  return generate_for_run(runs.restore_run(args.workdir), args)
+
+
+@cli.guarded  # configuration / workdir / prompt problems: one `error:` line, exit 2
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  if not os.path.isdir(args.workdir):
+    raise ValueError(f"--workdir={args.workdir}: no such directory (give a training run's "
+                     "--workdir)")
+  results = generate_from_run(args)
+  score_name = "score (log-prob / GNMT penalty)" if args.strategy == "beam" else "log-prob"
+  for i, r in enumerate(results):
+    print(f"--- {i} | checkpoint step {r['step']} | {score_name} {r['score']:.3f}")
+    print(r["text"])
+  return results
+
+
+def run():
+  """The `tfjax-generate` console script."""
+  setup_logging()  # orbax logs every file it touches at INFO
+  logging.getLogger("tfjax").setLevel(logging.WARNING)  # the output is the text, nothing else
+  main()
+
+
+if __name__ == "__main__":
+  run()
