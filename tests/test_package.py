@@ -77,6 +77,17 @@ def module_name(path, package=PACKAGE):
   return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
+def _without_type_checking_blocks(tree):
+  """The module without its `if TYPE_CHECKING:` blocks: imports for annotations only, which
+  never run and so cannot close a cycle."""
+  class Strip(ast.NodeTransformer):
+    def visit_If(self, node):  # pylint: disable=invalid-name
+      test = node.test
+      name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+      return node.orelse or None if name == "TYPE_CHECKING" else self.generic_visit(node)
+  return Strip().visit(tree)
+
+
 def import_graph(package=PACKAGE):
   """{module: the tfjax modules it imports}, top-level and function-level imports alike; `from
   package import name` counts as importing the module package.name when that is a module."""
@@ -89,7 +100,7 @@ def import_graph(package=PACKAGE):
   for module, path in modules.items():
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     edges = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_without_type_checking_blocks(tree)):
       if isinstance(node, ast.Import):
         edges.update(a.name for a in node.names if a.name in modules)
       elif isinstance(node, ast.ImportFrom) and node.module in modules:
