@@ -110,7 +110,7 @@ def tpu_rows(length, batch, vmem_rows):
     limit = tpu.VMEM_LIMIT_BYTES[generation]
     for kernel in KERNELS:
       tiling = tilings.forward if kernel == "forward" else tilings.backward
-      estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, kernel)
+      estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, kernel, generation)
       measured = None
       if status == "compiles" and ("all" in vmem_rows or
                                    f"{head_dim}/{jnp.dtype(dtype).name}" in vmem_rows):
@@ -131,14 +131,14 @@ def _estimate_again(rows) -> None:
     block_q, block_k = (int(n) for n in r["tile"].split("x"))
     r["vmem_estimate_mib"] = tpu.vmem_bytes(
         tpu.TpuTiling(block_q, block_k), r["head_dim"], jnp.dtype(r["dtype"]).itemsize,
-        r["kernel"]) / 2**20
+        r["kernel"], r["generation"]) / 2**20
 
 
 def markdown(result) -> str:
   commands = " and ".join(f"`{c}`" for c in result["commands"])
   lines = [f"Compiled from a CPU host ({result['host']}), jax {result['jax']}, {result['date']}, "
-           f"{commands}; batch 1, L {result['length']}, 8 query / 2 KV heads, causal, "
-           "forward + backward.", "",
+           f"{commands}; batch 1 (TPU: {result.get('tpu_batch', 1)}), L {result['length']}, "
+           "8 query / 2 KV heads, causal, forward + backward.", "",
            "H100 (sm_90a), Triton kernels (GPU_TILINGS): registers and spills from ptxas -v, "
            "shared memory from XLA's launch, occupancy = resident threads / 2048 per SM.", "",
            "| head_dim | dtype | kernel | tile (q x k, warps, stages) | registers | spills (B) | "
@@ -148,13 +148,13 @@ def markdown(result) -> str:
                  f"{r['registers']} | {r['spill_bytes']} | {r['shared_kib']:.0f} | "
                  f"{100 * r['occupancy']:.1f}% |")
   if result["tpu"]:
-    lines += ["", f"TPU, Mosaic kernels (TPU_TILINGS), compiled by libtpu for each generation "
-              f"(batch {result.get('tpu_batch', 1)}). Measured = the smallest scoped-VMEM limit under "
-              "which libtpu compiles the kernel (`tfjax.aot.tpu_vmem.kernel_scoped_vmem`, "
-              "bisected to 16 KiB); estimate = `vmem_bytes`; "
-              "kept under half the default scoped limit:", "",
-              "| generation | head_dim | dtype | kernel | tile | VMEM estimate MiB | measured MiB | "
-              "estimate / measured | scoped limit MiB | libtpu | compile s |",
+    lines += ["", "TPU, Mosaic kernels (TPU_TILINGS), compiled by libtpu for each generation. "
+              "Measured = the smallest scoped-VMEM limit under which libtpu compiles the kernel "
+              "(`tfjax.aot.tpu_vmem.kernel_scoped_vmem`, bisected to 16 KiB; '-': not measured, "
+              "see --vmem_rows); estimate = `vmem_bytes`, kept under half the default scoped "
+              "limit:", "",
+              "| generation | head_dim | dtype | kernel | tile | VMEM estimate MiB | "
+              "measured MiB | estimate / measured | scoped limit MiB | libtpu | compile s |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["tpu"]:
       measured = r.get("vmem_measured_mib")

@@ -32,8 +32,8 @@ Block sizes (`TPU_TILINGS`, by TPU generation, padded head_dim and bytes per ele
     per-grid-step overhead (~0.35 us) and the MXU fill/drain, so the forward uses 512 x 512 (v6e:
     512 x 1024, whose larger VMEM holds the bigger logits tile).
   * VMEM: the default scoped limit is 16 MiB on v4 / v5e / v5p and 32 MiB on v6e. The working set
-    is two buffers of every input/output block, the fp32 scratch, and one fp32 (block_q, block_k)
-    tile (libtpu's allocation, measured: docs/benchmarks.md); `vmem_bytes` estimates it and the
+    is two buffers of every input/output block, the fp32 scratch, and the fp32 (block_q, block_k)
+    temporaries (measured: docs/benchmarks.md); `vmem_bytes` estimates it and the
     table keeps it under half the limit. So head_dim 256 halves block_k, fp32 halves block_q, and
     the backward (more blocks, two accumulators) uses smaller tiles than the forward.
 These are starting points derived from those limits, not measured on hardware: time
@@ -135,19 +135,23 @@ def default_tilings(head_dim: int, dtype, generation: Optional[str] = None) -> T
   return TPU_TILINGS[key]
 
 
-def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str) -> int:
+def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str,
+               generation: Optional[str] = None) -> int:
   """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'): two buffers of every block
-  the pipeline moves, the fp32 scratch, and one fp32 (block_q, block_k) tile (columns pad to 128
-  lanes). libtpu's need, measured by tfjax.aot.tpu_vmem, is within 10% of it."""
+  the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k) logits temporaries (columns
+  pad to 128 lanes): libtpu's need, measured by tfjax.aot.tpu_vmem, matches one buffer for all the
+  temporaries, except for bf16 on v6e, where it matches one each (s, p; the backward also dP,
+  dS). This estimate is 0.93-1.42x of the measurement on every generation (docs/benchmarks.md)."""
   bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
   column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
-  tile = bq * bk * 4
+  temporaries = 2 if kernel == "forward" else 4
+  tiles = bq * bk * 4 * (temporaries if (generation, itemsize) == ("v6e", 2) else 1)
   if kernel == "forward":  # blocks q, o; k, v; lse -- scratch acc, m, l
-    return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tile
+    return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tiles
   if kernel == "dkdv":  # blocks q, dO; k, v, dK, dV; lse, delta -- scratch dK, dV
-    return 2 * ((2 * bq * d + 4 * bk * d) * itemsize + 2 * column) + 2 * bk * d * 4 + tile
+    return 2 * ((2 * bq * d + 4 * bk * d) * itemsize + 2 * column) + 2 * bk * d * 4 + tiles
   if kernel == "dq":  # blocks q, dO, dQ; k, v; lse, delta -- scratch dQ
-    return 2 * ((3 * bq * d + 2 * bk * d) * itemsize + 2 * column) + bq * d * 4 + tile
+    return 2 * ((3 * bq * d + 2 * bk * d) * itemsize + 2 * column) + bq * d * 4 + tiles
   raise ValueError(f"kernel must be 'forward', 'dkdv' or 'dq', not {kernel!r}")
 
 
