@@ -37,8 +37,8 @@ _SKIP_GPU = flags.DEFINE_bool("skip_gpu", False, "Only the TPU table (keeps the 
 _LENGTH = flags.DEFINE_integer("length", 4096, "Sequence length compiled (8 query, 2 KV heads).")
 _VMEM_ROWS = flags.DEFINE_list(
     "vmem_rows", ["128/bfloat16", "256/float32"], "TPU_TILINGS rows (padded head_dim/dtype, on "
-    "every generation) whose kernels' scoped VMEM is measured (about 8 compiles per kernel); "
-    "'all' for every row.")
+    "every generation) whose kernels' scoped VMEM is measured (about 7 compiles per kernel); "
+    "'all' for every row. The others keep OUT/kernel_table.json's measurements.")
 _TPU_BATCH = flags.DEFINE_integer(
     "tpu_batch", 16, "Batch of the TPU programs: large enough that XLA keeps the kernels' "
     "operands in HBM (a small array placed in VMEM needs no pipeline buffers).")
@@ -87,9 +87,12 @@ def gpu_rows(length):
   return rows
 
 
-def tpu_rows(length, batch, vmem_rows):
+def tpu_rows(length, batch, vmem_rows, previous=()):
   """Per TPU_TILINGS row: whether forward + backward compiles, and each kernel's scoped VMEM as
-  libtpu needs it (tfjax.aot.tpu_vmem) beside the `vmem_bytes` estimate."""
+  libtpu needs it (tfjax.aot.tpu_vmem) beside the `vmem_bytes` estimate. A kernel outside
+  `vmem_rows` keeps its measurement from `previous` rows (an earlier run's), if any."""
+  key = lambda r: (r["generation"], r["head_dim"], r["dtype"], r["kernel"], r["tile"])
+  measured_before = {key(r): r.get("vmem_measured_mib") for r in previous}
   from tfjax.aot import tpu_vmem  # pylint: disable=import-outside-toplevel
   tpu = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
   rows = []
@@ -111,7 +114,9 @@ def tpu_rows(length, batch, vmem_rows):
     for kernel in KERNELS:
       tiling = tilings.forward if kernel == "forward" else tilings.backward
       estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, kernel, generation)
-      measured = None
+      measured = measured_before.get((generation, head_dim, jnp.dtype(dtype).name, kernel,
+                                      f"{tiling.block_q}x{tiling.block_k}"))
+      measured = None if measured is None else int(measured * 2**20)
       if status == "compiles" and ("all" in vmem_rows or
                                    f"{head_dim}/{jnp.dtype(dtype).name}" in vmem_rows):
         measured = tpu_vmem.kernel_scoped_vmem(lowered, f"tfjax_flash_tpu_{kernel}", guess=estimate)
@@ -150,7 +155,7 @@ def markdown(result) -> str:
   if result["tpu"]:
     lines += ["", "TPU, Mosaic kernels (TPU_TILINGS), compiled by libtpu for each generation. "
               "Measured = the smallest scoped-VMEM limit under which libtpu compiles the kernel "
-              "(`tfjax.aot.tpu_vmem.kernel_scoped_vmem`, bisected to 16 KiB; '-': not measured, "
+              "(`tfjax.aot.tpu_vmem.kernel_scoped_vmem`, bisected to 64 KiB; '-': not measured, "
               "see --vmem_rows); estimate = `vmem_bytes`, kept under half the default scoped "
               "limit:", "",
               "| generation | head_dim | dtype | kernel | tile | VMEM estimate MiB | "
@@ -188,7 +193,8 @@ def main(argv):
             "gpu": previous.get("gpu", []) if _SKIP_GPU.value else gpu_rows(_LENGTH.value),
             "tpu_batch": previous.get("tpu_batch") if _SKIP_TPU.value else _TPU_BATCH.value,
             "tpu": (previous.get("tpu", []) if _SKIP_TPU.value
-                    else tpu_rows(_LENGTH.value, _TPU_BATCH.value, _VMEM_ROWS.value))}
+                    else tpu_rows(_LENGTH.value, _TPU_BATCH.value, _VMEM_ROWS.value,
+                             previous.get("tpu", [])))}
   _estimate_again(result["tpu"])
   os.makedirs(_OUT.value, exist_ok=True)
   with open(path, "w") as f:

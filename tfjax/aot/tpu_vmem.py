@@ -7,8 +7,8 @@ allocation with size X and limit Y` when its stack of VMEM buffers (the pipeline
 the scratch, Mosaic's temporaries) exceeds the limit. `kernel_scoped_vmem` sets that limit on one
 kernel at a time, leaves the others at the compiler's default, and bisects: the smallest limit
 the program compiles under is the kernel's scoped VMEM, exact to `resolution`. The X of a refusal
-only bounds the need from below (the allocation that overflowed, not the total), so it is used to
-narrow the search, never as the answer.
+is not the need, nor a bound on it (a kernel refused with X under one limit can compile under a
+limit below X), so the search reads only whether each compile succeeds.
 
 What the number includes depends on where XLA puts the kernel's operands: operands and outputs
 that XLA's memory-space assignment places in VMEM (`S(1)` in the optimized HLO) are read in place
@@ -25,9 +25,7 @@ from typing import Optional
 
 _CUSTOM_CALL = re.compile(r'(stablehlo\.custom_call @tpu_custom_call\(.*?backend_config = ")'
                           r'((?:[^"\\]|\\.)*)(".*?kernel_name = "([^"]+)")')
-_REFUSAL = re.compile(r"CompileTimeScopedVmemOom.*?for %(\S+) = .*?Scoped allocation with size "
-                      r"([0-9.]+)([KMG]?) and limit", re.S)
-_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_REFUSAL = re.compile(r"CompileTimeScopedVmemOom.*?for %(\S+) = ", re.S)
 
 
 def _escape(text: str) -> str:
@@ -74,13 +72,10 @@ def _compile_text(lowered, text: str) -> None:
   fresh.compile()
 
 
-def _refusal_floor(error: Exception, kernel: str) -> Optional[int]:
-  """The bytes a refusal reports for `kernel` (a lower bound of its need); None when the error is
-  not that kernel's scoped VMEM."""
+def _is_refusal(error: Exception, kernel: str) -> bool:
+  """Whether `error` is libtpu refusing `kernel` for its scoped VMEM."""
   m = _REFUSAL.search(str(error))
-  if m is None or kernel not in m.group(1):
-    return None
-  return int(float(m.group(2)) * _UNIT[m.group(3)] * 0.99)  # the size is printed rounded
+  return m is not None and kernel in m.group(1)
 
 
 def compiles_within(lowered, kernel: str, limit_bytes: int) -> bool:
@@ -89,50 +84,46 @@ def compiles_within(lowered, kernel: str, limit_bytes: int) -> bool:
   try:
     _compile_text(lowered, _with_limit(_text(lowered), kernel, limit_bytes))
   except Exception as e:  # pylint: disable=broad-except  (libtpu raises XlaRuntimeError)
-    if _refusal_floor(e, kernel) is None:
+    if not _is_refusal(e, kernel):
       raise
     return False
   return True
 
 
 def kernel_scoped_vmem(lowered, kernel: str, *, upper: int = 128 << 20,
-                       resolution: int = 16 << 10, guess: Optional[int] = None) -> int:
+                       resolution: int = 64 << 10, guess: Optional[int] = None) -> int:
   """The smallest multiple of `resolution` bytes of scoped VMEM under which libtpu compiles
-  `kernel` of the lowered TPU program. `guess` (e.g. the tiling's estimate) is tried first, and
-  after a refusal the size it reports (+2%) when that lies above the midpoint: both only shorten
-  the bisection. Raises
-  ValueError when even `upper` is refused."""
+  `kernel` of the lowered TPU program, by bisection. `guess` (e.g. the tiling's estimate) and half
+  of it are tried first, which only shortens the search. Raises ValueError when even `upper` is
+  refused."""
   if kernel not in kernel_names(lowered):
     raise ValueError(f"no Mosaic kernel named {kernel!r} in the program; it has "
                      f"{sorted(set(kernel_names(lowered)))}")
   text = _text(lowered)
+  top = upper // resolution
   refused, compiles = 0, None  # in units of `resolution`: refused at `refused`, compiles at ...
-  hint = None  # the next limit a refusal suggests
 
   def attempt(units):
-    nonlocal refused, compiles, hint
+    nonlocal refused, compiles
     try:
       _compile_text(lowered, _with_limit(text, kernel, units * resolution))
     except Exception as e:  # pylint: disable=broad-except  (libtpu raises XlaRuntimeError)
-      floor = _refusal_floor(e, kernel)
-      if floor is None:
+      if not _is_refusal(e, kernel):
         raise
-      refused = max(refused, units, floor // resolution)
-      hint = _round_up(int(floor * 1.02), resolution) // resolution
+      refused = max(refused, units)
       return
     compiles = units
 
-  top = upper // resolution
-  attempt(min(top, _round_up(guess, resolution) // resolution) if guess else top)
+  first = min(top, _round_up(guess, resolution) // resolution) if guess else top
+  attempt(first)
   while compiles is None:  # grow until it compiles
     if refused >= top:
       raise ValueError(f"{kernel} does not compile within {upper / 2**20:.2f} MiB of scoped VMEM")
-    attempt(min(top, max(hint or 0, 2 * refused)))
+    attempt(min(top, 2 * refused))
+  if guess and compiles > 1:
+    attempt(compiles // 2)
   while compiles - refused > 1:
-    middle = (refused + compiles) // 2
-    units = hint if hint is not None and middle < hint < compiles else middle
-    hint = None
-    attempt(units)
+    attempt((refused + compiles) // 2)
   return compiles * resolution
 
 
