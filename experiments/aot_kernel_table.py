@@ -39,6 +39,8 @@ _VMEM_ROWS = flags.DEFINE_list(
     "vmem_rows", ["128/bfloat16", "256/float32"], "TPU_TILINGS rows (padded head_dim/dtype, on "
     "every generation) whose kernels' scoped VMEM is measured (about 7 compiles per kernel); "
     "'all' for every row. The others keep OUT/kernel_table.json's measurements.")
+_GENERATIONS = flags.DEFINE_list("generations", ["v4", "v5e", "v5p", "v6e"],
+                                 "TPU generations compiled.")
 _TPU_BATCH = flags.DEFINE_integer(
     "tpu_batch", 16, "Batch of the TPU programs: large enough that XLA keeps the kernels' "
     "operands in HBM (a small array placed in VMEM needs no pipeline buffers).")
@@ -97,6 +99,8 @@ def tpu_rows(length, batch, vmem_rows, previous=()):
   tpu = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
   rows = []
   for (generation, head_dim, itemsize), tilings in sorted(tpu.TPU_TILINGS.items()):
+    if generation not in _GENERATIONS.value:
+      continue
     _, spec = _spec(TPU_TARGET[generation])
     dtype = jnp.bfloat16 if itemsize == 2 else jnp.float32
     loss = lambda q, k, v, t=tilings: tpu.flash_attention_tpu(  # pylint: disable=cell-var-from-loop

@@ -139,13 +139,13 @@ def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str,
                generation: Optional[str] = None) -> int:
   """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'): two buffers of every block
   the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k) logits temporaries (columns
-  pad to 128 lanes): libtpu's need, measured by tfjax.aot.tpu_vmem, matches one buffer for all the
-  temporaries, except for bf16 on v6e, where it matches one each (s, p; the backward also dP,
-  dS). This estimate is 0.93-1.42x of the measurement on every generation (docs/benchmarks.md)."""
+  pad to 128 lanes), counted as one tile: libtpu's need, measured by tfjax.aot.tpu_vmem, is within
+  1.5x of this on every generation (docs/benchmarks.md). `generation` is accepted for callers
+  that know it; the estimate does not depend on it."""
   bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
   column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
-  temporaries = 2 if kernel == "forward" else 4
-  tiles = bq * bk * 4 * (temporaries if (generation, itemsize) == ("v6e", 2) else 1)
+  del generation
+  tiles = bq * bk * 4
   if kernel == "forward":  # blocks q, o; k, v; lse -- scratch acc, m, l
     return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tiles
   if kernel == "dkdv":  # blocks q, dO; k, v, dK, dV; lse, delta -- scratch dK, dV
