@@ -231,10 +231,11 @@ def test_tiling_table_fits_vmem_and_the_vreg_tiling():
   for (generation, head_dim_p, itemsize), tilings in tpu_module.TPU_TILINGS.items():
     limit = tpu_module.VMEM_LIMIT_BYTES[generation]
     dtype = jnp.bfloat16 if itemsize == 2 else jnp.float32
-    for tiling, backward in ((tilings.forward, False), (tilings.backward, True)):
+    for tiling, kernel in ((tilings.forward, "forward"), (tilings.backward, "dkdv"),
+                           (tilings.backward, "dq")):
       tpu_module._check_tiling(tiling, dtype)
-      used = tpu_module.vmem_bytes(tiling, head_dim_p, itemsize, backward)
-      assert used <= limit // 2, (generation, head_dim_p, itemsize, backward, used)
+      used = tpu_module.vmem_bytes(tiling, head_dim_p, itemsize, kernel, generation)
+      assert used <= limit // 2, (generation, head_dim_p, itemsize, kernel, used)
   # Every generation has a row for every supported (head_dim, dtype).
   assert len(tpu_module.TPU_TILINGS) == 4 * 2 * 2
 

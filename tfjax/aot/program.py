@@ -112,7 +112,7 @@ def compile_for(program: Program, platform: str, generation: str | None = None):
 def compile_with_kernels(program: Program, platform: str, generation: str | None = None):
   """(executable, [gpu_kernels.KernelResources] of tfjax's Pallas kernels in it): on CUDA the
   registers, spills and shared memory of each (tfjax/aot/gpu_kernels.py); on TPU an empty list
-  (the compiler does not report a Mosaic kernel's VMEM; docs/benchmarks.md has its estimate)."""
+  (the compiler reports no Mosaic kernel's VMEM; tfjax.aot.tpu_vmem measures it by bisection)."""
   if platform != "cuda":
     return compile_for(program, platform, generation), []
   from tfjax.aot import gpu_kernels  # pylint: disable=import-outside-toplevel

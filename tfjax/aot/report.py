@@ -206,8 +206,8 @@ def table(report: Report, program, header: str, kernels=()) -> str:
       lines.append(f"  {k.name:<24}{k.registers:10d}{k.spill_bytes:10d}"
                    f"{k.shared_bytes / 1024:12.0f}{k.threads:9d}{100 * k.occupancy(info):10.1f}%")
   elif pallas and t.platform == "tpu":
-    lines += ["", "Pallas kernels: Mosaic; libtpu does not report their VMEM (the tilings' "
-              "estimates against the scoped limit: docs/benchmarks.md)"]
+    lines += ["", "Pallas kernels: Mosaic; libtpu reports no VMEM per kernel (each tiling's, "
+              "measured by tfjax.aot.tpu_vmem against its estimate: docs/benchmarks.md)"]
   if report.verdict:
     lines += ["", report.verdict]
   return "\n".join(lines)

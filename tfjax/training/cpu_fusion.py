@@ -8,7 +8,7 @@ weight-gradient matmuls dW = x^T g, and such transpose fusions run scalar and st
 drops `optimization_barrier`, but cannot fuse across a data-dependent `lax.cond`, so routing the
 cotangent through one makes it be written once, vectorized, and the transpose becomes a plain
 copy. docs/benchmarks.md ("Where XLA's CPU backward lost the time") has the profile and the
-measurements. (The same trick on the activation derivatives no longer paid and was dropped.)
+measurements. (The same boundary on the activation derivatives does not pay; it is not applied.)
 
 How it is applied, and why this way. The blocks (tfjax/nn/layers.py) are the published math only.
 A Flax method interceptor (`interceptor`) wraps the residual-stream input `x` of every

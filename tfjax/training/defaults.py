@@ -37,7 +37,7 @@ def default_train_config() -> config_dict.ConfigDict:
   c.skip_nonfinite = False      # a NaN/inf loss or grad norm: False = stop the run there;
                                 # True = skip that update and count it (tfjax/training/divergence.py)
   c.cpu_fusion = "auto"         # XLA:CPU backward fusion boundary (tfjax/training/cpu_fusion.py):
-                                # auto (on iff the backend is CPU) | on | off; values unchanged
+                                # auto (on iff the backend is CPU) | on | off; same values
   return c
 
 

@@ -32,11 +32,10 @@ Block sizes (`TPU_TILINGS`, by TPU generation, padded head_dim and bytes per ele
     per-grid-step overhead (~0.35 us) and the MXU fill/drain, so the forward uses 512 x 512 (v6e:
     512 x 1024, whose larger VMEM holds the bigger logits tile).
   * VMEM: the default scoped limit is 16 MiB on v4 / v5e / v5p and 32 MiB on v6e. The working set
-    is two buffers of every input/output block, the fp32 scratch, and a few fp32 (block_q,
-    block_k) temporaries (s, p; the backward also dP and dS); `vmem_bytes` estimates it and the
-    table keeps it under half the limit (room for Mosaic's own temporaries). So head_dim 256 halves
-    block_k, fp32 halves block_q, and the backward (4 live tiles and two accumulators) uses smaller
-    tiles than the forward.
+    is two buffers of every input/output block, the fp32 scratch, and the fp32 (block_q, block_k)
+    temporaries (measured: docs/benchmarks.md); `vmem_bytes` estimates it and the
+    table keeps it under half the limit. So head_dim 256 halves block_k, fp32 halves block_q, and
+    the backward (more blocks, two accumulators) uses smaller tiles than the forward.
 These are starting points derived from those limits, not measured on hardware: time
 experiments/bench_attention.py on the target TPU and update the table.
 """
@@ -136,17 +135,24 @@ def default_tilings(head_dim: int, dtype, generation: Optional[str] = None) -> T
   return TPU_TILINGS[key]
 
 
-def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, backward: bool) -> int:
-  """Estimated VMEM working set of one kernel step: double-buffered blocks, fp32 scratch, and the
-  fp32 (block_q, block_k) temporaries (columns pad to 128 lanes, rows to 8 sublanes)."""
+def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str,
+               generation: Optional[str] = None) -> int:
+  """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'): two buffers of every block
+  the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k) logits temporaries (columns
+  pad to 128 lanes), counted as one tile: libtpu's need, measured by tfjax.aot.tpu_vmem, is within
+  1.5x of this on every generation (docs/benchmarks.md). `generation` is accepted for callers
+  that know it; the estimate does not depend on it."""
   bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
   column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
-  if not backward:  # q, o; k, v; lse (+ ids) -- and scratch acc, m, l; tiles s, p
-    blocks = (2 * bq * d + 2 * bk * d) * itemsize + 2 * column
-    return 2 * blocks + bq * d * 4 + 2 * column + 2 * bq * bk * 4
-  # dK/dV step: q, dO; k, v; dK, dV; lse, delta -- scratch dK, dV; tiles s, p, dP, dS.
-  blocks = (2 * bq * d + 4 * bk * d) * itemsize + 2 * column
-  return 2 * blocks + 2 * bk * d * 4 + 4 * bq * bk * 4
+  del generation
+  tiles = bq * bk * 4
+  if kernel == "forward":  # blocks q, o; k, v; lse -- scratch acc, m, l
+    return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tiles
+  if kernel == "dkdv":  # blocks q, dO; k, v, dK, dV; lse, delta -- scratch dK, dV
+    return 2 * ((2 * bq * d + 4 * bk * d) * itemsize + 2 * column) + 2 * bk * d * 4 + tiles
+  if kernel == "dq":  # blocks q, dO, dQ; k, v; lse, delta -- scratch dQ
+    return 2 * ((3 * bq * d + 2 * bk * d) * itemsize + 2 * column) + bq * d * 4 + tiles
+  raise ValueError(f"kernel must be 'forward', 'dkdv' or 'dq', not {kernel!r}")
 
 
 @dataclasses.dataclass(frozen=True)

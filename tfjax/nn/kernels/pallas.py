@@ -3,8 +3,8 @@
   tpu       Mosaic TPU kernels (flash_attention_tpu.py)
   gpu, cpu  Triton kernels (flash_attention.py; interpreted on CPU)
 The TPU kernels also run on CPU through TPU interpret mode, but only when called directly
-(`flash_attention_tpu(..., interpret=True)`, as their tests do): on CPU 'pallas' keeps meaning the
-Triton kernels' interpreter, as it did before the TPU kernels existed.
+(`flash_attention_tpu(..., interpret=True)`, as their tests do): on CPU 'pallas' means the
+Triton kernels' interpreter.
 
 A program traced on a CPU host may be compiled for TPU or GPU devices instead (ahead of time,
 tfjax.aot): there the choice is made when lowering, by `jax.lax.platform_dependent`, so a TPU
