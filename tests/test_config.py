@@ -90,7 +90,7 @@ def test_every_model_key_in_the_readme_and_configs_parses():
   configs = glob.glob(os.path.join(ROOT, "configs", "*.py")) + glob.glob(
       os.path.join(ROOT, "configs", "ablations", "*.py"))
   readme = os.path.join(ROOT, "README.md")
-  used = _keys_used_in(configs + [readme], r"model\.([a-z][a-z0-9_]*)\b(?!\()")  # not .update(
+  used = _keys_used_in(configs + [readme], r"(?<![\w/])model\.([a-z][a-z0-9_]*)\b(?!\()")  # not .update(
   with open(readme, encoding="utf-8") as f:
     text = f.read()
   switches = text[text.index("Architecture switches"):]
