@@ -26,7 +26,7 @@ def get_config(arg=None):
                       # (nanoGPT prints 123.59M: the same less the 1024 x 768 position table)
 
   Expected: nanoGPT's README reports ~2.85 val loss after about 4 days on one 8xA100 40GB node
-  (600k steps); not yet measured with tfjax. `smoke` (tests/test_gpt2_owt.py): a 2-layer x 64
+  (600k steps); not yet measured with tfjax. `smoke` (tests/training/test_gpt2_owt.py): a 2-layer x 64
   model, 64-token rows, 8 rows in 2 micro-batches, 6 steps, any prepared directory.
   """
   if arg not in (None, "", "smoke"):

@@ -10,7 +10,7 @@ core and runs 50 steps per jitted call.
 Like nanoGPT: no biases in Linear/LayerNorm, exact GELU, pre-LN, learned positions, tied head,
 GPT-2's residual-projection init (std 0.02/sqrt(2 layers)), eval every 250 steps. That it is the
 same recipe step for step is checked against a PyTorch re-implementation
-(experiments/torch_nanogpt.py --mode=lockstep, tests/test_torch_parity.py).
+(experiments/torch_nanogpt.py --mode=lockstep, tests/training/test_torch_parity.py).
 Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
 """
 from tfjax.training.defaults import base_config

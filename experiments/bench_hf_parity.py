@@ -1,5 +1,5 @@
 """Measured parity of every Hugging Face family tfjax imports, on the tiny random models of
-tests/test_hf.py: max |tfjax logits - transformers logits| / max |transformers logits| (fp32),
+tests/hf/test_hf.py: max |tfjax logits - transformers logits| / max |transformers logits| (fp32),
 and the seconds `tfjax.hf.importer.load` took (read, map, place; nothing written).
 
   python experiments/bench_hf_parity.py [--out=bench_results] [--names=llama3,phi]
@@ -7,7 +7,7 @@ and the seconds `tfjax.hf.importer.load` took (read, map, place; nothing written
 Writes OUT/bench_hf_parity.json and .md stamped with the machine, JAX version and date.
 """
 
-# pylint: disable=protected-access  (the shared helpers of tests/test_hf.py)
+# pylint: disable=protected-access  (the shared helpers of tests/hf/test_hf.py)
 from __future__ import annotations
 
 import argparse

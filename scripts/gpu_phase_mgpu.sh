@@ -3,7 +3,7 @@
 #
 #   RESULTS=bench_results/gpu bash scripts/gpu_phase_mgpu.sh
 #
-#   1. its GPU-marked tests (tests/test_flash_attention_mgpu.py: out, lse and gradients against
+#   1. its GPU-marked tests (tests/nn/kernels/test_flash_attention_mgpu.py: out, lse and gradients against
 #      xla in bf16), limit T_MGPU_TESTS (60 s), log in $RESULTS/mgpu/tests.log;
 #   2. a forward-only bench, bf16, L 4096 and 16384, D 64 and 128, causal and not, limit
 #      T_MGPU_BENCH (90 s) in all: first ours with the Triton forward ('pallas') and cuDNN, then,
@@ -36,7 +36,7 @@ echo "=== mgpu tests (limit ${T_MGPU_TESTS}s)"
 # -v: a test's verdict is logged as it ends, so a run cut by the limit still shows which passed.
 XDIST=""; $PY -c "import xdist" 2>/dev/null && XDIST="-n 4"
 timeout --signal=TERM --kill-after=5 "$T_MGPU_TESTS" $PY -m pytest -v $XDIST -p no:cacheprovider \
-  -rfE -m gpu tests/test_flash_attention_mgpu.py --junitxml="$OUT_DIR/tests.xml" \
+  -rfE -m gpu tests/nn/kernels/test_flash_attention_mgpu.py --junitxml="$OUT_DIR/tests.xml" \
   >"$OUT_DIR/tests.log" 2>&1
 tests_rc=$?
 echo "=== mgpu tests rc=$tests_rc after ${SECONDS}s"

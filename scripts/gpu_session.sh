@@ -72,7 +72,7 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
       cat "$RESULTS/env.log" | tail -n 6 ;;
     tests)
       XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 ${TEST_SELECT:-} \
-        -p no:cacheprovider ${TEST_ARGS:-tests/test_kernels.py tests/test_ops.py} --junitxml="$RESULTS/tests.xml" ;;
+        -p no:cacheprovider ${TEST_ARGS:-tests/nn/kernels/test_kernels.py tests/nn/test_ops.py} --junitxml="$RESULTS/tests.xml" ;;
     attention)
       phase attention "$T_ATTN" $PY experiments/bench_attention.py --out="$RESULTS/attention" \
         --lengths=1024,4096,16384 --head_dims=64,128 --variant_impls=pallas \

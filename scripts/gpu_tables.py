@@ -4,7 +4,7 @@
 
 Reads docs/gpu/*_h200.json and shakespeare_char_h200_metrics.jsonl (copied from
 scripts/gpu_session.sh runs) and prints the markdown block that docs/benchmarks.md carries between its `<!-- gpu-tables -->` markers
-(tests/test_gpu_tables.py checks that the doc holds exactly this output).
+(tests/scripts/test_gpu_tables.py checks that the doc holds exactly this output).
 """
 
 import json

@@ -7,7 +7,7 @@
 #   scripts/slurm_localhost.sh status         # the daemons' pids, sinfo and squeue
 #   sudo scripts/slurm_localhost.sh stop      # stop the daemons this script started
 #
-# Then: python -m pytest -m slurm tests/test_sweep_slurm.py -n 0
+# Then: python -m pytest -m slurm tests/research/test_sweep_slurm.py -n 0
 #
 # Needs root (the daemons run as root; munged as the munge user). Logs, state and pid files live in
 # $TFJAX_SLURM_DIR (default /var/tmp/tfjax-slurm). /etc/slurm/slurm.conf is written only when it

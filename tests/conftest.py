@@ -1,8 +1,13 @@
 """Shared tiny helpers for the model-library tests (no reference implementations live here)."""
 
 import os
+import sys
 
-# With libtpu installed (tests/test_aot.py compiles for TPU), every process that starts JAX loads
+# tests/ mirrors the package's folders; the shared helpers (np_reference, run_helpers, ...) live
+# at its root, importable from every folder.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# With libtpu installed (tests/aot/test_aot.py compiles for TPU), every process that starts JAX loads
 # it, and by default only one process per host may: let test workers and subprocesses share it.
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 

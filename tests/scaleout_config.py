@@ -1,4 +1,4 @@
-"""Tiny config for the scale-out tests (tests/test_sharding.py, tests/test_multiprocess.py).
+"""Tiny config for the scale-out tests (tests/training/test_sharding.py, tests/runtime/test_multiprocess.py).
 
 A config file (`--config=tests/scaleout_config.py`) so the multi-process test can start the real
 CLI. 2 layers, 4 heads, d_ff and vocabulary divisible by 4, batch 8: every mesh of 8 devices splits

@@ -3,7 +3,7 @@
   JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8 \
       python tests/scaleout_helper.py WORKDIR
 
-Started as a subprocess by tests/test_sharding.py so the rest of the suite keeps one device.
+Started as a subprocess by tests/training/test_sharding.py so the rest of the suite keeps one device.
 Reports, for tests/scaleout_config.py:
   losses[mesh]   5 training-step losses on each mesh (data, fsdp, tensor), on one device ('1'), and
                  on (2,2,2) with 2 micro-batches ('2,2,2/accum2');

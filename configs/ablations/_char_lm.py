@@ -27,7 +27,7 @@ def fair_embeddings(config):
   """Token embeddings and the position signal at comparable norms, as in the original Transformer:
   tokens scaled by sqrt(d_model) from a table of std d^-0.5 (unit RMS), a learned position table
   of std 2^-0.5 (the sinusoid table's RMS). With the defaults (std 0.02, no scaling) the tokens
-  start ~35x weaker than a sinusoid table (tests/test_models.py). Set for every arm of the
+  start ~35x weaker than a sinusoid table (tests/nn/test_models.py). Set for every arm of the
   position ablations, so that arms differ in model.position only."""
   config.model.update(embed_scale=True, position_init_std=2 ** -0.5)
   return config

@@ -48,7 +48,7 @@ GRID = {
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }
-# Keys the arms change relative to get_config (tests/test_ablation_configs.py checks this).
+# Keys the arms change relative to get_config (tests/research/test_ablation_configs.py checks this).
 ARM_KEYS = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
             "model.num_layers", "optimizer.lr", "optimizer.warmup_steps")
 FAILED_MARGIN = 0.1  # nats below unigram/loss that count as having learned something
@@ -56,7 +56,7 @@ FAILED_MARGIN = 0.1  # nats below unigram/loss that count as having learned some
 
 def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per scale)
   """One figure per claim. `where` keeps each figure to the grid that tests its claim, so that no
-  line pools points differing in a key it does not name (tests/test_ablation_configs.py)."""
+  line pools points differing in a key it does not name (tests/research/test_ablation_configs.py)."""
   grid = GRID[_lm.check_scale(scale, "norm.py")]
   w, lr = grid["warmup"], list(grid["lr"])
   lr_line = ("optimizer.lr",) if len(lr) > 1 else ()  # the main grid's rates: one below full

@@ -28,7 +28,7 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 MULTIPLES = (1, 2, 4, 8, 16)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
-# Keys each arm changes relative to get_config (tests/test_ablation_configs.py checks this).
+# Keys each arm changes relative to get_config (tests/research/test_ablation_configs.py checks this).
 ARM_KEYS = ("model.position",)
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
                      for kind, label in (("linear", "PI (linear)"), ("dynamic", "dynamic NTK"),

@@ -1,0 +1,234 @@
+"""The Mosaic GPU flash-attention forward (tfjax/nn/kernels/flash_attention_mgpu.py).
+
+Here (CPU): which calls reach it (`gpu_forward` routing, traced, not run); the kernel run by
+Mosaic GPU's interpreter (its warpgroups, TMA ring, barriers, causal blocks and lse, with plain
+dots standing in for wgmma) against NumPy; with the CUDA plugin, that it lowers and compiles for
+H100 forward and backward (`aot_gpu`). On a Hopper GPU
+(`gpu`): output, log-sum-exp and gradients through the shared custom VJP against xla / an fp32
+reference in bf16, over seeds and shapes.
+"""
+import importlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from test_kernels import assert_close, numpy_attention, random_qkv, value_and_grads
+from tfjax.nn import ops
+from tfjax.nn.kernels import flash_attention_mgpu as mgpu
+
+# The module (tfjax.nn.kernels re-exports its function under the same name).
+fa = importlib.import_module("tfjax.nn.kernels.flash_attention")
+HAS_CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None
+MOSAIC_NAME, TRITON_FORWARD_NAME = "tfjax_flash_forward_mgpu", "tfjax_flash_forward"
+
+
+@pytest.mark.parametrize("q_shape, kv_shape, dtype, kw, expected", [
+    ((2, 1024, 8, 128), (2, 1024, 8, 128), jnp.bfloat16, dict(causal=True), True),
+    ((2, 1024, 8, 64), (2, 2048, 2, 64), jnp.bfloat16, dict(causal=False), True),  # GQA, cross
+    ((2, 1024, 8, 64), (2, 2048, 2, 64), jnp.bfloat16, dict(causal=True), False),  # offset
+    ((2, 1024, 8, 128), (2, 1024, 8, 128), jnp.float32, dict(causal=True), False),
+    ((2, 1024, 8, 256), (2, 1024, 8, 256), jnp.bfloat16, dict(causal=True), False),
+    ((2, 1024, 6, 128), (2, 1024, 4, 128), jnp.bfloat16, dict(causal=False), False),  # 4 !| 6
+    ((2, 192, 8, 128), (2, 192, 8, 128), jnp.bfloat16, dict(causal=False), False),  # 192 % 128
+    ((2, 1024, 8, 128), (2, 1024, 8, 128), jnp.bfloat16, dict(causal=True, has_alibi=True),
+     False),
+    ((2, 1024, 8, 128), (2, 1024, 8, 128), jnp.bfloat16, dict(causal=True, has_segments=True),
+     False),
+    ((2, 1024, 8, 128), (2, 1024, 8, 128), jnp.bfloat16, dict(causal=True, window=256), False),
+])
+def test_supports_is_the_documented_scope(q_shape, kv_shape, dtype, kw, expected):
+  kw = dict(dict(has_segments=False, has_alibi=False, window=None), **kw)
+  assert mgpu.supports(q_shape, kv_shape, dtype, **kw) is expected
+
+
+def _forward_kernels(gpu_forward, q_len=512, kv_len=512, heads=4, kv_heads=4, head_dim=64,
+                     dtype=jnp.bfloat16, interpret=False, grad=False, **kw):
+  """The names of the forward kernels in the traced program (tracing only: nothing runs)."""
+  q = jax.ShapeDtypeStruct((1, q_len, heads, head_dim), dtype)
+  kv = jax.ShapeDtypeStruct((1, kv_len, kv_heads, head_dim), dtype)
+  attend = lambda q, k, v: fa.flash_attention(q, k, v, interpret=interpret,
+                                              gpu_forward=gpu_forward, **kw)
+  fn = attend
+  if grad:
+    fn = jax.grad(lambda *a: attend(*a).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+  names = set(re.findall(r"tfjax_flash_\w+", str(jax.make_jaxpr(fn)(q, kv, kv))))
+  return names & {MOSAIC_NAME, TRITON_FORWARD_NAME, "tfjax_flash_dkdv"}
+
+
+def test_gpu_forward_routes_to_mosaic_only_where_it_applies():
+  assert _forward_kernels("mosaic", causal=True) == {MOSAIC_NAME}
+  assert _forward_kernels("mosaic", kv_heads=2, kv_len=1024) == {MOSAIC_NAME}  # GQA, cross
+  assert _forward_kernels("triton", causal=True) == {TRITON_FORWARD_NAME}
+  assert _forward_kernels(None, causal=True) == {TRITON_FORWARD_NAME}  # GPU_FORWARD default
+  # Out of scope: Triton, no error.
+  for kw in (dict(alibi_slopes=jnp.ones(4)), dict(window=100), dict(kv_len=500),
+             dict(dtype=jnp.float32), dict(causal=True, kv_len=1024), dict(interpret=True)):
+    assert _forward_kernels("mosaic", **kw) == {TRITON_FORWARD_NAME}, kw
+  # The Mosaic forward's (out, lse) feed the Triton backward of the same custom VJP.
+  assert _forward_kernels("mosaic", causal=True, grad=True) == {MOSAIC_NAME, "tfjax_flash_dkdv"}
+
+
+def test_module_setting_selects_the_forward(monkeypatch):
+  monkeypatch.setattr(fa, "GPU_FORWARD", "mosaic")
+  assert _forward_kernels(None) == {MOSAIC_NAME}
+
+
+def test_auto_takes_mosaic_on_hopper_only(monkeypatch):
+  assert fa.GPU_FORWARD == "auto"
+  monkeypatch.setattr(fa, "_on_hopper", lambda: False)
+  assert _forward_kernels("auto", causal=True) == {TRITON_FORWARD_NAME}
+  monkeypatch.setattr(fa, "_on_hopper", lambda: True)
+  assert _forward_kernels("auto", causal=True) == {MOSAIC_NAME}
+  assert _forward_kernels("auto", alibi_slopes=jnp.ones(4)) == {TRITON_FORWARD_NAME}
+
+
+def test_unknown_gpu_forward_is_a_clear_error():
+  with pytest.raises(ValueError, match=r"gpu_forward='cutlass' .*\('auto', 'triton', 'mosaic'\)"):
+    _forward_kernels("cutlass")
+
+
+# ---- Run by Mosaic GPU's interpreter on CPU ----------------------------------------------------
+
+
+def numpy_lse(q, k, *, causal):
+  """Natural-log log-sum-exp of the scaled logits, [B, H, L], in float64."""
+  q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+  k = np.repeat(k, q.shape[2] // k.shape[2], axis=2)
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+  if causal:
+    logits = np.where(np.tril(np.ones(logits.shape[-2:], bool)), logits, -np.inf)
+  top = logits.max(-1, keepdims=True)
+  return (top + np.log(np.exp(logits - top).sum(-1, keepdims=True)))[..., 0]
+
+
+def check_interpreted(seed, length, heads, kv_heads, head_dim, causal):
+  # Private path (the same in jax 0.10 and 0.11): jax.experimental exports no GPU interpret params.
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=import-outside-toplevel
+  q, k, v, d_out = random_qkv(seed, 1, length, length, heads, kv_heads, head_dim, jnp.bfloat16)
+  out, lse = mgpu.mosaic_forward(q, k, v, causal=causal, scale=head_dim ** -0.5,
+                                 interpret=InterpretGPUParams())
+  f32 = lambda x: np.asarray(x, np.float32)
+  np_out, _ = numpy_attention(f32(q), f32(k), f32(v), d_out, causal=causal)
+  case = (seed, length, heads, kv_heads, head_dim, causal)
+  assert out.dtype == jnp.bfloat16 and lse.shape == (1, heads, length), case
+  assert_close(f32(out), np_out, 1e-2, f"out {case}")  # bf16 P and output rounding
+  np.testing.assert_allclose(f32(lse), numpy_lse(f32(q), f32(k), causal=causal), atol=1e-4,
+                             rtol=0, err_msg=f"lse {case}")
+
+
+def test_interpreted_causal_diagonal_block_matches_numpy():
+  """One program (the default run's budget): its one key block straddles the diagonal."""
+  check_interpreted(0, 128, 1, 1, 64, causal=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [(4, 256, 1, 1, 64, True),  # an unmasked, then a masked block
+                                  (1, 512, 1, 1, 64, True),  # 4 steps round a 3-slot ring
+                                  (2, 512, 2, 1, 128, False),  # GQA, 4 steps in 2 slots
+                                  (3, 256, 4, 2, 128, True)])  # GQA, causal
+def test_interpreted_matches_numpy(case):
+  seed, length, heads, kv_heads, head_dim, causal = case
+  check_interpreted(seed, length, heads, kv_heads, head_dim, causal)
+
+
+# ---- Compile for H100 from this CPU (the CUDA plugin) ------------------------------------------
+
+
+def check_lowers_for_h100():
+  """Forward and forward + backward through flash_attention(gpu_forward='mosaic') compile for
+  H100: the program holds the Mosaic GPU kernel and the Triton backward."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
+  spec = NamedSharding(Mesh(np.array(devices.compile_only_devices(targets.parse_target("h100"))),
+                            ("x",)), PartitionSpec())
+  for head_dim, causal, heads, kv_heads in [(64, True, 8, 2), (128, False, 4, 4),
+                                            (128, True, 8, 8)]:
+    shape = lambda h: jax.ShapeDtypeStruct((2, 1024, h, head_dim), jnp.bfloat16, sharding=spec)
+    attend = lambda q, k, v: fa.flash_attention(q, k, v, causal=causal, interpret=False,
+                                                gpu_forward="mosaic")
+    loss = lambda *a: attend(*a).astype(jnp.float32).sum()
+    for fn, backward in ((attend, False), (jax.grad(loss, argnums=(0, 1, 2)), True)):
+      lowered = jax.jit(fn).trace(shape(heads), shape(kv_heads), shape(kv_heads)).lower(
+          lowering_platforms=("cuda",))
+      text = lowered.compile().as_text()
+      case = (head_dim, causal, heads, kv_heads, backward)
+      assert text.count('custom_call_target="mosaic_gpu') == 1, case
+      assert ("tfjax_flash_dkdv" in text) == backward and TRITON_FORWARD_NAME + '"' not in text, case
+
+
+@pytest.mark.aot_gpu
+@pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
+def test_mosaic_forward_compiles_for_h100():
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  code = ("import importlib.util, sys; sys.path.insert(0, 'tests'); "
+          "spec = importlib.util.spec_from_file_location('t', "
+          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
+          "spec.loader.exec_module(m); m.check_lowers_for_h100()")
+  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=600)
+  assert result.returncode == 0, result.stderr[-4000:]
+
+
+# ---- On a Hopper GPU ---------------------------------------------------------------------------
+
+on_hopper = pytest.mark.skipif(
+    jax.default_backend() != "gpu" or "H100" not in jax.devices()[0].device_kind and
+    "H200" not in jax.devices()[0].device_kind, reason="needs an H100 / H200 GPU")
+
+# (seed, batch, length, heads, kv_heads, head_dim, causal): L 256..2048, D 64/128, GQA.
+GPU_CASES = [(0, 2, 256, 4, 4, 64, True), (1, 1, 512, 8, 2, 128, True),
+             (2, 2, 1024, 4, 4, 128, False), (3, 1, 2048, 8, 2, 64, False),
+             (4, 1, 2048, 4, 4, 128, True), (5, 2, 768, 8, 4, 64, True)]
+
+
+def fp32_lse(q, k, *, causal):
+  """Natural-log log-sum-exp of the scaled logits, [B, H, L], in fp32 from the bf16 inputs."""
+  groups = q.shape[2] // k.shape[2]
+  k = jnp.repeat(k.astype(jnp.float32), groups, axis=2)
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k) * q.shape[-1] ** -0.5
+  if causal:
+    logits = jnp.where(jnp.tril(jnp.ones(logits.shape[-2:], bool)), logits, -jnp.inf)
+  return jax.nn.logsumexp(logits, axis=-1)
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_gpu_mosaic_forward_out_and_lse(case):
+  seed, batch, length, heads, kv_heads, head_dim, causal = case
+  q, k, v, _ = random_qkv(seed, batch, length, length, heads, kv_heads, head_dim, jnp.bfloat16)
+  out, lse = jax.jit(lambda q, k, v: mgpu.mosaic_forward(
+      q, k, v, causal=causal, scale=head_dim ** -0.5))(q, k, v)
+  ref = ops.dot_product_attention(q, k, v, causal=causal, implementation="xla")
+  assert lse.shape == (batch, heads, length) and lse.dtype == jnp.float32
+  assert_close(np.asarray(out, np.float32), np.asarray(ref, np.float32), 1.5e-2, f"out {case}")
+  # The lse the Triton backward reads: rounding of bf16 matmul inputs only, so tight.
+  np.testing.assert_allclose(np.asarray(lse), np.asarray(fp32_lse(q, k, causal=causal)),
+                             atol=2e-2, rtol=0, err_msg=f"lse {case}")
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_gpu_mosaic_entry_matches_xla_with_gradients(case, monkeypatch):
+  """Through tfjax.ops' 'pallas' entry with the Mosaic forward selected: out and dq, dk, dv."""
+  seed, batch, length, heads, kv_heads, head_dim, causal = case
+  monkeypatch.setattr(fa, "GPU_FORWARD", "mosaic")
+  q, k, v, d_out = random_qkv(seed, batch, length, length, heads, kv_heads, head_dim,
+                              jnp.bfloat16)
+  pallas = lambda *a, **kw: ops.dot_product_attention(*a, implementation="pallas", **kw)
+  assert _forward_kernels(None, q_len=length, kv_len=length, heads=heads, kv_heads=kv_heads,
+                          head_dim=head_dim, causal=causal) == {MOSAIC_NAME}
+  out, grads = value_and_grads(pallas, q, k, v, d_out, dict(causal=causal))
+  ref_out, ref_grads = value_and_grads(ops.dot_product_attention, q, k, v, d_out,
+                                       dict(causal=causal))
+  assert_close(out, ref_out, 1.5e-2, f"out {case}")
+  for name, g, ref in zip("qkv", grads, ref_grads):
+    assert_close(g, ref, 2e-2, f"d{name} {case}")

@@ -1,0 +1,121 @@
+"""tfjax/nn/config.py: the model-wide fields' validation (each section's is tested next to its
+owner: test_attention, test_ffn, test_norms, test_positions), the flat model.* keys routed to their
+owners, and every key the README and the configs use."""
+
+import glob
+import os
+import re
+
+import pytest
+
+from conftest import tiny_config
+from tfjax.nn.config import FAMILIES, FLAT_KEYS, SECTIONS, ModelConfig, default_model_config
+from tfjax.nn.models import build_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(family="decoder_only"), ["model.family='decoder_only'", *FAMILIES]),
+    (dict(remat="some"), ["model.remat='some'", "none", "full", "dots"]),
+    (dict(attention_impl="flash"), ["model.attention_impl='flash'", "xla", "pallas"]),
+    (dict(dropout=1.0), ["model.dropout=1.0", "[0, 1)"]),
+    (dict(num_layers=0), ["model.num_layers=0", "positive"]),
+    (dict(family="encoder_decoder", num_decoder_layers=0),
+     ["model.num_decoder_layers=0", "positive"]),
+])
+def test_config_validation_names_key_value_and_choices(overrides, patterns):
+  with pytest.raises(ValueError) as info:
+    tiny_config(**overrides)
+  for pattern in patterns:
+    assert pattern in str(info.value), (pattern, str(info.value))
+  # The same checks guard every other way of building a model.
+  with pytest.raises(ValueError):
+    build_model({**dict(vocab_size=31, d_model=16, num_heads=2, d_ff=32), **overrides})
+  with pytest.raises(ValueError):
+    tiny_config().replace(**overrides)
+
+
+def test_unknown_config_key_is_named_with_the_valid_keys():
+  with pytest.raises(ValueError, match=r"unknown model config key\(s\) \['d_modle'\]; valid keys "
+                                       r"are: .*'d_model'"):
+    ModelConfig.from_config({"d_modle": 16})
+  cfg = default_model_config(d_model=16, num_heads=2)
+  cfg.nmu_layers = 3
+  with pytest.raises(ValueError, match="nmu_layers"):
+    build_model(cfg)
+  with pytest.raises(ValueError, match="nmu_layers"):
+    default_model_config(nmu_layers=3)
+
+
+def test_config_dict_round_trip_builds_the_same_config():
+  cfg = default_model_config(d_model=16, num_heads=2, num_kv_heads=1, window=3)
+  built = ModelConfig.from_config(cfg)
+  assert built.attention.kv_heads == 1 and built.window == 3 and built.dim_per_head == 8
+  assert ModelConfig.from_config(default_model_config()) == ModelConfig()
+
+
+def test_flat_keys_route_to_their_owners_and_back():
+  """Every flat key is owned by exactly one place, reads back as `cfg.<key>` from there, and a
+  config survives the trip through its flat keys."""
+  cfg = tiny_config(position="rope", rope_scaling="llama3", rope_scaling_factor=8.0,
+                    rope_original_max_len=8, rope_low_freq_factor=1.0, num_kv_heads=1, window=4,
+                    norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", d_ff=24, attention_softcap=5.0)
+  assert (cfg.attention.num_kv_heads, cfg.attention.window, cfg.attention.softcap) == (1, 4, 5.0)
+  assert (cfg.norms.kind, cfg.norms.eps) == ("rmsnorm", 1e-6)
+  assert (cfg.feed_forward.activation, cfg.feed_forward.d_ff) == ("swiglu", 24)
+  assert (cfg.positions.kind, cfg.positions.rope.scaling, cfg.positions.rope.scaling_factor) == (
+      "rope", "llama3", 8.0)
+  flat = cfg.to_flat()
+  assert sorted(flat) == sorted(FLAT_KEYS) and len(set(FLAT_KEYS)) == len(FLAT_KEYS)
+  assert all(getattr(cfg, key) == value for key, value in flat.items())
+  assert ModelConfig.from_flat(flat) == cfg
+  owned = [key for section in SECTIONS.values() for key in section.flat_keys()]
+  assert len(owned) == len(set(owned)) and not set(owned) & set(ModelConfig.__dataclass_fields__)
+  assert cfg.replace(window=2).attention.window == 2 and cfg.replace(decode=True).decode
+
+
+def _keys_used_in(paths, pattern):
+  keys = set()
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      keys |= set(re.findall(pattern, f.read()))
+  return keys
+
+
+def test_every_model_key_in_the_readme_and_configs_parses():
+  """`model.<key>` in README.md, configs/*.py and configs/ablations/*.py, and the backticked keys
+  of the README's architecture switches, are all config.model keys; each set from the command
+  line's typed placeholders builds."""
+  configs = glob.glob(os.path.join(ROOT, "configs", "*.py")) + glob.glob(
+      os.path.join(ROOT, "configs", "ablations", "*.py"))
+  readme = os.path.join(ROOT, "README.md")
+  used = _keys_used_in(configs + [readme], r"(?<![\w/])model\.([a-z][a-z0-9_]*)\b(?!\()")  # not .update(
+  with open(readme, encoding="utf-8") as f:
+    text = f.read()
+  switches = text[text.index("Architecture switches"):]
+  switches = switches[:switches.index("\n\n")]
+  used |= set(re.findall(r"`([a-z][a-z0-9_]*)[`=]", switches))
+  assert len(used) > 30
+  assert sorted(used - set(FLAT_KEYS)) == []
+  cfg = default_model_config(d_model=16, num_heads=2)
+  cfg.position = "alibi"  # --config.model.position=alibi
+  cfg.window = 8          # a typed placeholder (default None)
+  cfg.rope_local_base = None
+  built = ModelConfig.from_config(cfg)
+  assert (built.positions.kind, built.attention.window) == ("alibi", 8)
+
+
+@pytest.mark.parametrize("name", ["default", "gpt2_small", "gpt2_owt", "bert_base", "llama2_7b",
+                                  "llama2_70b", "shakespeare_char", "transformer_base"])
+def test_every_config_files_model_keys_reach_their_owners(name):
+  """Each configs/*.py model section builds, and every key it sets reads back unchanged."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location(f"cfg_{name}",
+                                                os.path.join(ROOT, "configs", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  model = dict(module.get_config().model)
+  model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
+  built = ModelConfig.from_config(model)
+  assert {k: getattr(built, k) for k in model} == model
