@@ -1,11 +1,13 @@
 """Position encodings, extrapolation of a language model (Press et al. 2021, figure 1 analog).
 
-Arms (model.position, nothing else differs): none (NoPE) / learned / sinusoidal / rope / alibi /
-t5_bias, each a char-level Tiny Shakespeare LM trained at context L (64 smoke and medium, 256 full;
-configs/ablations/_char_lm.py otherwise) with sqrt(d_model)-scaled token embeddings and a
-position signal of the same order (_char_lm.fair_embeddings), then evaluated at L, 2L, 4L, 8L
-and 16L on the first 256 x L validation tokens, non-overlapping and sliding-window
-(tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
+Arms (model.position): none (NoPE) / learned / sinusoidal / rope / alibi / t5_bias, each a
+char-level Tiny Shakespeare LM trained at context L (64 smoke and medium, 256 full;
+configs/ablations/_char_lm.py otherwise), each arm with its own paper's embedding defaults
+(_char_lm.paper_default_embeddings: sqrt(d_model)-scaled tokens for sinusoidal, GPT-2's std-0.02
+tables for the rest, T5's relative_max_distance = L so that training reaches every bucket).
+Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
+Press et al. see rotary degrade) on the first 1024 x L validation tokens, non-overlapping and
+sliding-window (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
 RoPE extension arms: the rope models are also scored with position interpolation (linear),
 dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
 fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
@@ -25,11 +27,12 @@ from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
-MULTIPLES = (1, 2, 4, 8, 16)
+MULTIPLES = (1, 1.25, 1.5, 1.75, 2, 4, 8, 16)
+EVAL_WINDOWS = 1024  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 # Keys each arm changes relative to get_config (tests/test_ablation_configs.py checks this).
-ARM_KEYS = ("model.position",)
+ARM_KEYS = ("model.position", "model.embed_scale", "model.relative_max_distance")
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
                      for kind, label in (("linear", "PI (linear)"), ("dynamic", "dynamic NTK"),
                                          ("yarn", "YaRN"))}
@@ -53,27 +56,26 @@ REPORT = dict(
 
 
 def get_config(scale=None):
-  """The char LM trained at context L with fair embeddings; get_sweep varies model.position and
-  the seed.
+  """The char LM trained at context L with GPT-2's embedding defaults; get_sweep varies
+  model.position (with its paper's embedding defaults) and the seed.
 
     python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
         --workdir=runs/ablations/position_medium --parallel=2
 
-  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime on 2 CPU cores with
-  --parallel=2: smoke 4.4 min (measured at ab6f6c5), medium 25 min (measured at af9ca73); full:
-  one GPU, not measured. Expected medium result (docs/ablations.md, seeds 0-2): in-distribution eval
-  loss rope 1.78 < t5_bias 1.82 < alibi 1.89 < sinusoidal 1.93 ~ learned 1.94 < none 2.11; ALiBi's
-  perplexity flat from L to 16L (6.2 -> 6.1), every other arm rising past L.
+  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime: docs/ablations.md
+  (each sweep's measured runtime is in its committed results,
+  docs/ablations/results/position_<scale>.jsonl); full: one GPU, not measured.
   """
-  return _lm.fair_embeddings(_lm.char_lm(_lm.check_scale(scale, "position.py")))
+  return _lm.char_lm(_lm.check_scale(scale, "position.py"))
 
 
 def get_sweep(scale=None):
   scale = _lm.check_scale(scale, "position.py")
-  return sweep.product({"model.position": POSITIONS, "seed": SEEDS[scale]})
+  return _lm.position_arms(POSITIONS, get_config(scale).data.seq_len, SEEDS[scale])
 
 
 def evaluate_point(config, workdir):
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
-  return length_eval.perplexity_vs_length(workdir, MULTIPLES, max_tokens=256 * config.data.seq_len,
+  return length_eval.perplexity_vs_length(workdir, MULTIPLES,
+                                          max_tokens=EVAL_WINDOWS * config.data.seq_len,
                                           rope_scalings=ROPE_EXTENSIONS)

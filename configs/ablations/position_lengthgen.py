@@ -4,7 +4,8 @@ A decoder-only model per (task, position encoding, seed): copy, reverse, additio
 (scratchpad-free: the answer follows the prompt directly), trained on instance lengths 1..N and
 scored per length by exact match (every answer token right; teacher-forced argmax, which equals
 greedy decoding) at lengths up to 2N. Arms (model.position, nothing else differs): none /
-learned / sinusoidal / rope / alibi / t5_bias, with fair embeddings (_char_lm.fair_embeddings).
+learned / sinusoidal / rope / alibi / t5_bias, each with its paper's embedding defaults
+(_char_lm.paper_default_embeddings; T5's relative_max_distance = max_len, the longest sequence).
 The learned table covers every evaluated row (max_len), but positions past the training lengths
 are never trained. results.md and mrr_eval_exact_match.png rank the arms by Kazemnejad et al.'s
 mean reciprocal rank over every (task, length > N) setting (tfjax/research/mrr.py).
@@ -28,7 +29,7 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 TASKS = ("copy", "reverse", "addition", "sort")
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 TRAIN_MAX = {"smoke": 8, "medium": 8, "full": 16}  # N
-ARM_KEYS = ("model.position", "data.name")  # data.name: the task, a setting rather than an arm
+ARM_KEYS = ("model.position", "data.name", "model.embed_scale", "model.relative_max_distance")  # data.name: the task, a setting rather than an arm
 PUBLISHED_MRR = {"none": 0.69, "t5_bias": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 
 
@@ -79,9 +80,11 @@ def get_config(scale=None):
                       eval_batch_size=64, eval_batches=2 if smoke else 8,
                       eval_every=steps // 2 if small else 1000, log_every=50 if small else 250,
                       checkpoint_every=steps if small else 1000, keep_checkpoints=1)
-  return _lm.fair_embeddings(config)
+  return config
 
 
 def get_sweep(scale=None):
   scale = _lm.check_scale(scale, "position_lengthgen.py")
-  return sweep.product({"data.name": TASKS, "model.position": POSITIONS, "seed": SEEDS[scale]})
+  max_len = get_config(scale).model.max_len
+  return [point for task in TASKS
+          for point in _lm.position_arms(POSITIONS, max_len, SEEDS[scale], **{"data.name": task})]
