@@ -1,0 +1,150 @@
+"""Verdicts of published claims from per-seed sweep results, by one rule.
+
+A claim (a dict in its sweep config's CLAIMS) compares two sides, each an arm (override values)
+and a metric, and names the direction the paper reports:
+  {'id', 'claim': text, 'paper': the published number as text,
+   'a': {override: value, ..., 'metric': name}, 'b': {... 'metric': name},
+   'expect': 'less' | 'greater'   a's metric is lower | higher than b's,
+   'kind': 'mean' (default; per-seed values, Welch's t) | 'count' (failures per seed, Fisher),
+   'requires': [precondition, ...]  optional, see `check_preconditions`}
+
+THE RULE (docs/ablations.md states it, from RULE_TEXT):
+  mean   Δ = mean(a) - mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b) (Welch), p = Welch's
+         two-sided t-test. Threshold: p < ALPHA.
+  count  a failure is a point whose `metric` is 1 (e.g. diverged). Δ = failure fraction of a -
+         of b, se = the binomial se of that difference, p = Fisher's exact test (two-sided).
+  words, in this order:
+    untestable here  a stated precondition fails, or a side has fewer than 2 seeds
+    tie              |Δ| < 1 se (Δ = 0 when se = 0)
+    reproduced       Δ in the claimed direction, p < ALPHA
+    direction only   Δ in the claimed direction, p >= ALPHA
+    contradicted     Δ opposite to the claim, p < ALPHA
+    opposite only    Δ opposite to the claim, p >= ALPHA
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+ALPHA = 0.05
+WORDS = ("reproduced", "direction only", "tie", "contradicted", "opposite only",
+         "untestable here")
+RULE_TEXT = (
+    "**Verdict rule** (`tfjax/research/verdicts.py`, applied to the committed per-seed results). "
+    "Each claim compares two arms on one metric. Losses and other per-seed numbers: Δ = mean(a) - "
+    "mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b), p from Welch's two-sided t-test. "
+    "Failure counts: Δ = difference of the failure fractions, se its binomial standard error, "
+    f"p from Fisher's exact test. Then, in this order: *untestable here* when a stated "
+    f"precondition fails or an arm has fewer than 2 seeds; *tie* when |Δ| < 1 se; *reproduced* "
+    f"when Δ has the claimed sign and p < {ALPHA}; *direction only* when it has the claimed sign "
+    f"and p >= {ALPHA}; *contradicted* when Δ has the opposite sign and p < {ALPHA}; *opposite "
+    f"only* when it has the opposite sign and p >= {ALPHA}.")
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict:
+  """{'delta', 'se', 't', 'df', 'p'} of mean(a) - mean(b) (Welch's unequal-variance t-test)."""
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+  delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
+  if se == 0:
+    return {"delta": delta, "se": 0.0, "t": math.copysign(math.inf, delta) if delta else 0.0,
+            "df": float(len(a) + len(b) - 2), "p": 0.0 if delta else 1.0}
+  t = delta / se
+  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  return {"delta": delta, "se": se, "t": t, "df": df,
+          "p": float(2 * scipy_stats.t.sf(abs(t), df))}
+
+
+def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:
+  """{'delta', 'se', 'p'}: failure fractions a - b, their binomial se, Fisher's exact p."""
+  pa, pb = failed_a / n_a, failed_b / n_b
+  se = math.sqrt(pa * (1 - pa) / n_a + pb * (1 - pb) / n_b)
+  p = scipy_stats.fisher_exact([[failed_a, n_a - failed_a], [failed_b, n_b - failed_b]])[1]
+  return {"delta": pa - pb, "se": se, "p": float(p)}
+
+
+def word(delta: float, se: float, p: float, expect: str) -> str:
+  """The verdict word of a testable comparison (see the module docstring)."""
+  if expect not in ("less", "greater"):
+    raise ValueError(f"a claim expects 'less' or 'greater', got {expect!r}")
+  if abs(delta) < se or delta == 0:
+    return "tie"
+  agrees = (delta < 0) == (expect == "less")
+  if agrees:
+    return "reproduced" if p < ALPHA else "direction only"
+  return "contradicted" if p < ALPHA else "opposite only"
+
+
+def matches(row: dict, side: Mapping) -> bool:
+  """Whether a result row is of the arm `side` names (every key but 'metric' equal)."""
+  return all(row["overrides"].get(k) == v for k, v in side.items() if k != "metric")
+
+
+def values(rows: Sequence[dict], side: Mapping) -> list[float]:
+  """The side's metric in every finished row of its arm (finite values only)."""
+  out = []
+  for row in rows:
+    if row["status"] == "done" and matches(row, side):
+      value = row["metrics"].get(side["metric"])
+      if isinstance(value, (int, float)) and math.isfinite(value):
+        out.append(float(value))
+  return out
+
+
+def check_preconditions(rows: Sequence[dict], requires: Sequence[Mapping]) -> Optional[str]:
+  """None when every precondition holds, else the first failing one as text.
+
+  A precondition {'where': {override: value}, 'metric': m, 'min': x, 'what': text} holds when
+  every arm matching `where` has a seed-mean of m of at least x (e.g. each arm learned the task
+  in distribution, exact match >= 0.9), and at least one row matches."""
+  for req in requires:
+    arms: dict = {}
+    for row in rows:
+      if row["status"] == "done" and matches(row, req.get("where", {})):
+        key = tuple(sorted((k, repr(v)) for k, v in row["overrides"].items() if k != "seed"))
+        arms.setdefault(key, []).append(row["metrics"].get(req["metric"], math.nan))
+    if not arms:
+      return f"{req['what']}: no finished run"
+    failing = {dict(k).get("model.position", str(dict(k))): float(np.mean(v))
+               for k, v in arms.items() if not np.mean(v) >= req["min"]}
+    if failing:
+      worst = ", ".join(f"{arm} {v:.2f}" for arm, v in failing.items())
+      return f"{req['what']} fails ({req['metric']} < {req['min']:g}: {worst})"
+  return None
+
+
+def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
+  """{'word', 'delta', 'se', 'p', 'n_a', 'n_b', 'why'} of one claim on the result rows."""
+  failed = check_preconditions(rows, claim.get("requires", ()))
+  if claim.get("kind", "mean") == "count":
+    a = [r for r in rows if r["status"] == "done" and matches(r, claim["a"])]
+    b = [r for r in rows if r["status"] == "done" and matches(r, claim["b"])]
+    fails = lambda side, rs: sum(r["metrics"].get(side["metric"]) == 1 for r in rs)  # noqa: E731
+    n_a, n_b = len(a), len(b)
+    stats = (fisher(fails(claim["a"], a), n_a, fails(claim["b"], b), n_b)
+             if n_a and n_b else None)
+  else:
+    va, vb = values(rows, claim["a"]), values(rows, claim["b"])
+    n_a, n_b = len(va), len(vb)
+    stats = welch(va, vb) if n_a > 1 and n_b > 1 else None
+  out = {"n_a": n_a, "n_b": n_b, **(stats or {"delta": None, "se": None, "p": None})}
+  if failed:
+    return {**out, "word": "untestable here", "why": failed}
+  if min(n_a, n_b) < 2:
+    return {**out, "word": "untestable here", "why": f"seeds: {n_a} and {n_b} (2 needed)"}
+  return {**out, "word": word(stats["delta"], stats["se"], stats["p"], claim["expect"]),
+          "why": ""}
+
+
+def format_ours(result: Mapping, kind: str = "mean") -> str:
+  """'Δ = -0.120 ± 0.031 (3.9 se, p = 0.008; 3 vs 3 seeds)': the evidence a verdict rests on."""
+  if result["delta"] is None:
+    return f"{result['n_a']} vs {result['n_b']} seeds"
+  ratio = (f"{abs(result['delta']) / result['se']:.1f} se" if result["se"] else "se 0")
+  unit = " (failure fraction)" if kind == "count" else ""
+  return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g}{unit} ({ratio}, "
+          f"p = {result['p']:.2g}; {result['n_a']} vs {result['n_b']} seeds)")
