@@ -33,6 +33,18 @@ REPORT = dict(
             "file": "ffn_curves.png", "title": "eval loss during training per FFN"}])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Shazeer's table 1 as pairwise claims on the final eval loss (tfjax/research/verdicts.py)."""
+  d_model = get_config(scale).model.d_model
+  width = {**{f: 4 * d_model for f in UNGATED}, **{f: 8 * d_model // 3 for f in GATED}}
+  arm = lambda f: {"model.ffn": f, "model.d_ff": width[f], "metric": "eval/loss"}  # noqa: E731
+  pairs = (("geglu", "gelu"), ("swiglu", "silu"), ("reglu", "relu"), ("glu", "gelu"),
+           ("bilinear", "relu"))
+  return [dict(id=f"{a}_vs_{b}", claim=f"{a} beats {b} at matched parameters",
+               paper=f"{PUBLISHED[a]} vs {PUBLISHED[b]}", a=arm(a), b=arm(b), expect="less")
+          for a, b in pairs]
+
+
 def get_config(scale=None):
   """The char LM without FFN biases at d_model 96 / 384; get_sweep varies model.ffn and d_ff.
 

@@ -41,6 +41,23 @@ REPORT = dict(
             "title": "eval loss during training"}])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Vaswani et al.'s table 3 rows (A) and (B) as claims on the final eval loss."""
+  d_k = get_config(scale).model.d_model // 4
+  heads = lambda h: {"model.num_heads": h, "metric": "eval/loss"}  # noqa: E731
+  return [
+      dict(id="one_head_worse", claim="1 head is worse than 8 at fixed d_model",
+           paper=f"dev ppl {PUBLISHED_PPL[1]} vs {PUBLISHED_PPL[8]}", a=heads(1), b=heads(8),
+           expect="greater"),
+      dict(id="many_heads_worse", claim="32 heads are worse than 8 at fixed d_model",
+           paper=f"dev ppl {PUBLISHED_PPL[32]} vs {PUBLISHED_PPL[8]}", a=heads(32), b=heads(8),
+           expect="greater"),
+      dict(id="small_dk_hurts", claim=f"at fixed d_k = {d_k}, 1 head is worse than 8",
+           paper="row (B): smaller keys hurt", a={**heads(1), "model.head_dim": d_k},
+           b={**heads(8), "model.head_dim": d_k}, expect="greater"),
+  ]
+
+
 def get_config(scale=None):
   """The char LM; get_sweep varies model.num_heads (and model.head_dim) and the seed.
 

@@ -103,6 +103,34 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
       ])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Xiong et al.'s, Zhang & Sennrich's and Wang et al.'s claims on the per-seed results (the
+  verdict rule: tfjax/research/verdicts.py), at the first depth and main learning rate."""
+  grid = GRID[_lm.check_scale(scale, "norm.py")]
+
+  def arm(metric, placement="pre", warmup=grid["warmup"], norm="layernorm",
+          layers=grid["layers"][0]):
+    return {"model.norm_placement": placement, "model.norm": norm, "model.qk_norm": "none",
+            "model.init": "normal", "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
+            "optimizer.warmup_steps": warmup, "metric": metric}
+  deep = grid["layers"][-1]
+  return [
+      dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
+           paper="BLEU 8.45 without vs ~34 with (6 layers)", kind="count",
+           a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater"),
+      dict(id="preln_without_warmup", claim="pre-LN without warmup beats post-LN without warmup",
+           paper="pre-LN trains without warmup, converges faster", a=arm("eval/loss", "pre", 0),
+           b=arm("eval/loss", "post", 0), expect="less"),
+      dict(id="rmsnorm_matches", claim="RMSNorm matches LayerNorm (pre-LN)",
+           paper="comparable quality, 7-64% faster", a=arm("eval/loss", norm="rmsnorm"),
+           b=arm("eval/loss"), expect="less"),
+      dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep}",
+           paper="stable where post-LN diverges", kind="count",
+           a=arm("failed", "deepnorm", layers=deep), b=arm("failed", "post", layers=deep),
+           expect="less"),
+  ]
+
+
 def get_config(scale=None):
   """The char LM (pre-LN LayerNorm, N(0, 0.02) init) for GRID[scale]['steps'] steps at the first
   depth and learning rate; get_sweep's four grids change one group of keys each (see above).

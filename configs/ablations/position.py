@@ -55,6 +55,34 @@ REPORT = dict(
            _ppl_plot("nonoverlap"), _ppl_plot("sliding")])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Press et al.'s and Vaswani et al.'s claims as predicates on the per-seed results (the
+  verdict rule: tfjax/research/verdicts.py). Sliding windows: every token scored with at least
+  3T/4 of context, Press et al.'s evaluation."""
+  L = get_config(scale).data.seq_len
+  arm = lambda p, metric: {**_lm.paper_default_embeddings(p, L), "model.position": p,  # noqa: E731
+                           "metric": metric}
+  far, near = f"long/ppl_sliding@{16 * L}", f"long/ppl_sliding@{2 * L}"
+  return [
+      dict(id="vaswani_parity", claim="sinusoidal and learned positions are on par in "
+           "distribution (sinusoidal slightly better)", paper="dev ppl 4.91 vs 4.92",
+           a=arm("sinusoidal", "eval/loss"), b=arm("learned", "eval/loss"), expect="less"),
+      dict(id="alibi_vs_sinusoidal", claim="ALiBi extrapolates to 16L, sinusoidal does not",
+           paper="sinusoidal ppl in the hundreds at 15.5k tokens, ALiBi flat",
+           a=arm("alibi", far), b=arm("sinusoidal", far), expect="less"),
+      dict(id="alibi_vs_rope", claim="ALiBi beats rotary at 16L", paper="rotary degrades "
+           "past ~100-200 extra tokens", a=arm("alibi", far), b=arm("rope", far), expect="less"),
+      dict(id="alibi_vs_t5", claim="ALiBi beats T5's bias at 16L", paper="T5 degrades past "
+           "600-800 extra tokens", a=arm("alibi", far), b=arm("t5_bias", far), expect="less"),
+      dict(id="t5_vs_rope", claim="T5's bias extrapolates further than rotary (at 2L)",
+           paper="T5 600-800 vs rotary 100-200 extra tokens", a=arm("t5_bias", near),
+           b=arm("rope", near), expect="less"),
+      dict(id="rope_degrades", claim="rotary degrades between L and 2L",
+           paper="degrades after 100-200 extra tokens at L = 512", a=arm("rope", near),
+           b=arm("rope", f"long/ppl_sliding@{L}"), expect="greater"),
+  ]
+
+
 def get_config(scale=None):
   """The char LM trained at context L with GPT-2's embedding defaults; get_sweep varies
   model.position (with its paper's embedding defaults) and the seed.

@@ -29,7 +29,8 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 TASKS = ("copy", "reverse", "addition", "sort")
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 TRAIN_MAX = {"smoke": 8, "medium": 8, "full": 16}  # N
-ARM_KEYS = ("model.position", "data.name", "model.embed_scale", "model.relative_max_distance")  # data.name: the task, a setting rather than an arm
+ARM_KEYS = ("model.position", "data.name", "model.embed_scale",
+            "model.relative_max_distance")  # data.name: the task, a setting rather than an arm
 PUBLISHED_MRR = {"none": 0.69, "t5_bias": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
 
 
@@ -45,6 +46,26 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
       mrr=[{"metric": "eval/exact_match", "arms": "model.position", "min_n": n + 1,
             "file": "position_lengthgen_mrr.png",
             "title": f"mean reciprocal rank over tasks x lengths > {n} (exact match)"}])
+
+
+LEARNED_MIN = 0.9  # in-distribution exact match every arm needs before a task is compared
+
+
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Kazemnejad et al.'s ranking as pairwise claims on the per-seed mean reciprocal rank over
+  every (task, length > N) setting of the tasks that every arm learned in distribution (exact
+  match >= LEARNED_MIN at every length <= N); no such task makes each claim untestable here."""
+  n = TRAIN_MAX[_lm.check_scale(scale, "position_lengthgen.py")]
+  mrr = dict(metric="eval/exact_match", arms="model.position", setting="data.name",
+             min_n=n + 1, learned_max_n=n, learned_min=LEARNED_MIN)
+  order = ("none", "t5_bias", "alibi", "rope", "sinusoidal")
+  names = {"none": "NoPE", "t5_bias": "T5's bias", "alibi": "ALiBi", "rope": "rotary",
+           "sinusoidal": "sinusoidal"}
+  return [dict(id=f"mrr_{a}_vs_{b}", claim=f"{names[a]} generalizes to longer instances better "
+               f"than {names[b]} (MRR)", paper=f"MRR {PUBLISHED_MRR[a]} vs {PUBLISHED_MRR[b]}",
+               kind="mrr", mrr=mrr, a={"model.position": a, "metric": "mrr"},
+               b={"model.position": b, "metric": "mrr"}, expect="greater")
+          for a, b in zip(order, order[1:])]
 
 
 def get_config(scale=None):

@@ -24,9 +24,9 @@ While a point trains, ROOT/<name>/SWEEP_RUNNING.json says where (host, pid, job 
 submits jobs writes SWEEP_JOB.json (job id, log files). tfjax/research/sweep_status.py reads these
 files into each point's state.
 
-Points run in this process one after another (parallel=1), as `python -m tfjax.research.sweep_children`
-child processes (parallel > 1, tfjax/research/sweep_children.py), or as SLURM / submitit jobs (tfjax/research/sweep_slurm.py). The CLI is
-experiments/sweep.py.
+Points run in this process one after another (parallel=1), as child processes (parallel > 1,
+tfjax/research/sweep_children.py), or as SLURM / submitit jobs (tfjax/research/sweep_slurm.py).
+The CLI is experiments/sweep.py.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 ALPHA = 0.05
+SEED_KEYS = ("seed", "data.seed")  # as tfjax.research.sweep.SEED_KEYS
 WORDS = ("reproduced", "direction only", "tie", "contradicted", "opposite only",
          "untestable here")
 RULE_TEXT = (
@@ -79,9 +80,14 @@ def word(delta: float, se: float, p: float, expect: str) -> str:
   return "contradicted" if p < ALPHA else "opposite only"
 
 
-def matches(row: dict, side: Mapping) -> bool:
-  """Whether a result row is of the arm `side` names (every key but 'metric' equal)."""
-  return all(row["overrides"].get(k) == v for k, v in side.items() if k != "metric")
+def matches(row: dict, side: Mapping, exact: bool = True) -> bool:
+  """Whether a result row is of the arm `side` names: its overrides other than seeds are exactly
+  the side's keys but 'metric' (exact) or include them (not exact), with equal values."""
+  arm = {k: v for k, v in side.items() if k != "metric"}
+  overrides = {k: v for k, v in row["overrides"].items() if k not in SEED_KEYS}
+  if exact and set(overrides) != set(arm):
+    return False
+  return all(overrides.get(k) == v for k, v in arm.items())
 
 
 def values(rows: Sequence[dict], side: Mapping) -> list[float]:
@@ -104,21 +110,76 @@ def check_preconditions(rows: Sequence[dict], requires: Sequence[Mapping]) -> Op
   for req in requires:
     arms: dict = {}
     for row in rows:
-      if row["status"] == "done" and matches(row, req.get("where", {})):
-        key = tuple(sorted((k, repr(v)) for k, v in row["overrides"].items() if k != "seed"))
-        arms.setdefault(key, []).append(row["metrics"].get(req["metric"], math.nan))
+      if row["status"] == "done" and matches(row, req.get("where", {}), exact=False):
+        label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(row["overrides"].items())
+                         if k != "seed")
+        arms.setdefault(label, []).append(row["metrics"].get(req["metric"], math.nan))
     if not arms:
       return f"{req['what']}: no finished run"
-    failing = {dict(k).get("model.position", str(dict(k))): float(np.mean(v))
-               for k, v in arms.items() if not np.mean(v) >= req["min"]}
+    failing = {label: float(np.mean(v)) for label, v in arms.items()
+               if not np.mean(v) >= req["min"]}
     if failing:
-      worst = ", ".join(f"{arm} {v:.2f}" for arm, v in failing.items())
+      worst = "; ".join(f"{label} {v:.2f}" for label, v in failing.items())
       return f"{req['what']} fails ({req['metric']} < {req['min']:g}: {worst})"
   return None
 
 
+def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, list]:
+  """(settings every arm learned, settings some arm did not): a setting (e.g. a task) is learned
+  when every arm's seed-mean of metric@n is >= spec['learned_min'] at each n <= learned_max_n."""
+  learned, not_learned = [], []
+  for setting in dict.fromkeys(r["overrides"][spec["setting"]] for r in rows):
+    ok = True
+    for arm in dict.fromkeys(r["overrides"][spec["arms"]] for r in rows):
+      members = [r for r in rows if r["status"] == "done" and
+                 r["overrides"][spec["setting"]] == setting and r["overrides"][spec["arms"]] == arm]
+      keys = {k for r in members for k in r["metrics"] if k.startswith(spec["metric"] + "@")
+              and int(k.split("@")[1]) <= spec["learned_max_n"]}
+      if not members or not keys or any(
+          not np.mean([r["metrics"].get(k, math.nan) for r in members]) >= spec["learned_min"]
+          for k in keys):
+        ok = False
+    (learned if ok else not_learned).append(setting)
+  return learned, not_learned
+
+
+def per_seed_mrr(rows: Sequence[dict], spec: Mapping, settings: Sequence) -> list[dict]:
+  """Rows {arms key: arm, seed} with metric 'mrr': each seed's mean reciprocal rank of the arms
+  over (setting, n >= min_n) of the given settings (tfjax/research/mrr.py), one seed at a time."""
+  from tfjax.research import mrr as mrr_lib  # pylint: disable=import-outside-toplevel
+  out = []
+  seeds = sorted({r["overrides"]["seed"] for r in rows if r["status"] == "done"})
+  arms = list(dict.fromkeys(r["overrides"][spec["arms"]] for r in rows))
+  for seed in seeds:
+    scored: dict = {}
+    for r in rows:
+      o = r["overrides"]
+      if r["status"] != "done" or o["seed"] != seed or o[spec["setting"]] not in settings:
+        continue
+      for key, value in r["metrics"].items():
+        if key.startswith(spec["metric"] + "@") and int(key.split("@")[1]) >= spec["min_n"]:
+          scored.setdefault((o[spec["setting"]], key), {})[o[spec["arms"]]] = value
+    scored = {k: {a: v.get(a) for a in arms} for k, v in scored.items()}
+    if scored:
+      for arm, value in mrr_lib.mean_reciprocal_rank(scored).items():
+        out.append({"overrides": {spec["arms"]: arm, "seed": seed}, "status": "done",
+                    "metrics": {"mrr": value}})
+  return out
+
+
 def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
   """{'word', 'delta', 'se', 'p', 'n_a', 'n_b', 'why'} of one claim on the result rows."""
+  if claim.get("kind") == "mrr":
+    learned, not_learned = learned_settings(rows, claim["mrr"])
+    if not learned:
+      return {"n_a": 0, "n_b": 0, "delta": None, "se": None, "p": None,
+              "word": "untestable here",
+              "why": f"no {claim['mrr']['setting'].split('.')[-1]} learned in distribution by "
+                     f"every arm (exact match >= {claim['mrr']['learned_min']:g})"}
+    result = verdict(per_seed_mrr(rows, claim["mrr"], learned), {**claim, "kind": "mean"})
+    skipped = (f"; not learned by every arm: {', '.join(map(str, not_learned))}"
+               if not_learned else "")
+    return {**result, "why": result["why"] + f"tasks {', '.join(map(str, learned))}{skipped}"}
   failed = check_preconditions(rows, claim.get("requires", ()))
   if claim.get("kind", "mean") == "count":
     a = [r for r in rows if r["status"] == "done" and matches(r, claim["a"])]
