@@ -6,7 +6,7 @@ configs/ablations/_char_lm.py otherwise), each arm with its own paper's embeddin
 (_char_lm.paper_default_embeddings: sqrt(d_model)-scaled tokens for sinusoidal, GPT-2's std-0.02
 tables for the rest, T5's relative_max_distance = L so that training reaches every bucket).
 Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
-Press et al. see rotary degrade) on the first 1024 x L validation tokens, non-overlapping and
+Press et al. see rotary degrade) on the first 512 x L validation tokens (2x earlier versions), non-overlapping and
 sliding-window (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
 RoPE extension arms: the rope models are also scored with position interpolation (linear),
 dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
@@ -28,7 +28,7 @@ from tfjax.research import sweep
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 MULTIPLES = (1, 1.25, 1.5, 1.75, 2, 4, 8, 16)
-EVAL_WINDOWS = 1024  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
+EVAL_WINDOWS = 512  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 # Keys each arm changes relative to get_config (tests/test_ablation_configs.py checks this).
@@ -103,7 +103,10 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):
+  """Perplexity at every T of MULTIPLES; RoPE extensions from medium scale on (at smoke scale,
+  2 layers, they would quadruple the rope points' evaluation, the sweep's largest cost)."""
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
+  smoke = config.model.num_layers == _lm.char_lm("smoke").model.num_layers
   return length_eval.perplexity_vs_length(workdir, MULTIPLES,
                                           max_tokens=EVAL_WINDOWS * config.data.seq_len,
-                                          rope_scalings=ROPE_EXTENSIONS)
+                                          rope_scalings=() if smoke else ROPE_EXTENSIONS)
