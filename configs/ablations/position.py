@@ -6,9 +6,9 @@ configs/ablations/_char_lm.py otherwise), each arm with its own paper's embeddin
 (_char_lm.paper_default_embeddings: sqrt(d_model)-scaled tokens for sinusoidal, GPT-2's std-0.02
 tables for the rest, T5's relative_max_distance = L so that training reaches every bucket).
 Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
-Press et al. see rotary degrade) on the first 512 x L validation tokens (2x earlier versions), non-overlapping and
+Press et al. see rotary degrade) on the first 512 x L validation tokens, non-overlapping and
 sliding-window (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
-RoPE extension arms: the rope models are also scored with position interpolation (linear),
+RoPE extension arms (medium and full): the rope models are also scored with position interpolation (linear),
 dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
 fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
 lines of the same figures.
