@@ -53,9 +53,8 @@ def get_config(scale=None):
 
   Points: 16 smoke, 24 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
   3.7 min (measured at ab6f6c5), medium 58 min (measured); full: one GPU, not measured.
-  Expected medium result (docs/ablations.md, 3 seeds): GEGLU best (eval loss ~1.703), then ReGLU
-  (~1.709), Bilinear and ReLU (~1.72), SwiGLU (~1.73), GELU, GLU and Swish last (~1.82); every
-  arm has 294,912 FFN weights.
+  Results and verdicts: docs/ablations.md (from docs/ablations/results/ffn_<scale>.jsonl); every
+  arm has 8 d_model^2 FFN weights (294,912 at medium scale).
   """
   scale = _lm.check_scale(scale, "ffn.py")
   config = _lm.char_lm(scale)

@@ -66,9 +66,7 @@ def get_config(scale=None):
 
   Points: 20 smoke, 30 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
   4.5 min (measured at ab6f6c5), medium 60 min (measured); full: one GPU, not measured.
-  Expected medium result (docs/ablations.md, 3 seeds): at fixed d_model every head count within
-  0.013 nats (best 4 heads ~1.822, 1 head ~1.829, 32 heads ~1.835); at fixed d_k = 16 the loss
-  falls with the heads, ~1.875 at 1 head to ~1.807 at 16.
+  Results and verdicts: docs/ablations.md (from docs/ablations/results/heads_<scale>.jsonl).
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))
 

@@ -139,11 +139,8 @@ def get_config(scale=None):
         --workdir=runs/ablations/norm_medium --parallel=2
 
   Points: 56 smoke, 84 medium, 216 full. Expected runtime on 2 CPU cores with --parallel=2:
-  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Expected
-  medium result (docs/ablations.md, 3 seeds): pre-LN trains everywhere (eval loss ~2.20 with
-  warmup at both depths) and post-LN fails at depth 12 and at lr 1e-2 with or without warmup
-  (collapse to the unigram loss 3.35), at depth 6 and lr 3e-3 on one seed of three; RMSNorm
-  within 1 se of LayerNorm; post-LN's W_2 gradients at init level across layers, pre-LN's falling.
+  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Results and
+  verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """
   scale = _lm.check_scale(scale, "norm.py")
   grid = GRID[scale]

@@ -74,11 +74,9 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/position_lengthgen.py --scale=medium \\
         --workdir=runs/ablations/position_lengthgen_medium --parallel=2
 
-  Points: 48 smoke, 72 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
-  4.9 min (measured at ab6f6c5), medium 26 min (measured at dcaa22f); full: one GPU, not measured.
-  Expected medium result (docs/ablations.md, 3 seeds): no arm scores above 0 past length 8 on
-  copy, reverse or addition; on sort NoPE does (~0.38 at 12), T5 and ALiBi barely (~0.08); MRR
-  none 1.0 > t5_bias 0.875 > alibi 0.833 > the rest 0.812.
+  Points: 48 smoke, 72 medium and full. Expected runtime: each point's is in the committed
+  results (docs/ablations/results/position_lengthgen_<scale>.jsonl); full: one GPU, not measured.
+  Results and verdicts: docs/ablations.md.
   """
   scale = _lm.check_scale(scale, "position_lengthgen.py")
   smoke, n = scale == "smoke", TRAIN_MAX[scale]

@@ -106,8 +106,7 @@ def section_block(section: dict) -> str:
   lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
-           f"took {seconds / 60:.1f} min in all (sum over points, one at a time on a shared "
-           "2-core CPU).", ""]
+           f"took {seconds / 60:.1f} min in all (the sum of their runtimes).", ""]
   lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
   for claim in section["judged"]:
     lines.append(f"| {claim['claim']} | {claim['paper']} | {_ours(claim)} | "
