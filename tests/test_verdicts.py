@@ -77,3 +77,26 @@ def test_failure_counts_use_fisher():
   assert result["word"] == "reproduced" and result["p"] == pytest.approx(2 / 924)
   equal = [{**r, "metrics": {"diverged": float(r["overrides"]["seed"] < 1)}} for r in rows]
   assert verdicts.verdict(equal, claim)["word"] == "tie"
+
+
+def test_mrr_claims_rank_only_tasks_every_arm_learned():
+  def row(task, arm, seed, at4, at12):
+    return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
+            "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
+  spec = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
+              learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+  claim = {"kind": "mrr", "mrr": spec, "a": {"model.position": "none", "metric": "mrr"},
+           "b": {"model.position": "rope", "metric": "mrr"}, "expect": "greater"}
+  # copy: both learned, NoPE generalizes on every seed; sort: rope never learned it.
+  rows = [row("copy", "none", s, 1.0, 0.5 + 0.1 * s) for s in range(3)]
+  rows += [row("copy", "rope", s, 1.0, 0.1 * s) for s in range(3)]
+  rows += [row("sort", arm, s, 1.0 if arm == "none" else 0.2, 0.9 if arm == "rope" else 0.0)
+           for arm in ("none", "rope") for s in range(3)]
+  result = verdicts.verdict(rows, claim)
+  # Per seed, copy's only setting ranks none first (MRR 1) and rope second (0.5): sort, where
+  # rope wins past N, is left out because rope did not learn it in distribution.
+  assert result["delta"] == pytest.approx(0.5) and result["se"] == 0
+  assert result["word"] == "reproduced" and "sort: rope 0.20" in result["why"], result
+  only_sort = [r for r in rows if r["overrides"]["data.name"] == "sort"]
+  untestable = verdicts.verdict(only_sort, claim)
+  assert untestable["word"] == "untestable here" and "rope 0.20" in untestable["why"]

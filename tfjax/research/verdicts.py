@@ -124,22 +124,29 @@ def check_preconditions(rows: Sequence[dict], requires: Sequence[Mapping]) -> Op
   return None
 
 
-def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, list]:
-  """(settings every arm learned, settings some arm did not): a setting (e.g. a task) is learned
-  when every arm's seed-mean of metric@n is >= spec['learned_min'] at each n <= learned_max_n."""
-  learned, not_learned = [], []
+def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, dict]:
+  """(settings every arm learned, {other setting: why}): a setting (e.g. a task) is learned when
+  every arm (spec['all_arms'], else those in the rows) has results and a seed-mean of metric@n
+  >= spec['learned_min'] at each n <= learned_max_n."""
+  learned, not_learned = [], {}
+  arms = spec.get("all_arms") or list(dict.fromkeys(r["overrides"][spec["arms"]] for r in rows))
   for setting in dict.fromkeys(r["overrides"][spec["setting"]] for r in rows):
-    ok = True
-    for arm in dict.fromkeys(r["overrides"][spec["arms"]] for r in rows):
+    problems = []
+    for arm in arms:
       members = [r for r in rows if r["status"] == "done" and
                  r["overrides"][spec["setting"]] == setting and r["overrides"][spec["arms"]] == arm]
-      keys = {k for r in members for k in r["metrics"] if k.startswith(spec["metric"] + "@")
-              and int(k.split("@")[1]) <= spec["learned_max_n"]}
-      if not members or not keys or any(
-          not np.mean([r["metrics"].get(k, math.nan) for r in members]) >= spec["learned_min"]
-          for k in keys):
-        ok = False
-    (learned if ok else not_learned).append(setting)
+      keys = sorted({k for r in members for k in r["metrics"] if k.startswith(spec["metric"] + "@")
+                     and int(k.split("@")[1]) <= spec["learned_max_n"]})
+      if not members or not keys:
+        problems.append(f"{arm} has no results")
+        continue
+      worst = min(float(np.mean([r["metrics"].get(k, math.nan) for r in members])) for k in keys)
+      if not worst >= spec["learned_min"]:
+        problems.append(f"{arm} {worst:.2f}")
+    if problems:
+      not_learned[setting] = ", ".join(problems)
+    else:
+      learned.append(setting)
   return learned, not_learned
 
 
@@ -171,15 +178,17 @@ def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
   """{'word', 'delta', 'se', 'p', 'n_a', 'n_b', 'why'} of one claim on the result rows."""
   if claim.get("kind") == "mrr":
     learned, not_learned = learned_settings(rows, claim["mrr"])
+    skipped = "; ".join(f"{s}: {why}" for s, why in not_learned.items())
     if not learned:
       return {"n_a": 0, "n_b": 0, "delta": None, "se": None, "p": None,
               "word": "untestable here",
               "why": f"no {claim['mrr']['setting'].split('.')[-1]} learned in distribution by "
-                     f"every arm (exact match >= {claim['mrr']['learned_min']:g})"}
+                     f"every arm (worst in-distribution exact match < "
+                     f"{claim['mrr']['learned_min']:g}: {skipped})"}
     result = verdict(per_seed_mrr(rows, claim["mrr"], learned), {**claim, "kind": "mean"})
-    skipped = (f"; not learned by every arm: {', '.join(map(str, not_learned))}"
-               if not_learned else "")
-    return {**result, "why": result["why"] + f"tasks {', '.join(map(str, learned))}{skipped}"}
+    note = f"ranked over {', '.join(map(str, learned))}" + (f"; left out: {skipped}"
+                                                            if skipped else "")
+    return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
   failed = check_preconditions(rows, claim.get("requires", ()))
   if claim.get("kind", "mean") == "count":
     a = [r for r in rows if r["status"] == "done" and matches(r, claim["a"])]
