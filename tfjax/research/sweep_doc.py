@@ -7,7 +7,8 @@ the committed per-seed results (docs/ablations/results/<sweep>_<scale>.jsonl) al
 A generated block sits between `<!-- sweep_doc:NAME begin -->` and `<!-- sweep_doc:NAME end -->`;
 text outside the blocks is hand-written and states no result. Blocks: `findings` (one row per
 claim: claim, the paper's number, ours, verdict), `rule` (the verdict rule,
-tfjax/research/verdicts.py), `section:<sweep>` (per sweep: scale, commits, runtime, tables,
+tfjax/research/verdicts.py), `aot` (the full-scale configs compiled ahead of time),
+`section:<sweep>` (per sweep: scale, commits, runtime, tables,
 figures, claims with their evidence) and, in README.md between `<!-- ablation-headlines:begin -->`
 and `<!-- ablation-headlines:end -->`, a line per sweep.
 A sweep is every configs/ablations/*.py not starting with '_'; its results are the file of the
@@ -19,6 +20,7 @@ gives the same bytes.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import sys
@@ -30,6 +32,7 @@ from tfjax.research import sweep_plots, sweep_results, sweep_tables, verdicts
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC, README = "docs/ablations.md", "README.md"
 RESULTS_DIR, FIGURES_DIR = "docs/ablations/results", "docs/figures"
+AOT_FILE = os.path.join(RESULTS_DIR, "aot_full.jsonl")
 SCALES = ("full", "medium", "smoke")  # the largest scale with results is the one reported
 PENDING = "pending rerun"
 
@@ -128,6 +131,24 @@ def section_block(section: dict) -> str:
   return "\n".join(lines)
 
 
+def aot_block(repo: str) -> str:
+  """The full-scale configs compiled ahead of time (docs/ablations/results/aot_full.jsonl, one
+  `python -m tfjax.aot` JSON line each, with its command and commit)."""
+  path = os.path.join(repo, AOT_FILE)
+  if not os.path.exists(path):
+    return "No full-scale config has been compiled ahead of time yet."
+  lines = ["| config | target | fits | memory per device | roofline step time (lower bound) | "
+           "compiler FLOPs per step | command, commit |", "|---|---|---|---|---|---|---|"]
+  with open(path, encoding="utf-8") as f:
+    for rec in map(json.loads, f):
+      lines.append(
+          f"| `{rec['config']}` | {rec['target']} | {'yes' if rec['fits'] else 'no'} | "
+          f"{rec['bytes_per_device'] / 2 ** 30:.2f} of {rec['hbm_bytes'] / 2 ** 30:.1f} GiB | "
+          f"{rec['est_step_s'] * 1e3:.2f} ms (MFU bound {rec['mfu_bound']:.0%}) | "
+          f"{rec['flops_per_step']:.3g} | `{rec['command']}`, `{rec['commit']}`, jax {rec['jax']} |")
+  return "\n".join(lines)
+
+
 def headline_block(sections: list[dict]) -> str:
   """Five lines (one per sweep): how many claims got each verdict word."""
   lines = []
@@ -166,6 +187,7 @@ def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
     section["judged"] = judge(section)
   doc = replace_block(doc, "findings", findings_block(sections), DOC)
   doc = replace_block(doc, "rule", verdicts.RULE_TEXT, DOC)
+  doc = replace_block(doc, "aot", aot_block(repo), DOC)
   for section in sections:
     doc = replace_block(doc, f"section:{section['name']}", section_block(section), DOC)
     if figures and section["scale"]:

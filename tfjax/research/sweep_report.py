@@ -1,4 +1,6 @@
-"""Sweep results: ROOT/results.csv, results_summary.csv, results.md and PNG plots.
+"""Sweep results: ROOT/results.csv, results_summary.csv, results.md and PNG plots
+(tables: tfjax/research/sweep_tables.py; plots: tfjax/research/sweep_plots.py; this module
+writes them all and re-exports their names).
 
 Per point (ROOT/<name>/): the last value of every metric in metrics.jsonl, except
 train/tokens_per_sec, which is the median over log events after the first (the first one includes
@@ -57,9 +59,9 @@ from typing import Optional, Sequence
 
 from tfjax.research import sweep as sweep_lib
 from tfjax.research.sweep_plots import default_plots, plot, plot_ranking  # noqa: F401
-from tfjax.research.sweep_tables import (DEFAULT_METRICS, collect, expand_metrics, group,  # noqa: F401
-                                         line_keys, markdown, rank_arms, select, summarize,
-                                         variant_keys, write_csv, write_summary_csv)
+from tfjax.research.sweep_tables import (  # noqa: F401
+    DEFAULT_METRICS, collect, expand_metrics, group, line_keys, markdown, rank_arms, select,
+    summarize, variant_keys, write_csv, write_summary_csv)
 
 
 # ---------------------------------------------------------------------------------------------
