@@ -42,36 +42,33 @@ def _copy_repo(tmp_path):
 
 
 def test_changing_one_committed_number_changes_the_verdict(tmp_path):
-  """Position's first testable loss claim: moving one seed's value of arm a far to the wrong side
-  turns the verdict word into another one."""
+  """The first claim with a decided word (not tie, not untestable): one seed's value of arm a is
+  set so that arm a's mean equals arm b's, and the regenerated verdict becomes 'tie'."""
   repo = _copy_repo(tmp_path)
   sections = {n: sweep_doc.load_section(n, repo) for n in sweep_doc.sweeps(repo)}
-  name, section = next((n, s) for n, s in sections.items() if s["scale"])
-  judged = sweep_doc.judge(section)
-  claim = next(c for c in judged if c["result"]["word"] not in ("untestable here",)
-               and c.get("kind", "mean") == "mean")
+  name, section, claim = next(
+      (n, s, c) for n, s in sections.items() if s["scale"] for c in sweep_doc.judge(s)
+      if c["result"]["word"] not in ("tie", "untestable here") and c.get("kind", "mean") == "mean")
   path = os.path.join(repo, section["results"])
   rows = sweep_results.load(path)
-  values = [r["metrics"][claim["b"]["metric"]] for r in rows
-            if sweep_doc.verdicts.matches(r, claim["b"])]
-  target = next(r for r in rows if sweep_doc.verdicts.matches(r, claim["a"]))
-  # Far past arm b in the opposite direction to the claim: the mean moves by much more than the
-  # spread it adds, so the word must change.
-  worst = max(values) if claim["expect"] == "less" else min(values)
-  shift = 1e3 * (abs(worst) + 1)
-  target["metrics"][claim["a"]["metric"]] = worst + (shift if claim["expect"] == "less" else -shift)
+  side_a = [r for r in rows if sweep_doc.verdicts.matches(r, claim["a"])]
+  mean_b = sum(sweep_doc.verdicts.values(rows, claim["b"])) / claim["result"]["n_b"]
+  others = sum(r["metrics"][claim["a"]["metric"]] for r in side_a[1:])
+  side_a[0]["metrics"][claim["a"]["metric"]] = len(side_a) * mean_b - others
   with open(path, "w", encoding="utf-8") as f:
     for r in rows:
       f.write(json.dumps({"point": r["name"], "overrides": r["overrides"],
                           "seed": r["overrides"].get("seed"), "status": r["status"],
                           "metrics": r["metrics"], "commit": r["commit"],
                           "seconds": r["seconds"]}, sort_keys=True) + "\n")
-  before = sweep_doc.regenerate(REPO, figures=False)[os.path.join(REPO, sweep_doc.DOC)]
-  after = sweep_doc.regenerate(repo, figures=False)[os.path.join(repo, sweep_doc.DOC)]
   new = next(c for c in sweep_doc.judge(sweep_doc.load_section(name, repo))
              if c["id"] == claim["id"])
-  assert new["result"]["word"] != claim["result"]["word"], (claim["id"], new["result"])
-  assert after != before
+  assert new["result"]["word"] == "tie", (claim["id"], claim["result"], new["result"])
+  before = sweep_doc.regenerate(REPO, figures=False)[os.path.join(REPO, sweep_doc.DOC)]
+  after = sweep_doc.regenerate(repo, figures=False)[os.path.join(repo, sweep_doc.DOC)]
+  row = next(line for line in after.split("\n") if line.startswith(f"| {name} (")
+             and claim["claim"] in line)
+  assert row.endswith("| tie |") and after != before
 
 
 def test_bad_arguments_exit_2(capsys):
