@@ -30,7 +30,7 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 MULTIPLES = (1, 1.25, 1.5, 1.75, 2, 4, 8, 16)
 EVAL_WINDOWS = 512  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
-SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+SEEDS = {"smoke": (0, 1, 2), "medium": (0, 1, 2), "full": (0, 1, 2)}  # 3 at smoke: Welch needs them
 # Keys each arm changes relative to get_config (tests/test_ablation_configs.py checks this).
 ARM_KEYS = ("model.position", "model.embed_scale", "model.relative_max_distance")
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
@@ -90,7 +90,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
         --workdir=runs/ablations/position_medium --parallel=2
 
-  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime: docs/ablations.md
+  Points: 18 at every scale (3 seeds). Expected runtime: docs/ablations.md
   (each sweep's measured runtime is in its committed results,
   docs/ablations/results/position_<scale>.jsonl); full: one GPU, not measured.
   """
