@@ -56,7 +56,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   every (task, length > N) setting of the tasks that every arm learned in distribution (exact
   match >= LEARNED_MIN at every length <= N); no such task makes each claim untestable here."""
   n = TRAIN_MAX[_lm.check_scale(scale, "position_lengthgen.py")]
-  mrr = dict(metric="eval/exact_match", arms="model.position", setting="data.name",
+  mrr = dict(metric="eval/exact_match", arms="model.position", setting="data.name", label="task",
              min_n=n + 1, learned_max_n=n, learned_min=LEARNED_MIN, all_arms=POSITIONS)
   order = ("none", "t5_bias", "alibi", "rope", "sinusoidal")
   names = {"none": "NoPE", "t5_bias": "T5's bias", "alibi": "ALiBi", "rope": "rotary",

@@ -182,7 +182,8 @@ def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
     if not learned:
       return {"n_a": 0, "n_b": 0, "delta": None, "se": None, "p": None,
               "word": "untestable here",
-              "why": f"no {claim['mrr']['setting'].split('.')[-1]} learned in distribution by "
+              "why": f"no {claim['mrr'].get('label', claim['mrr']['setting'])} learned in "
+                     "distribution by "
                      f"every arm (worst in-distribution exact match < "
                      f"{claim['mrr']['learned_min']:g}: {skipped})"}
     result = verdict(per_seed_mrr(rows, claim["mrr"], learned), {**claim, "kind": "mean"})
