@@ -96,7 +96,7 @@ def test_mrr_claims_rank_only_tasks_every_arm_learned():
   # Per seed, copy's only setting ranks none first (MRR 1) and rope second (0.5): sort, where
   # rope wins past N, is left out because rope did not learn it in distribution.
   assert result["delta"] == pytest.approx(0.5) and result["se"] == 0
-  assert result["word"] == "reproduced" and "sort: rope 0.20" in result["why"], result
+  assert result["word"] == "reproduced" and "sort: rope 0.20 < 0.9" in result["why"], result
   only_sort = [r for r in rows if r["overrides"]["data.name"] == "sort"]
   untestable = verdicts.verdict(only_sort, claim)
   assert untestable["word"] == "untestable here" and "rope 0.20" in untestable["why"]
