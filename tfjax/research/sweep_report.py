@@ -60,8 +60,8 @@ from typing import Optional, Sequence
 from tfjax.research import sweep as sweep_lib
 from tfjax.research.sweep_plots import default_plots, plot, plot_ranking  # noqa: F401
 from tfjax.research.sweep_tables import (  # noqa: F401
-    DEFAULT_METRICS, collect, expand_metrics, group, line_keys, markdown, rank_arms, select,
-    summarize, variant_keys, write_csv, write_summary_csv)
+    DEFAULT_METRICS, collect, expand_metrics, group, line_keys, markdown, rank_arms, read_point,
+    select, summarize, variant_keys, write_csv, write_summary_csv)
 
 
 # ---------------------------------------------------------------------------------------------
