@@ -159,3 +159,15 @@ def test_new_arm_trains(name, overrides):
   losses = [float(x) for x in fast_jit(train)(jax.random.PRNGKey(0))]
   assert all(math.isfinite(x) for x in losses), losses
   assert losses[-1] < losses[0] - 0.05, losses
+
+
+@pytest.mark.parametrize("path", ABLATIONS, ids=os.path.basename)
+def test_report_functions_the_configs_call_exist(path):
+  """evaluate_point hooks call tfjax.research modules by attribute (sweep_report.read_point):
+  every such name must exist, or each point fails only after training."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  source = open(path, encoding="utf-8").read()
+  for module, name in re.findall(r"\b(sweep_report|sweep_tables|length_eval|grad_norms)\.(\w+)\(",
+                                 source):
+    assert hasattr(importlib.import_module(f"tfjax.research.{module}"), name), (module, name)
