@@ -109,7 +109,8 @@ def section_block(section: dict) -> str:
   lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
-           f"took {seconds / 60:.1f} min in all (the sum of their runtimes).", ""]
+           f"took {seconds / 60:.1f} min in all (the sum of the runtimes the points recorded: a point "
+           "resumed from a checkpoint records its last attempt only).", ""]
   lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
   for claim in section["judged"]:
     lines.append(f"| {claim['claim']} | {claim['paper']} | {_ours(claim)} | "
