@@ -117,7 +117,7 @@ def tpu_rows(length, batch, vmem_rows, previous=()):
     limit = tpu.VMEM_LIMIT_BYTES[generation]
     for kernel in KERNELS:
       tiling = tilings.forward if kernel == "forward" else tilings.backward
-      estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, kernel, generation)
+      estimate = tpu.vmem_bytes(tiling, head_dim, itemsize, kernel)
       measured = measured_before.get((generation, head_dim, jnp.dtype(dtype).name, kernel,
                                       f"{tiling.block_q}x{tiling.block_k}"))
       measured = None if measured is None else int(measured * 2**20)
@@ -140,7 +140,7 @@ def _estimate_again(rows) -> None:
     block_q, block_k = (int(n) for n in r["tile"].split("x"))
     r["vmem_estimate_mib"] = tpu.vmem_bytes(
         tpu.TpuTiling(block_q, block_k), r["head_dim"], jnp.dtype(r["dtype"]).itemsize,
-        r["kernel"], r["generation"]) / 2**20
+        r["kernel"]) / 2**20
 
 
 def markdown(result) -> str:

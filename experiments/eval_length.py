@@ -20,7 +20,7 @@ from tfjax.training import cli
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run (config.json + checkpoints).",
                                required=True)
 _MULTIPLES = flags.DEFINE_list("multiples", ["1", "2", "4", "8"],
-                               "Contexts as multiples of seq_len.")
+                               "Contexts as multiples of seq_len (1.5: 1.5 x seq_len tokens).")
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", 16384,
                                    "Validation targets scored (0: the whole split).")
 _STRIDE = flags.DEFINE_float("stride_fraction", 0.25, "Sliding-window stride as a fraction of T.")
@@ -32,9 +32,9 @@ def main(argv):
   from tfjax.runtime import files
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
   try:
-    multiples = [int(m) for m in _MULTIPLES.value]
+    multiples = [float(m) for m in _MULTIPLES.value]
   except ValueError:
-    cli.fail(f"--multiples takes integers, got {_MULTIPLES.value}")
+    cli.fail(f"--multiples takes numbers >= 1 (e.g. 1,1.5,2,4), got {_MULTIPLES.value}")
   result = length_eval.perplexity_vs_length(_WORKDIR.value, multiples, _MAX_TOKENS.value or None,
                                             _STRIDE.value)
   path = os.path.join(_WORKDIR.value, length_eval.RESULT_FILE)

@@ -18,7 +18,7 @@ ALLOWED = {"nn": set(), "runtime": {"nn"}, "data": {"nn", "runtime"},
            "hf": {"nn", "runtime", "data", "inference", "training"},
            "aot": {"nn", "runtime", "data", "inference", "training"}}
 # Modules that only alias another module under a spelling users (or configs/) import.
-SHIMS = {"tfjax.ops", "tfjax.params", "tfjax.training.data", "tfjax.training.tokenizers"}
+SHIMS = {"tfjax.ops", "tfjax.params"}
 
 
 def imported_tfjax_modules(path):

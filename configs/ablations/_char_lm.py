@@ -23,14 +23,28 @@ def check_scale(scale, module: str) -> str:
   return scale
 
 
-def fair_embeddings(config):
-  """Token embeddings and the position signal at comparable norms, as in the original Transformer:
-  tokens scaled by sqrt(d_model) from a table of std d^-0.5 (unit RMS), a learned position table
-  of std 2^-0.5 (the sinusoid table's RMS). With the defaults (std 0.02, no scaling) the tokens
-  start ~35x weaker than a sinusoid table (tests/nn/test_models.py). Set for every arm of the
-  position ablations, so that arms differ in model.position only."""
-  config.model.update(embed_scale=True, position_init_std=2 ** -0.5)
-  return config
+def paper_default_embeddings(position: str, seq_len: int) -> dict:
+  """The overrides of one position arm under its own paper's embedding defaults.
+
+  Sinusoidal: Vaswani et al.'s tokens scaled by sqrt(d_model) from a table of std d^-0.5, so that
+  tokens (unit RMS) and the sinusoid table (RMS 2^-0.5) start at comparable norms. Every other arm
+  keeps the GPT-2 defaults of the base config (tables of std 0.02, no scaling): the learned table
+  is GPT-2's own, and RoPE, ALiBi, T5's bias and NoPE add no position vector to the embeddings.
+  T5's bias: relative_max_distance = the training context, so that every bucket is reached by an
+  offset seen in training (with T5's 128 at a context of 64 the last buckets are never trained).
+  """
+  if position == "sinusoidal":
+    return {"model.embed_scale": True}
+  if position == "t5_bias":
+    return {"model.relative_max_distance": seq_len}
+  return {}
+
+
+def position_arms(positions, seq_len: int, seeds, **settings) -> list:
+  """Sweep points {settings..., model.position, the arm's paper_default_embeddings, seed}."""
+  return [{**{k: v for k, v in settings.items()}, "model.position": position,
+           **paper_default_embeddings(position, seq_len), "seed": seed}
+          for position in positions for seed in seeds]
 
 
 def char_lm(scale: str):

@@ -33,6 +33,18 @@ REPORT = dict(
             "file": "ffn_curves.png", "title": "eval loss during training per FFN"}])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Shazeer's table 1 as pairwise claims on the final eval loss (tfjax/research/verdicts.py)."""
+  d_model = get_config(scale).model.d_model
+  width = {**{f: 4 * d_model for f in UNGATED}, **{f: 8 * d_model // 3 for f in GATED}}
+  arm = lambda f: {"model.ffn": f, "model.d_ff": width[f], "metric": "eval/loss"}  # noqa: E731
+  pairs = (("geglu", "gelu"), ("swiglu", "silu"), ("reglu", "relu"), ("glu", "gelu"),
+           ("bilinear", "relu"))
+  return [dict(id=f"{a}_vs_{b}", claim=f"{a} beats {b} at matched parameters",
+               paper=f"{PUBLISHED[a]} vs {PUBLISHED[b]}", a=arm(a), b=arm(b), expect="less")
+          for a, b in pairs]
+
+
 def get_config(scale=None):
   """The char LM without FFN biases at d_model 96 / 384; get_sweep varies model.ffn and d_ff.
 
@@ -41,9 +53,8 @@ def get_config(scale=None):
 
   Points: 16 smoke, 24 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
   3.7 min (measured at ab6f6c5), medium 58 min (measured); full: one GPU, not measured.
-  Expected medium result (docs/ablations.md, 3 seeds): GEGLU best (eval loss ~1.703), then ReGLU
-  (~1.709), Bilinear and ReLU (~1.72), SwiGLU (~1.73), GELU, GLU and Swish last (~1.82); every
-  arm has 294,912 FFN weights.
+  Results and verdicts: docs/ablations.md (from docs/ablations/results/ffn_<scale>.jsonl); every
+  arm has 8 d_model^2 FFN weights (294,912 at medium scale).
   """
   scale = _lm.check_scale(scale, "ffn.py")
   config = _lm.char_lm(scale)
@@ -63,7 +74,7 @@ def get_sweep(scale=None):
 def evaluate_point(config, workdir):
   from tfjax.training import params  # pylint: disable=import-outside-toplevel
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
-  from tfjax.training.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+  from tfjax.data.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   model = dict(config.model)
   model["vocab_size"] = load_tokenizer(workdir).vocab_size  # 0 in the config: "from the data"
   counts = params.count_by_category(ModelConfig.from_config(model))

@@ -41,6 +41,23 @@ REPORT = dict(
             "title": "eval loss during training"}])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Vaswani et al.'s table 3 rows (A) and (B) as claims on the final eval loss."""
+  d_k = get_config(scale).model.d_model // 4
+  heads = lambda h: {"model.num_heads": h, "metric": "eval/loss"}  # noqa: E731
+  return [
+      dict(id="one_head_worse", claim="1 head is worse than 8 at fixed d_model",
+           paper=f"dev ppl {PUBLISHED_PPL[1]} vs {PUBLISHED_PPL[8]}", a=heads(1), b=heads(8),
+           expect="greater"),
+      dict(id="many_heads_worse", claim="32 heads are worse than 8 at fixed d_model",
+           paper=f"dev ppl {PUBLISHED_PPL[32]} vs {PUBLISHED_PPL[8]}", a=heads(32), b=heads(8),
+           expect="greater"),
+      dict(id="small_dk_hurts", claim=f"at fixed d_k = {d_k}, 1 head is worse than 8",
+           paper="row (B): smaller keys hurt", a={**heads(1), "model.head_dim": d_k},
+           b={**heads(8), "model.head_dim": d_k}, expect="greater"),
+  ]
+
+
 def get_config(scale=None):
   """The char LM; get_sweep varies model.num_heads (and model.head_dim) and the seed.
 
@@ -49,9 +66,7 @@ def get_config(scale=None):
 
   Points: 20 smoke, 30 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
   4.5 min (measured at ab6f6c5), medium 60 min (measured); full: one GPU, not measured.
-  Expected medium result (docs/ablations.md, 3 seeds): at fixed d_model every head count within
-  0.013 nats (best 4 heads ~1.822, 1 head ~1.829, 32 heads ~1.835); at fixed d_k = 16 the loss
-  falls with the heads, ~1.875 at 1 head to ~1.807 at 16.
+  Results and verdicts: docs/ablations.md (from docs/ablations/results/heads_<scale>.jsonl).
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))
 
@@ -67,7 +82,7 @@ def get_sweep(scale=None):
 def evaluate_point(config, workdir):
   from tfjax.training import params  # pylint: disable=import-outside-toplevel
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
-  from tfjax.training.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+  from tfjax.data.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   model = dict(config.model)
   model["vocab_size"] = load_tokenizer(workdir).vocab_size  # 0 in the config: "from the data"
   counts = params.count_by_category(ModelConfig.from_config(model))

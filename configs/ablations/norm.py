@@ -103,6 +103,34 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
       ])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Xiong et al.'s, Zhang & Sennrich's and Wang et al.'s claims on the per-seed results (the
+  verdict rule: tfjax/research/verdicts.py), at the first depth and main learning rate."""
+  grid = GRID[_lm.check_scale(scale, "norm.py")]
+
+  def arm(metric, placement="pre", warmup=grid["warmup"], norm="layernorm",
+          layers=grid["layers"][0]):
+    return {"model.norm_placement": placement, "model.norm": norm, "model.qk_norm": "none",
+            "model.init": "normal", "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
+            "optimizer.warmup_steps": warmup, "metric": metric}
+  deep = grid["layers"][-1]
+  return [
+      dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
+           paper="BLEU 8.45 without vs ~34 with (6 layers)", kind="count",
+           a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater"),
+      dict(id="preln_without_warmup", claim="pre-LN without warmup beats post-LN without warmup",
+           paper="pre-LN trains without warmup, converges faster", a=arm("eval/loss", "pre", 0),
+           b=arm("eval/loss", "post", 0), expect="less"),
+      dict(id="rmsnorm_matches", claim="RMSNorm matches LayerNorm (pre-LN)",
+           paper="comparable quality, 7-64% faster", a=arm("eval/loss", norm="rmsnorm"),
+           b=arm("eval/loss"), expect="less"),
+      dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep}",
+           paper="stable where post-LN diverges", kind="count",
+           a=arm("failed", "deepnorm", layers=deep), b=arm("failed", "post", layers=deep),
+           expect="less"),
+  ]
+
+
 def get_config(scale=None):
   """The char LM (pre-LN LayerNorm, N(0, 0.02) init) for GRID[scale]['steps'] steps at the first
   depth and learning rate; get_sweep's four grids change one group of keys each (see above).
@@ -111,11 +139,8 @@ def get_config(scale=None):
         --workdir=runs/ablations/norm_medium --parallel=2
 
   Points: 56 smoke, 84 medium, 216 full. Expected runtime on 2 CPU cores with --parallel=2:
-  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Expected
-  medium result (docs/ablations.md, 3 seeds): pre-LN trains everywhere (eval loss ~2.20 with
-  warmup at both depths) and post-LN fails at depth 12 and at lr 1e-2 with or without warmup
-  (collapse to the unigram loss 3.35), at depth 6 and lr 3e-3 on one seed of three; RMSNorm
-  within 1 se of LayerNorm; post-LN's W_2 gradients at init level across layers, pre-LN's falling.
+  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Results and
+  verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """
   scale = _lm.check_scale(scale, "norm.py")
   grid = GRID[scale]
@@ -154,7 +179,7 @@ def get_sweep(scale=None):
 def unigram_loss(config, workdir) -> float:
   """Cross-entropy on the validation split of the training split's character frequencies."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from tfjax.training import data  # pylint: disable=import-outside-toplevel
+  from tfjax.data import datasets as data  # pylint: disable=import-outside-toplevel
   dataset = data.make_dataset(config.data, config.task, workdir)
   counts = np.bincount(dataset.train_tokens, minlength=dataset.vocab_size) + 1.0  # add-one
   log_p = np.log(counts / counts.sum())

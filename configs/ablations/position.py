@@ -1,12 +1,14 @@
 """Position encodings, extrapolation of a language model (Press et al. 2021, figure 1 analog).
 
-Arms (model.position, nothing else differs): none (NoPE) / learned / sinusoidal / rope / alibi /
-t5_bias, each a char-level Tiny Shakespeare LM trained at context L (64 smoke and medium, 256 full;
-configs/ablations/_char_lm.py otherwise) with sqrt(d_model)-scaled token embeddings and a
-position signal of the same order (_char_lm.fair_embeddings), then evaluated at L, 2L, 4L, 8L
-and 16L on the first 256 x L validation tokens, non-overlapping and sliding-window
-(tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
-RoPE extension arms: the rope models are also scored with position interpolation (linear),
+Arms (model.position): none (NoPE) / learned / sinusoidal / rope / alibi / t5_bias, each a
+char-level Tiny Shakespeare LM trained at context L (64 smoke and medium, 256 full;
+configs/ablations/_char_lm.py otherwise), each arm with its own paper's embedding defaults
+(_char_lm.paper_default_embeddings: sqrt(d_model)-scaled tokens for sinusoidal, GPT-2's std-0.02
+tables for the rest, T5's relative_max_distance = L so that training reaches every bucket).
+Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
+Press et al. see rotary degrade) on the first 512 x L validation tokens, non-overlapping and
+sliding-window (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
+RoPE extension arms (medium and full): the rope models are also scored with position interpolation (linear),
 dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
 fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
 lines of the same figures.
@@ -25,11 +27,12 @@ from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
-MULTIPLES = (1, 2, 4, 8, 16)
+MULTIPLES = (1, 1.25, 1.5, 1.75, 2, 4, 8, 16)
+EVAL_WINDOWS = 512  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
-SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+SEEDS = {"smoke": (0, 1, 2), "medium": (0, 1, 2), "full": (0, 1, 2)}  # 3 at smoke: Welch needs them
 # Keys each arm changes relative to get_config (tests/research/test_ablation_configs.py checks this).
-ARM_KEYS = ("model.position",)
+ARM_KEYS = ("model.position", "model.embed_scale", "model.relative_max_distance")
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
                      for kind, label in (("linear", "PI (linear)"), ("dynamic", "dynamic NTK"),
                                          ("yarn", "YaRN"))}
@@ -52,28 +55,58 @@ REPORT = dict(
            _ppl_plot("nonoverlap"), _ppl_plot("sliding")])
 
 
+def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
+  """Press et al.'s and Vaswani et al.'s claims as predicates on the per-seed results (the
+  verdict rule: tfjax/research/verdicts.py). Sliding windows: every token scored with at least
+  3T/4 of context, Press et al.'s evaluation."""
+  L = get_config(scale).data.seq_len
+  arm = lambda p, metric: {**_lm.paper_default_embeddings(p, L), "model.position": p,  # noqa: E731
+                           "metric": metric}
+  far, near = f"long/ppl_sliding@{16 * L}", f"long/ppl_sliding@{2 * L}"
+  return [
+      dict(id="vaswani_parity", claim="sinusoidal and learned positions are on par in "
+           "distribution (sinusoidal slightly better)", paper="dev ppl 4.91 vs 4.92",
+           a=arm("sinusoidal", "eval/loss"), b=arm("learned", "eval/loss"), expect="less"),
+      dict(id="alibi_vs_sinusoidal", claim="ALiBi extrapolates to 16L, sinusoidal does not",
+           paper="sinusoidal ppl in the hundreds at 15.5k tokens, ALiBi flat",
+           a=arm("alibi", far), b=arm("sinusoidal", far), expect="less"),
+      dict(id="alibi_vs_rope", claim="ALiBi beats rotary at 16L", paper="rotary degrades "
+           "past ~100-200 extra tokens", a=arm("alibi", far), b=arm("rope", far), expect="less"),
+      dict(id="alibi_vs_t5", claim="ALiBi beats T5's bias at 16L", paper="T5 degrades past "
+           "600-800 extra tokens", a=arm("alibi", far), b=arm("t5_bias", far), expect="less"),
+      dict(id="t5_vs_rope", claim="T5's bias extrapolates further than rotary (at 2L)",
+           paper="T5 600-800 vs rotary 100-200 extra tokens", a=arm("t5_bias", near),
+           b=arm("rope", near), expect="less"),
+      dict(id="rope_degrades", claim="rotary degrades between L and 2L",
+           paper="degrades after 100-200 extra tokens at L = 512", a=arm("rope", near),
+           b=arm("rope", f"long/ppl_sliding@{L}"), expect="greater"),
+  ]
+
+
 def get_config(scale=None):
-  """The char LM trained at context L with fair embeddings; get_sweep varies model.position and
-  the seed.
+  """The char LM trained at context L with GPT-2's embedding defaults; get_sweep varies
+  model.position (with its paper's embedding defaults) and the seed.
 
     python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
         --workdir=runs/ablations/position_medium --parallel=2
 
-  Points: 12 smoke (2 seeds), 18 medium and full (3 seeds). Expected runtime on 2 CPU cores with
-  --parallel=2: smoke 4.4 min (measured at ab6f6c5), medium 25 min (measured at af9ca73); full:
-  one GPU, not measured. Expected medium result (docs/ablations.md, seeds 0-2): in-distribution eval
-  loss rope 1.78 < t5_bias 1.82 < alibi 1.89 < sinusoidal 1.93 ~ learned 1.94 < none 2.11; ALiBi's
-  perplexity flat from L to 16L (6.2 -> 6.1), every other arm rising past L.
+  Points: 18 at every scale (3 seeds). Expected runtime: docs/ablations.md
+  (each sweep's measured runtime is in its committed results,
+  docs/ablations/results/position_<scale>.jsonl); full: one GPU, not measured.
   """
-  return _lm.fair_embeddings(_lm.char_lm(_lm.check_scale(scale, "position.py")))
+  return _lm.char_lm(_lm.check_scale(scale, "position.py"))
 
 
 def get_sweep(scale=None):
   scale = _lm.check_scale(scale, "position.py")
-  return sweep.product({"model.position": POSITIONS, "seed": SEEDS[scale]})
+  return _lm.position_arms(POSITIONS, get_config(scale).data.seq_len, SEEDS[scale])
 
 
 def evaluate_point(config, workdir):
+  """Perplexity at every T of MULTIPLES; RoPE extensions from medium scale on (at smoke scale,
+  2 layers, they would quadruple the rope points' evaluation, the sweep's largest cost)."""
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel  (jax only here)
-  return length_eval.perplexity_vs_length(workdir, MULTIPLES, max_tokens=256 * config.data.seq_len,
-                                          rope_scalings=ROPE_EXTENSIONS)
+  smoke = config.model.num_layers == _lm.char_lm("smoke").model.num_layers
+  return length_eval.perplexity_vs_length(workdir, MULTIPLES,
+                                          max_tokens=EVAL_WINDOWS * config.data.seq_len,
+                                          rope_scalings=() if smoke else ROPE_EXTENSIONS)

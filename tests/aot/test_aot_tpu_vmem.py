@@ -42,7 +42,7 @@ def test_forward_kernel_needs_its_estimate_within_the_tolerance():
   is refused under the estimate / TOLERANCE."""
   lowered, tilings = lowered_forward()
   assert tpu_vmem.kernel_names(lowered) == ["tfjax_flash_tpu_forward"]
-  estimate = tpu_kernels.vmem_bytes(tilings.forward, 128, 2, "forward", "v5e")
+  estimate = tpu_kernels.vmem_bytes(tilings.forward, 128, 2, "forward")
   assert tpu_vmem.compiles_within(lowered, "tfjax_flash_tpu_forward", int(estimate * TOLERANCE))
   assert not tpu_vmem.compiles_within(lowered, "tfjax_flash_tpu_forward",
                                       int(estimate / TOLERANCE))
@@ -56,7 +56,7 @@ def test_bisection_finds_the_smallest_limit_that_compiles():
   with pytest.raises(ValueError, match="does not compile within 0.06 MiB"):
     tpu_vmem.kernel_scoped_vmem(lowered, "tfjax_flash_tpu_forward", upper=64 << 10,
                                 resolution=64 << 10)
-  estimate = tpu_kernels.vmem_bytes(tilings.forward, 128, 2, "forward", "v5e")
+  estimate = tpu_kernels.vmem_bytes(tilings.forward, 128, 2, "forward")
   measured = tpu_vmem.kernel_scoped_vmem(lowered, "tfjax_flash_tpu_forward", guess=estimate,
                                          resolution=64 << 10)
   assert measured % (64 << 10) == 0

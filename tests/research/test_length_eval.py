@@ -43,7 +43,7 @@ def test_window_batches_weight_exactly_the_scored_targets():
 def test_bad_arguments_name_the_problem():
   with pytest.raises(ValueError, match="fewer than one window"):
     length_eval.scoring_windows(10, 16, 4)
-  with pytest.raises(ValueError, match="multiples must be positive integers"):
+  with pytest.raises(ValueError, match="multiples must be >= 1"):
     length_eval.perplexity_vs_length("unused", multiples=(1, 0), run=(None, None, None))
   with pytest.raises(ValueError, match="stride_fraction"):
     length_eval.perplexity_vs_length("unused", stride_fraction=0.0, run=(None, None, None))
@@ -178,3 +178,9 @@ def test_rejects_a_run_that_is_not_a_text_lm(tmp_path):
   exp = experiment.prepare(config)
   with pytest.raises(ValueError, match="needs a text language-model run"):
     length_eval.perplexity_vs_length(str(tmp_path), run=(config, exp, None))
+
+
+def test_context_lengths_between_l_and_2l_are_whole_tokens():
+  assert length_eval.context_lengths((1, 1.25, 1.5, 1.75, 2), 64) == [64, 80, 96, 112, 128]
+  with pytest.raises(ValueError, match="not a whole number of tokens"):
+    length_eval.context_lengths((1.1,), 64)

@@ -83,6 +83,19 @@ def has_positions_at(cfg, length: int) -> bool:
   return not (position_kind(cfg).learned_table and length > cfg.max_len)
 
 
+def context_lengths(multiples: Sequence[float], seq_len: int) -> list[int]:
+  """multiple x seq_len for each multiple, each a whole number of tokens (1.25 x 64 = 80), so
+  that lengths between L and 2L can be scored; a fraction of a token is a ValueError."""
+  lengths = []
+  for m in multiples:
+    length = m * seq_len
+    if length != int(length):
+      raise ValueError(f"context {m} x {seq_len} = {length} is not a whole number of tokens; "
+                       "choose multiples that give whole lengths")
+    lengths.append(int(length))
+  return lengths
+
+
 def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
   """`cfg` (a RoPE model trained at `trained_length`) with model.rope_scaling `kind` for scoring
   windows of `length` tokens (see the module docstring)."""
@@ -118,8 +131,9 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
   from tfjax.training import tasks  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
 
-  if not multiples or any(int(m) != m or m < 1 for m in multiples):
-    raise ValueError(f"multiples must be positive integers, got {list(multiples)}")
+  if not multiples or any(not m >= 1 for m in multiples):
+    raise ValueError(f"multiples must be >= 1 (contexts of at least the training one), got "
+                     f"{list(multiples)}")
   if not 0 < stride_fraction <= 1:
     raise ValueError(f"stride_fraction must be in (0, 1], got {stride_fraction}")
   if run is None:
@@ -132,7 +146,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
     raise ValueError(f"{workdir}: length evaluation needs a text language-model run "
                      f"(task 'lm' on text data), got task {config.task!r} on {config.data.name!r}")
   cfg = exp.model_config
-  lengths = [int(m) * config.data.seq_len for m in multiples]
+  lengths = context_lengths(multiples, config.data.seq_len)
   tokens = np.asarray(exp.dataset.val_tokens)
   available = len(tokens) - 1 if max_tokens is None else min(max_tokens, len(tokens) - 1)
   num_targets = available // max(lengths) * max(lengths)

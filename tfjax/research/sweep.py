@@ -24,14 +24,13 @@ While a point trains, ROOT/<name>/SWEEP_RUNNING.json says where (host, pid, job 
 submits jobs writes SWEEP_JOB.json (job id, log files). tfjax/research/sweep_status.py reads these
 files into each point's state.
 
-Points run in this process one after another (parallel=1), as `python -m tfjax.research.sweep` child
-processes (parallel > 1), or as SLURM / submitit jobs (tfjax/research/sweep_slurm.py). The CLI is
-experiments/sweep.py.
+Points run in this process one after another (parallel=1), as child processes (parallel > 1,
+tfjax/research/sweep_children.py), or as SLURM / submitit jobs (tfjax/research/sweep_slurm.py).
+The CLI is experiments/sweep.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import difflib
@@ -45,14 +44,13 @@ import math
 import os
 import re
 import socket
-import subprocess
-import sys
 import time
 import traceback
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
+from tfjax.research import sweep_results
 from tfjax.runtime import compile_cache, files
 
 _log = logging.getLogger(__name__)
@@ -357,7 +355,8 @@ def run_point(sweep: Sweep, point: Point, root: str,
       os.remove(running)
   write_json(os.path.join(workdir, DONE_FILE), {
       "overrides": point.overrides, "final": final, "point_metrics": extra,
-      "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+      "commit": sweep_results.code_commit(), "seconds": round(time.time() - start, 1),
+      "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
   return "done"
 
 
@@ -370,15 +369,14 @@ def write_sweep_file(sweep: Sweep, root: str) -> None:
       "order": [p.name for p in sweep.points]})  # the keys above get sorted
 
 
-def run_sweep(sweep: Sweep, root: str, *, parallel: int = 1, only: Sequence[str] = (),
+def run_sweep(sweep: Sweep, root: str, *, only: Sequence[str] = (),
               train_fn: Callable[[Any, str], dict] = _default_train,
               compilation_cache: Optional[str] = None) -> dict[str, str]:
-  """Runs the sweep's points (or the named ones); returns {name: status}. Status 'failed' means
-  that point raised (or its child process died); the others still run."""
+  """Runs the sweep's points (or the named ones) one after another in this process; returns
+  {name: status}. Status 'failed' means that point raised; the others still run. Several points
+  at once, each in a child process: tfjax.research.sweep_children.run_in_children."""
   write_sweep_file(sweep, root)
   points = [sweep.point(n) for n in only] if only else list(sweep.points)
-  if parallel > 1:
-    return _run_in_children(sweep, root, points, parallel, compilation_cache)
   if points:
     _configure_cpu_devices(sweep.config_for(points[0]))
   if compilation_cache:
@@ -406,16 +404,6 @@ def _configure_cpu_devices(config) -> None:
   sharding.configure_cpu_devices(config)
 
 
-def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) -> list[str]:
-  cmd = [sys.executable, "-m", "tfjax.research.sweep", "--config", sweep.config_path, "--workdir", root,
-         "--point", point.name]
-  if sweep.scale is not None:
-    cmd += ["--scale", sweep.scale]
-  if cache:
-    cmd += ["--compilation_cache", cache]
-  return cmd
-
-
 def seeds_last(points: Sequence[Point]) -> list[Point]:
   """Every variant's first seed before any variant's second (stable otherwise): concurrent
   children then compile different models, and later seeds find them in the compilation cache."""
@@ -427,63 +415,6 @@ def seeds_last(points: Sequence[Point]) -> list[Point]:
     ranked.append((repeats.get(variant, 0), point))
     repeats[variant] = repeats.get(variant, 0) + 1
   return [p for _, p in sorted(ranked, key=lambda item: item[0])]
-
-
-def _run_in_children(sweep, root, points, parallel, cache) -> dict[str, str]:
-  """Up to `parallel` child processes at once, each logging to ROOT/<name>/sweep.log."""
-  statuses = {p.name: "skipped" for p in points if is_done(os.path.join(root, p.name))}
-  queue = seeds_last([p for p in points if p.name not in statuses])
-  running: dict[str, tuple[subprocess.Popen, Any]] = {}
-  try:
-    while queue or running:
-      while queue and len(running) < parallel:
-        point = queue.pop(0)
-        workdir = os.path.join(root, point.name)
-        os.makedirs(workdir, exist_ok=True)
-        log = open(os.path.join(workdir, LOG_FILE), "a", encoding="utf-8")
-        _log.info("start %s (%d waiting)", point.name, len(queue))
-        running[point.name] = (subprocess.Popen(_child_command(sweep, root, point, cache),
-                                                stdout=log, stderr=subprocess.STDOUT), log)
-      time.sleep(0.2)
-      for name, (proc, log) in list(running.items()):
-        if proc.poll() is None:
-          continue
-        log.close()
-        del running[name]
-        statuses[name] = _child_status(root, name, proc.returncode)
-  except KeyboardInterrupt:
-    # Children got the SIGINT too (same process group): they checkpoint and exit; wait for that.
-    _log.warning("interrupted: waiting for %d running point(s) to checkpoint", len(running))
-    for name, (proc, log) in running.items():
-      proc.wait()
-      log.close()
-      statuses[name] = "interrupted"
-    raise
-  return statuses
-
-
-def _child_status(root: str, name: str, returncode: int) -> str:
-  workdir = os.path.join(root, name)
-  if returncode == 0:
-    _log.info("done %s", name)
-    return "done"
-  if returncode == EXIT_INTERRUPTED:
-    return "interrupted"
-  if not os.path.exists(os.path.join(workdir, FAILED_FILE)):  # died without writing it
-    write_json(os.path.join(workdir, FAILED_FILE), {
-        "error": f"child process exited with status {returncode}",
-        "log_tail": _tail(os.path.join(workdir, LOG_FILE))})
-  _log.error("point %s failed (exit %d); see %s", name, returncode,
-             os.path.join(workdir, LOG_FILE))
-  return "failed"
-
-
-def _tail(path: str, lines: int = 30) -> str:
-  try:
-    with open(path, encoding="utf-8", errors="replace") as f:
-      return "".join(f.readlines()[-lines:])
-  except OSError:
-    return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,32 +429,3 @@ def restore_run(workdir: str):
 
 def finite(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# Child process entry point: python -m tfjax.research.sweep --config=... --workdir=... --point=NAME
-# ---------------------------------------------------------------------------------------------
-def _child_main(argv: Sequence[str]) -> int:
-  parser = argparse.ArgumentParser(description="Runs one sweep point (started by the sweep).")
-  parser.add_argument("--config", required=True)
-  parser.add_argument("--scale", default=None)
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--point", required=True)
-  parser.add_argument("--compilation_cache", default=None)
-  args = parser.parse_args(argv)
-  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
-  metrics.setup_logging()
-  sweep = load_sweep(args.config, args.scale)
-  _configure_cpu_devices(sweep.config_for(sweep.point(args.point)))
-  if args.compilation_cache:
-    compile_cache.enable(args.compilation_cache)
-  try:
-    status = run_point(sweep, sweep.point(args.point), args.workdir)
-  except Exception:  # pylint: disable=broad-except
-    traceback.print_exc()
-    return 1
-  return EXIT_INTERRUPTED if status == "interrupted" else 0
-
-
-if __name__ == "__main__":
-  sys.exit(_child_main(sys.argv[1:]))

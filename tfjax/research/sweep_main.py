@@ -8,6 +8,8 @@ aggregate its results.
   python experiments/sweep.py ... --launcher=slurm --slurm.partition=gpu --slurm.gpus_per_node=8
                                                       # each point a job of one SLURM job array
   python experiments/sweep.py --status --workdir=runs/ffn   # each point's state, from its files
+  python experiments/sweep.py ... --report_only --results_jsonl=docs/ablations/results/ffn_medium.jsonl
+                                                      # the per-seed results file to commit
 
 Each point trains into WORKDIR/<point name>/. Running the same command again skips finished points
 and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
@@ -23,7 +25,7 @@ import sys
 
 from absl import flags
 
-from tfjax.research import sweep_slurm
+from tfjax.research import sweep_children, sweep_slurm
 from tfjax.training import cli
 
 _CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs/ablations/ffn.py "
@@ -54,6 +56,13 @@ _SLURM_SBATCH = flags.DEFINE_multi_string(
 _SLURM_SETUP = flags.DEFINE_multi_string(
     "slurm.setup", [], "Shell lines run in each job before the point (module load ..., source "
     "venv/bin/activate), repeatable.")
+_RESULTS = flags.DEFINE_string(
+    "results_jsonl", "", "Also write the per-seed results (point, seed, the report's metrics, "
+    "commit, runtime) to this JSONL file (tfjax/research/sweep_results.py), e.g. "
+    "docs/ablations/results/ffn_medium.jsonl.")
+_RESULTS_COMMIT = flags.DEFINE_string(
+    "results_commit", "", "With --results_jsonl: the commit of points whose SWEEP_DONE.json "
+    "records none (finished by an older sweep runner).")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
     "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
@@ -83,9 +92,13 @@ def main(argv):
     cache = _CACHE.value or os.path.join(root, ".jax_cache")
     cache = None if cache == "none" else cache
     try:
-      if _LAUNCHER.value == "local":
-        statuses = sweep_lib.run_sweep(sweep, root, parallel=_PARALLEL.value, only=only,
-                                       compilation_cache=cache)
+      if _LAUNCHER.value == "local" and _PARALLEL.value > 1:
+        sweep_lib.write_sweep_file(sweep, root)
+        statuses = sweep_children.run_in_children(
+            sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points),
+            _PARALLEL.value, cache)
+      elif _LAUNCHER.value == "local":
+        statuses = sweep_lib.run_sweep(sweep, root, only=only, compilation_cache=cache)
       else:
         resources = sweep_slurm.Resources.from_sources(sweep.slurm, {
             **{k: f.value for k, f in _SLURM.items()}, "sbatch": _SLURM_SBATCH.value,
@@ -103,6 +116,8 @@ def main(argv):
       sys.exit(130)
   title = f"Sweep {path}" + (f" (scale {scale})" if scale else "")
   result = sweep_report.write_report(root, sweep.points, sweep.report, title=title)
+  if _RESULTS.value:
+    _write_results(root, result, _RESULTS.value)
   counts = {s: sum(v == s for v in statuses.values()) for s in set(statuses.values())}
   print(f"points: {counts or 'none run'}; results: {os.path.join(root, 'results.md')}; "
         f"{len(result['plots'])} plots")
@@ -113,6 +128,20 @@ def main(argv):
   if "interrupted" in statuses.values():
     print("interrupted; run the same command again to resume", file=sys.stderr)
     sys.exit(130)
+
+
+def _write_results(root, result, path) -> None:
+  """The per-seed results file of the finished points (an error line if one records no commit)."""
+  from tfjax.research import sweep as sweep_lib, sweep_results  # pylint: disable=import-outside-toplevel
+  done_files = {r["name"]: sweep_lib.read_json(os.path.join(root, r["name"], sweep_lib.DONE_FILE))
+                for r in result["rows"] if r["status"] in ("done", "diverged")}
+  try:
+    recs = sweep_results.records(result["rows"], done_files, result["metrics"],
+                                 _RESULTS_COMMIT.value or None)
+  except ValueError as e:
+    cli.fail(str(e))
+  sweep_results.write(path, recs)
+  print(f"per-seed results of {len(recs)} points: {path}")
 
 
 def run():

@@ -14,7 +14,8 @@ MOVED = {
     "prepared": "tfjax.data.prepared", "files": "tfjax.runtime.files",
     "workdir_lock": "tfjax.runtime.workdir_lock", "compile_cache": "tfjax.runtime.compile_cache",
     "distributed": "tfjax.runtime.distributed", "stop_signals": "tfjax.runtime.stop_signals",
-    "runtime": "tfjax.runtime.workarounds",
+    "runtime": "tfjax.runtime.workarounds", "data": "tfjax.data.datasets",
+    "tokenizers": "tfjax.data.tokenizers",
 }
 
 

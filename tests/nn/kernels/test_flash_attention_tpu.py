@@ -234,7 +234,7 @@ def test_tiling_table_fits_vmem_and_the_vreg_tiling():
     for tiling, kernel in ((tilings.forward, "forward"), (tilings.backward, "dkdv"),
                            (tilings.backward, "dq")):
       tpu_module._check_tiling(tiling, dtype)
-      used = tpu_module.vmem_bytes(tiling, head_dim_p, itemsize, kernel, generation)
+      used = tpu_module.vmem_bytes(tiling, head_dim_p, itemsize, kernel)
       assert used <= limit // 2, (generation, head_dim_p, itemsize, kernel, used)
   # Every generation has a row for every supported (head_dim, dtype).
   assert len(tpu_module.TPU_TILINGS) == 4 * 2 * 2

@@ -135,16 +135,13 @@ def default_tilings(head_dim: int, dtype, generation: Optional[str] = None) -> T
   return TPU_TILINGS[key]
 
 
-def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str,
-               generation: Optional[str] = None) -> int:
-  """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'): two buffers of every block
-  the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k) logits temporaries (columns
-  pad to 128 lanes), counted as one tile: libtpu's need, measured by tfjax.aot.tpu_vmem, is within
-  1.5x of this on every generation (docs/benchmarks.md). `generation` is accepted for callers
-  that know it; the estimate does not depend on it."""
+def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str) -> int:
+  """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'), on any TPU generation: two
+  buffers of every block the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k)
+  logits temporaries (columns pad to 128 lanes), counted as one tile: libtpu's need, measured by
+  tfjax.aot.tpu_vmem, is within 1.5x of this on every generation (docs/benchmarks.md)."""
   bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
   column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
-  del generation
   tiles = bq * bk * 4
   if kernel == "forward":  # blocks q, o; k, v; lse -- scratch acc, m, l
     return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tiles

@@ -1,0 +1,82 @@
+"""docs/ablations.md and README.md's headline block equal their regeneration from the committed
+per-seed results (tfjax/research/sweep_doc.py), and changing one committed number changes the
+regenerated verdict."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tfjax.research import sweep_doc, sweep_results
+
+REPO = sweep_doc.REPO
+
+
+def test_committed_doc_and_readme_equal_their_regeneration():
+  for path, text in sweep_doc.regenerate(REPO, figures=False).items():
+    with open(path, encoding="utf-8") as f:
+      assert f.read() == text, f"{path} is stale: run python -m tfjax.research.sweep_doc"
+
+
+def test_regeneration_is_byte_identical_on_a_rerun():
+  first = sweep_doc.regenerate(REPO, figures=False)
+  assert sweep_doc.regenerate(REPO, figures=False) == first
+
+
+def test_every_sweep_has_a_section_and_claims_in_the_findings():
+  doc = sweep_doc.regenerate(REPO, figures=False)[os.path.join(REPO, sweep_doc.DOC)]
+  for name in sweep_doc.sweeps(REPO):
+    assert f"<!-- sweep_doc:section:{name} begin -->" in doc
+    assert f"| {name} (" in doc  # at least one findings row
+
+
+def _copy_repo(tmp_path):
+  """The files regeneration reads: configs, results, the doc and the README."""
+  for rel in ("configs/ablations", sweep_doc.RESULTS_DIR):
+    shutil.copytree(os.path.join(REPO, rel), tmp_path / rel)
+  for rel in (sweep_doc.DOC, sweep_doc.README):
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(os.path.join(REPO, rel), tmp_path / rel)
+  return str(tmp_path)
+
+
+def test_changing_one_committed_number_changes_the_verdict(tmp_path):
+  """The first claim with a decided word (not tie, not untestable): one seed's value of arm a is
+  set so that arm a's mean equals arm b's, and the regenerated verdict becomes 'tie'."""
+  repo = _copy_repo(tmp_path)
+  sections = {n: sweep_doc.load_section(n, repo) for n in sweep_doc.sweeps(repo)}
+  name, section, claim = next(
+      (n, s, c) for n, s in sections.items() if s["scale"] for c in sweep_doc.judge(s)
+      if c["result"]["word"] not in ("tie", "untestable here") and c.get("kind", "mean") == "mean")
+  path = os.path.join(repo, section["results"])
+  rows = sweep_results.load(path)
+  side_a = [r for r in rows if sweep_doc.verdicts.matches(r, claim["a"])]
+  mean_b = sum(sweep_doc.verdicts.values(rows, claim["b"])) / claim["result"]["n_b"]
+  others = sum(r["metrics"][claim["a"]["metric"]] for r in side_a[1:])
+  side_a[0]["metrics"][claim["a"]["metric"]] = len(side_a) * mean_b - others
+  with open(path, "w", encoding="utf-8") as f:
+    for r in rows:
+      f.write(json.dumps({"point": r["name"], "overrides": r["overrides"],
+                          "seed": r["overrides"].get("seed"), "status": r["status"],
+                          "metrics": r["metrics"], "commit": r["commit"],
+                          "seconds": r["seconds"]}, sort_keys=True) + "\n")
+  new = next(c for c in sweep_doc.judge(sweep_doc.load_section(name, repo))
+             if c["id"] == claim["id"])
+  assert new["result"]["word"] == "tie", (claim["id"], claim["result"], new["result"])
+  before = sweep_doc.regenerate(REPO, figures=False)[os.path.join(REPO, sweep_doc.DOC)]
+  after = sweep_doc.regenerate(repo, figures=False)[os.path.join(repo, sweep_doc.DOC)]
+  row = next(line for line in after.split("\n") if line.startswith(f"| {name} (")
+             and claim["claim"] in line)
+  assert row.endswith("| tie |") and after != before
+
+
+def test_bad_arguments_exit_2(capsys):
+  assert sweep_doc.main(["--bogus"]) == 2
+  assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["findings", "section:position"])
+def test_a_missing_marker_names_the_fix(name):
+  with pytest.raises(ValueError, match="add the two marker lines"):
+    sweep_doc.replace_block("no markers here", name, "x", "docs/ablations.md")

@@ -1,0 +1,48 @@
+"""tfjax/research/sweep_results.py: the per-seed results file round-trips what the tables read,
+keeps only finished points, and refuses points that name no commit."""
+
+import pytest
+
+from tfjax.research import sweep_results
+
+
+def _rows():
+  return [
+      {"name": "position=rope,seed=0", "overrides": {"model.position": "rope", "seed": 0},
+       "status": "done", "metrics": {"eval/loss": 1.75, "long/ppl_sliding@64": 6.1,
+                                     "train/tokens_per_sec": 1e4, "diverged": 0.0}},
+      {"name": "position=rope,seed=1", "overrides": {"model.position": "rope", "seed": 1},
+       "status": "failed", "metrics": {"eval/loss": 9.0}},
+  ]
+
+
+def test_records_round_trip_through_the_file(tmp_path):
+  done = {"position=rope,seed=0": {"seconds": 61.5, "commit": "abc1234"}}
+  recs = sweep_results.records(_rows(), done, ["eval/loss", "long/ppl_sliding@64"])
+  assert len(recs) == 1  # the failed point is no result
+  assert recs[0]["metrics"] == {"eval/loss": 1.75, "long/ppl_sliding@64": 6.1, "diverged": 0.0}
+  path = str(tmp_path / "r" / "position_smoke.jsonl")
+  sweep_results.write(path, recs)
+  first = open(path, "rb").read()
+  sweep_results.write(path, recs)
+  assert open(path, "rb").read() == first
+  (row,) = sweep_results.load(path)
+  assert row["name"] == "position=rope,seed=0" and row["status"] == "done"
+  assert row["overrides"] == {"model.position": "rope", "seed": 0}
+  assert row["commit"] == "abc1234" and row["seconds"] == 61.5
+  assert row["metrics"]["long/ppl_sliding@64"] == 6.1
+
+
+def test_a_point_without_a_commit_needs_results_commit():
+  with pytest.raises(ValueError, match="--results_commit"):
+    sweep_results.records(_rows(), {"position=rope,seed=0": {"seconds": 1.0}}, ["eval/loss"])
+  recs = sweep_results.records(_rows(), {"position=rope,seed=0": {"seconds": 1.0}},
+                               ["eval/loss"], commit="def5678")
+  assert recs[0]["commit"] == "def5678"
+
+
+def test_a_broken_line_names_the_file_and_line(tmp_path):
+  path = tmp_path / "bad.jsonl"
+  path.write_text("{not json\n")
+  with pytest.raises(ValueError, match="bad.jsonl:1"):
+    sweep_results.load(str(path))

@@ -1,0 +1,235 @@
+"""Rebuilds docs/ablations.md's generated blocks, its figures and README.md's headline block from
+the committed per-seed results (docs/ablations/results/<sweep>_<scale>.jsonl) alone.
+
+  python -m tfjax.research.sweep_doc            # rewrite the blocks and figures
+  python -m tfjax.research.sweep_doc --check    # exit 1 if a block differs from its regeneration
+
+A generated block sits between `<!-- sweep_doc:NAME begin -->` and `<!-- sweep_doc:NAME end -->`;
+text outside the blocks is hand-written and states no result. Blocks: `findings` (one row per
+claim: claim, the paper's number, ours, verdict), `rule` (the verdict rule,
+tfjax/research/verdicts.py), `aot` (the full-scale configs compiled ahead of time),
+`section:<sweep>` (per sweep: scale, commits, runtime, tables,
+figures, claims with their evidence) and, in README.md between `<!-- ablation-headlines:begin -->`
+and `<!-- ablation-headlines:end -->`, a line per sweep.
+A sweep is every configs/ablations/*.py not starting with '_'; its results are the file of the
+largest scale present (full, medium, smoke). A sweep without a results file shows "pending
+rerun" and the command that makes one. Everything is a function of the committed files: a rerun
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+from typing import Optional
+
+from tfjax.research import sweep as sweep_lib
+from tfjax.research import sweep_plots, sweep_results, sweep_tables, verdicts
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOC, README = "docs/ablations.md", "README.md"
+RESULTS_DIR, FIGURES_DIR = "docs/ablations/results", "docs/figures"
+AOT_FILE = os.path.join(RESULTS_DIR, "aot_full.jsonl")
+SCALES = ("full", "medium", "smoke")  # the largest scale with results is the one reported
+PENDING = "pending rerun"
+
+
+def sweeps(repo: str = REPO) -> list[str]:
+  return sorted(os.path.basename(p)[:-3] for p in glob.glob(
+      os.path.join(repo, "configs", "ablations", "*.py")) if not os.path.basename(p).startswith("_"))
+
+
+def rerun_command(name: str, scale: str = "medium") -> str:
+  return (f"python experiments/sweep.py --config=configs/ablations/{name}.py --scale={scale} "
+          f"--workdir=runs/ablations/{name}_{scale} --parallel=2 --results_jsonl="
+          f"{RESULTS_DIR}/{name}_{scale}.jsonl")
+
+
+def _call(module, attr, scale):
+  value = getattr(module, attr, None)
+  return value(scale) if callable(value) else (value or ([] if attr == "CLAIMS" else {}))
+
+
+def load_section(name: str, repo: str = REPO) -> dict:
+  """{'name', 'scale' (None: no results), 'rows', 'claims', 'report', 'points', 'results'}."""
+  module = sweep_lib.load_module(os.path.join(repo, "configs", "ablations", f"{name}.py"))
+  for scale in SCALES:
+    path = os.path.join(repo, RESULTS_DIR, f"{name}_{scale}.jsonl")
+    if os.path.exists(path):
+      rows = sweep_results.load(path)
+      points = len(module.get_sweep(scale))
+      return {"name": name, "scale": scale, "rows": rows, "claims": _call(module, "CLAIMS", scale),
+              "report": _call(module, "REPORT", scale), "points": points,
+              "results": os.path.relpath(path, repo)}
+  return {"name": name, "scale": None, "rows": [], "claims": _call(module, "CLAIMS", "medium"),
+          "report": {}, "points": len(module.get_sweep("medium")), "results": None}
+
+
+def judge(section: dict) -> list[dict]:
+  """Each claim with its verdict ('pending rerun' without results)."""
+  out = []
+  for claim in section["claims"]:
+    if section["scale"] is None:
+      result = {"word": PENDING, "why": "no per-seed results committed", "delta": None}
+    else:
+      result = verdicts.verdict(section["rows"], claim)
+    out.append({**claim, "result": result})
+  return out
+
+
+def _ours(claim: dict) -> str:
+  result = claim["result"]
+  if result["word"] == PENDING:
+    return "-"
+  return verdicts.format_ours(result, claim.get("kind", "mean"))
+
+
+def findings_block(sections: list[dict]) -> str:
+  lines = ["| sweep | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
+  for section in sections:
+    scale = section["scale"] or "no results"
+    for claim in section["judged"]:
+      lines.append(f"| {section['name']} ({scale}) | {claim['claim']} | {claim['paper']} | "
+                   f"{_ours(claim)} | {claim['result']['word']} |")
+  return "\n".join(lines)
+
+
+def section_block(section: dict) -> str:
+  name, rows = section["name"], section["rows"]
+  if section["scale"] is None:
+    return (f"**Verdicts: {PENDING}.** No per-seed results of this sweep are committed, so no "
+            f"verdict can be derived. To make them (then rerun the Regenerate command):\n\n"
+            f"```bash\n{rerun_command(name)}\n```")
+  commits = sorted({r["commit"] for r in rows})
+  seconds = sum(r["seconds"] or 0.0 for r in rows)
+  seeds = sorted({r["overrides"].get("seed") for r in rows})
+  lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
+           f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
+           f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
+           f"took {seconds / 60:.1f} min in all (the sum of the runtimes the points recorded: a point "
+           "resumed from a checkpoint records its last attempt only).", ""]
+  lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
+  for claim in section["judged"]:
+    lines.append(f"| {claim['claim']} | {claim['paper']} | {_ours(claim)} | "
+                 f"{claim['result']['word']} | {claim['result']['why'] or '-'} |")
+  lines.append("")
+  available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})
+  metrics = sweep_tables.expand_metrics(section["report"].get("metrics",
+                                                              sweep_tables.DEFAULT_METRICS),
+                                        available)
+  summary = sweep_tables.summarize(rows, metrics)
+  rankings = [r for spec in section["report"].get("mrr", ())
+              if (r := sweep_tables.rank_arms(summary, metrics, spec))]
+  table = sweep_tables.markdown("", rows, summary, metrics, rankings)
+  table = re.sub(r"^## ", "#### ", table.split("\n", 2)[2], flags=re.M).strip()
+  lines.append(table)
+  files = [spec["file"] for spec in section["report"].get("plots", ())] + [
+      spec["file"] for spec in section["report"].get("mrr", ())]
+  lines += [""] + [f"![{f}](figures/{f})" for f in files]
+  return "\n".join(lines)
+
+
+def aot_block(repo: str) -> str:
+  """The full-scale configs compiled ahead of time (docs/ablations/results/aot_full.jsonl, one
+  `python -m tfjax.aot` JSON line each, with its command and commit)."""
+  path = os.path.join(repo, AOT_FILE)
+  if not os.path.exists(path):
+    return "No full-scale config has been compiled ahead of time yet."
+  lines = ["| config | target | fits | memory per device | roofline step time (lower bound) | "
+           "compiler FLOPs per step | command, commit |", "|---|---|---|---|---|---|---|"]
+  with open(path, encoding="utf-8") as f:
+    for rec in map(json.loads, f):
+      lines.append(
+          f"| `{rec['config']}` | {rec['target']} | {'yes' if rec['fits'] else 'no'} | "
+          f"{rec['bytes_per_device'] / 2 ** 30:.2f} of {rec['hbm_bytes'] / 2 ** 30:.1f} GiB | "
+          f"{rec['est_step_s'] * 1e3:.2f} ms (MFU bound {rec['mfu_bound']:.0%}) | "
+          f"{rec['flops_per_step']:.3g} | `{rec['command']}`, `{rec['commit']}`, jax {rec['jax']} |")
+  return "\n".join(lines)
+
+
+def headline_block(sections: list[dict]) -> str:
+  """Five lines (one per sweep): how many claims got each verdict word."""
+  lines = []
+  for section in sections:
+    words = [c["result"]["word"] for c in section["judged"]]
+    counts = ", ".join(f"{words.count(w)} {w}" for w in (*verdicts.WORDS, PENDING)
+                       if words.count(w))
+    scale = f"{section['scale']} scale" if section["scale"] else "no per-seed results yet"
+    lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts} "
+                 "([docs/ablations.md](docs/ablations.md))")
+  return "\n".join(lines)
+
+
+def replace_block(text: str, name: str, body: str, path: str) -> str:
+  """`text` with the block NAME's body replaced (README's block is marked
+  `<!-- ablation-headlines:begin -->` ... `:end -->`, the doc's `<!-- sweep_doc:NAME begin -->`)."""
+  if name == "ablation-headlines":
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+  else:
+    begin, end = f"<!-- sweep_doc:{name} begin -->", f"<!-- sweep_doc:{name} end -->"
+  pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+  if not pattern.search(text):
+    raise ValueError(f"{path} has no block {begin} ... {end}; add the two marker lines")
+  return pattern.sub(lambda _: f"{begin}\n{body}\n{end}", text, count=1)
+
+
+def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
+  """{path: new text} of the doc and README; figures (when True) are written as a side effect."""
+  doc_path, readme_path = os.path.join(repo, DOC), os.path.join(repo, README)
+  with open(doc_path, encoding="utf-8") as f:
+    doc = f.read()
+  # In the page's order of sections; a sweep without one is an error of replace_block below.
+  order = lambda n: doc.find(f"<!-- sweep_doc:section:{n} begin -->") % (len(doc) + 1)  # noqa: E731
+  sections = [load_section(n, repo) for n in sorted(sweeps(repo), key=order)]
+  for section in sections:
+    section["judged"] = judge(section)
+  doc = replace_block(doc, "findings", findings_block(sections), DOC)
+  doc = replace_block(doc, "rule", verdicts.RULE_TEXT, DOC)
+  doc = replace_block(doc, "aot", aot_block(repo), DOC)
+  for section in sections:
+    doc = replace_block(doc, f"section:{section['name']}", section_block(section), DOC)
+    if figures and section["scale"]:
+      _figures(section, os.path.join(repo, FIGURES_DIR))
+  with open(readme_path, encoding="utf-8") as f:
+    readme = replace_block(f.read(), "ablation-headlines", headline_block(sections), README)
+  return {doc_path: doc, readme_path: readme}
+
+
+def _figures(section: dict, out_dir: str) -> None:
+  rows = section["rows"]
+  for spec in section["report"].get("plots", ()):
+    sweep_plots.plot(spec, rows, out_dir)
+  available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})
+  metrics = sweep_tables.expand_metrics(section["report"].get("metrics", ()), available)
+  summary = sweep_tables.summarize(rows, metrics)
+  for spec in section["report"].get("mrr", ()):
+    if ranking := sweep_tables.rank_arms(summary, metrics, spec):
+      sweep_plots.plot_ranking(ranking, out_dir)
+
+
+def main(argv: Optional[list] = None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  check = argv == ["--check"]
+  if argv and not check:
+    print(f"error: unexpected arguments {argv}; the only flag is --check", file=sys.stderr)
+    return 2
+  texts = regenerate(figures=not check)
+  stale = []
+  for path, text in texts.items():
+    with open(path, encoding="utf-8") as f:
+      if f.read() != text:
+        stale.append(path)
+    if not check:
+      with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+  if check and stale:
+    print(f"stale: {', '.join(stale)}; run python -m tfjax.research.sweep_doc", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
