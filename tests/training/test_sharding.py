@@ -234,7 +234,7 @@ def test_cpu_devices_rejects_a_bad_value():
 def test_configure_cpu_devices_splits_the_host_before_jax_starts(preset):
   # A fresh process: the flag only works before JAX opens its CPU backend. A user's own
   # device-count flag wins over the config.
-  code = ("import sys; sys.path.insert(0, 'tests'); from test_sharding import _cpu_devices_config;"
+  code = ("import sys; sys.path[:0] = ['tests', 'tests/training']; from test_sharding import _cpu_devices_config;"
           "from tfjax.training import sharding; sharding.configure_cpu_devices(_cpu_devices_config(2));"
           "import jax; print(jax.device_count())")
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=preset)

@@ -145,7 +145,7 @@ def test_dropout_sits_where_nanogpt_puts_it():
 
   def twice(**rates):  # two train-mode losses, then two eval-mode ones
     torch.manual_seed(0)
-    model = torch_gpt(ModelConfig(**base, **rates))
+    model = torch_gpt(ModelConfig.from_flat({**base, **rates}))
     train = [model(idx, idx).item() for _ in range(2)]
     model.eval()
     return train, [model(idx, idx).item() for _ in range(2)]

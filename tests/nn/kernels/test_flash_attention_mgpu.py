@@ -167,7 +167,7 @@ def check_lowers_for_h100():
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_mosaic_forward_compiles_for_h100():
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-  code = ("import importlib.util, sys; sys.path.insert(0, 'tests'); "
+  code = ("import importlib.util, sys; sys.path[:0] = ['tests', 'tests/nn/kernels']; "
           "spec = importlib.util.spec_from_file_location('t', "
           f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
           "spec.loader.exec_module(m); m.check_lowers_for_h100()")
