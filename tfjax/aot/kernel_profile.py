@@ -78,15 +78,11 @@ def _events(plane):
         yield line.name, event.name, event.start_ns, event.duration_ns, stats
 
 
-def kernel_rows(xspace, module_filter: str = "") -> list[KernelRow]:
-  """Device time per (HLO op, kernel), largest first; only modules whose name contains
-  `module_filter` (e.g. 'train_step') when given."""
+def kernel_rows(xspace) -> list[KernelRow]:
+  """Device time per (HLO op, kernel), largest first."""
   rows: dict = {}
   for plane in _device_planes(xspace):
     for _, name, _, duration, stats in _events(plane):
-      module = str(stats.get("hlo_module", ""))
-      if module_filter and module_filter not in module:
-        continue
       hlo_op = str(stats.get("hlo_op", ""))
       key = (hlo_op, name)
       if key not in rows:
@@ -96,14 +92,12 @@ def kernel_rows(xspace, module_filter: str = "") -> list[KernelRow]:
   return sorted(rows.values(), key=lambda r: -r.total_ns)
 
 
-def busy_span_ns(xspace, module_filter: str = "") -> tuple[float, float]:
+def busy_span_ns(xspace) -> tuple[float, float]:
   """(union of kernel intervals, first start to last end) on the device planes, in ns: their
   difference is the time the device sat idle between kernels (launch gaps, host waits)."""
   intervals = []
   for plane in _device_planes(xspace):
-    for _, _, start, duration, stats in _events(plane):
-      if module_filter and module_filter not in str(stats.get("hlo_module", "")):
-        continue
+    for _, _, start, duration, _ in _events(plane):
       intervals.append((start, start + duration))
   if not intervals:
     return 0.0, 0.0
