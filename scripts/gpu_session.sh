@@ -10,6 +10,9 @@
 #              Pallas vs xla and NumPy over the seeded sweeps, bf16 and fp32
 #   attention  experiments/bench_attention.py: ours, cuDNN, JAX's bundled Pallas mha, XLA
 #   train      experiments/bench_train.py: GPT-2 small (bf16, 1024 tokens a row), tokens/s and MFU
+#   train_vocab  the same with the vocabulary padded to 50304 = 393 x 128 (nanoGPT's choice), so
+#              that the LM head's GEMMs tile evenly
+#   train_cublas train_vocab with XLA's Triton GEMM fusions off: every GEMM a cuBLAS call
 #   recipe     nanoGPT's shakespeare-char GPU recipe, 5000 steps, to its published val loss
 #   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
 #   profile    GPT-2 small's step traced with jax.profiler (pallas and cudnn attention): device
@@ -19,6 +22,11 @@
 #              model's efficiencies, tfjax/aot/kernel_model.py)
 #   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
 #   mgpu       the Mosaic GPU forward kernel: its GPU tests and a forward bench (gpu_phase_mgpu.sh)
+#   sweeps     ablation sweeps ($SWEEPS, default "ffn heads"; scale $SWEEP_SCALE, default medium)
+#              on the GPU, $SWEEP_PARALLEL (8) points at a time, each its own process; float32
+#              matmuls at full precision (no TF32) as on a CPU. Workdirs under /tmp/tfjax_sweeps
+#              (a rerun on the same machine resumes them); the per-seed results land in
+#              $RESULTS/sweeps/<sweep>_<scale>.jsonl, naming commit $RESULTS_COMMIT
 # Everything lands in $RESULTS (logs, JSON, markdown; default bench_results/gpu), packed into
 # results.tgz at the end; the last lines printed are a summary (scripts/gpu_summary.py). With $OUT
 # set (the device tool's return folder), results.tgz and summary.md are copied there.
@@ -46,6 +54,15 @@ phase() {  # phase NAME SECONDS COMMAND...: run under a limit, log to $OUT/NAME.
   printf "%s\t%s\t%s\n" "$name" "$rc" "$((SECONDS - start))" >>"$RESULTS/phases.tsv"
   echo "=== $name rc=$rc after ${SECONDS}s"; tail -n 4 "$RESULTS/$name.log"
   checkpoint
+}
+
+train_phase() {  # train_phase NAME [FLAG ...]: GPT-2 small's step, bench_train.py, extra flags last
+  local name=$1; shift
+  phase "$name" "$T_TRAIN" $PY experiments/bench_train.py --config=configs/gpt2_small.py \
+    --config.data.name=tinyshakespeare --config.data.tokenizer=char \
+    --config.data.seq_len=1024 --config.data.mode=random --config.model.dropout=0.0 \
+    --config.model.dtype=bfloat16 --config.model.attention_impl=pallas \
+    --config.train.batch_size=16 --steps=20 --warmup=3 --out="$RESULTS/$name" "$@"
 }
 
 checkpoint() {  # what is done so far, into $OUT: a call cut by its time limit still returns it
@@ -77,12 +94,11 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
       phase attention "$T_ATTN" $PY experiments/bench_attention.py --out="$RESULTS/attention" \
         --lengths=1024,4096,16384 --head_dims=64,128 --variant_impls=pallas \
         --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
-    train)
-      phase train "$T_TRAIN" $PY experiments/bench_train.py --config=configs/gpt2_small.py \
-        --config.data.name=tinyshakespeare --config.data.tokenizer=char \
-        --config.data.seq_len=1024 --config.data.mode=random --config.model.dropout=0.0 \
-        --config.model.dtype=bfloat16 --config.model.attention_impl=pallas \
-        --config.train.batch_size=16 --steps=20 --warmup=3 --out="$RESULTS/train" ;;
+    train) train_phase train ;;
+    train_vocab) train_phase train_vocab --config.model.vocab_size=50304 ;;
+    train_cublas)
+      XLA_FLAGS="--xla_gpu_enable_triton_gemm=false" train_phase train_cublas \
+        --config.model.vocab_size=50304 ;;
     recipe)
       rm -rf /tmp/tfjax_recipe
       phase recipe "$T_RECIPE" $PY experiments/train.py --config=configs/shakespeare_char.py \
@@ -108,6 +124,19 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
         --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
     peaks)
       phase peaks "${T_PEAKS:-60}" $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
+    sweeps)
+      for sweep in ${SWEEPS:-ffn heads}; do
+        name=${sweep}_${SWEEP_SCALE:-medium} args="--config=configs/ablations/$sweep.py --scale=${SWEEP_SCALE:-medium}"
+        mkdir -p "$RESULTS/sweeps"
+        XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \
+          XLA_FLAGS="--xla_gpu_autotune_level=0" phase "sweep_$name" "${T_SWEEP:-150}" \
+          $PY experiments/sweep.py $args --workdir="/tmp/tfjax_sweeps/$name" \
+          --parallel="${SWEEP_PARALLEL:-8}"
+        JAX_PLATFORMS=cpu $PY experiments/sweep.py $args --workdir="/tmp/tfjax_sweeps/$name" \
+          --report_only --results_jsonl="$RESULTS/sweeps/$name.jsonl" \
+          ${RESULTS_COMMIT:+--results_commit=$RESULTS_COMMIT} >>"$RESULTS/sweep_$name.log" 2>&1
+        tail -n 2 "$RESULTS/sweep_$name.log"; checkpoint
+      done ;;
     nanogpt|mgpu)
       RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh"; checkpoint ;;
     *) echo "unknown phase $p" ;;

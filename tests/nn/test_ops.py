@@ -270,6 +270,21 @@ def test_attention_dropout_is_inverted_dropout_on_the_weights():
     assert 0.3 < frac_dropped < 0.7
 
 
+@pytest.mark.parametrize("backend", ["cpu", "gpu", "tpu"])
+def test_auto_with_attention_dropout_means_xla(monkeypatch, backend):
+  # The fused kernels refuse dropout, so 'auto' must not hand it to them on any backend (nanoGPT's
+  # GPU recipe, configs/shakespeare_char.py, trains with attention dropout 0.2 and 'auto').
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  q, k, v = qkv(B=1, T=2048, S=2048)  # long enough that 'auto' would take 'chunked' on a CPU
+  assert ops._resolve("auto", 2048, 2048) != "xla"  # pylint: disable=protected-access
+  got = ops.dot_product_attention(q, k, v, causal=True, implementation="auto", dropout_rate=0.1,
+                                  dropout_rng=jax.random.key(0, impl="rbg"))
+  monkeypatch.undo()
+  want = ops.dot_product_attention(q, k, v, causal=True, implementation="xla", dropout_rate=0.1,
+                                   dropout_rng=jax.random.key(0, impl="rbg"))
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_dropout_without_rng_raises():
   q, k, v = qkv()
   with pytest.raises(ValueError, match="dropout_rng"):

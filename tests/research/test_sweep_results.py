@@ -17,7 +17,8 @@ def _rows():
 
 
 def test_records_round_trip_through_the_file(tmp_path):
-  done = {"position=rope,seed=0": {"seconds": 61.5, "commit": "abc1234"}}
+  done = {"position=rope,seed=0": {"seconds": 61.5, "commit": "abc1234",
+                                   "device": "gpu: NVIDIA H200"}}
   recs = sweep_results.records(_rows(), done, ["eval/loss", "long/ppl_sliding@64"])
   assert len(recs) == 1  # the failed point is no result
   assert recs[0]["metrics"] == {"eval/loss": 1.75, "long/ppl_sliding@64": 6.1, "diverged": 0.0}
@@ -31,6 +32,25 @@ def test_records_round_trip_through_the_file(tmp_path):
   assert row["overrides"] == {"model.position": "rope", "seed": 0}
   assert row["commit"] == "abc1234" and row["seconds"] == 61.5
   assert row["metrics"]["long/ppl_sliding@64"] == 6.1
+  assert row["device"] == "gpu: NVIDIA H200"
+
+
+def test_results_recorded_before_devices_were_named_load_without_one(tmp_path):
+  recs = sweep_results.records(_rows(), {"position=rope,seed=0": {"commit": "abc1234"}},
+                               ["eval/loss"])
+  assert "device" not in recs[0]  # the bytes of older results files do not change on export
+  path = str(tmp_path / "old.jsonl")
+  sweep_results.write(path, recs)
+  assert sweep_results.load(path)[0]["device"] is None
+
+
+def test_device_name_names_this_process_backend():
+  import jax  # pylint: disable=import-outside-toplevel
+  name = sweep_results.device_name()
+  if jax.default_backend() == "cpu":
+    assert name.startswith("cpu (") and name.endswith(" cores)")
+  else:
+    assert name.startswith(jax.default_backend() + ": ")
 
 
 def test_a_point_without_a_commit_needs_results_commit():

@@ -166,7 +166,8 @@ def _implementations() -> Mapping[str, Callable]:
 
 def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = False) -> str:
   """The implementation `auto` stands for on this backend and length (xla when an argument only
-  xla supports is given: a dense bias, soft-capping); any other name as given."""
+  xla supports is given: a dense bias, soft-capping, dropout on the weights); any other name as
+  given."""
   one_of("attention implementation", implementation, ATTENTION_IMPLS)
   if implementation != "auto":
     return implementation
@@ -221,7 +222,7 @@ def dot_product_attention(
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
   name = _resolve(implementation, q.shape[1], k.shape[1],
-                  xla_only=bias is not None or softcap is not None)
+                  xla_only=bias is not None or softcap is not None or dropout_rate > 0.0)
   fns = _implementations() if name != "xla" else {"xla": _xla_attention}
   if name not in fns:
     raise ValueError(

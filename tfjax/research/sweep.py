@@ -355,8 +355,8 @@ def run_point(sweep: Sweep, point: Point, root: str,
       os.remove(running)
   write_json(os.path.join(workdir, DONE_FILE), {
       "overrides": point.overrides, "final": final, "point_metrics": extra,
-      "commit": sweep_results.code_commit(), "seconds": round(time.time() - start, 1),
-      "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+      "commit": sweep_results.code_commit(), "device": sweep_results.device_name(),
+      "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
   return "done"
 
 

@@ -105,11 +105,13 @@ def section_block(section: dict) -> str:
             f"```bash\n{rerun_command(name)}\n```")
   commits = sorted({r["commit"] for r in rows})
   seconds = sum(r["seconds"] or 0.0 for r in rows)
+  devices = sorted({r["device"] for r in rows if r.get("device")})
+  where = f" on {' and '.join(devices)}" if devices else ""
   seeds = sorted({r["overrides"].get("seed") for r in rows})
   lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
-           f"took {seconds / 60:.1f} min in all (the sum of the runtimes the points recorded: a point "
+           f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points recorded: a point "
            "resumed from a checkpoint records its last attempt only).", ""]
   lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
   for claim in section["judged"]:

@@ -2,7 +2,8 @@
 
 One line per point, in the sweep's order:
   {"point": name, "overrides": {...}, "seed": s, "status": "done" | "diverged" | ...,
-   "metrics": {metric: value}, "commit": the code's commit, "seconds": the point's runtime}
+   "metrics": {metric: value}, "commit": the code's commit, "seconds": the point's runtime,
+   "device": what it ran on (absent in results recorded before points named it)}
 `metrics` holds the metrics the tables, plots and claims use (the REPORT's metrics, their @N
 families, `diverged`). `export` writes it from a sweep's workdir (experiments/sweep.py
 --results_jsonl=PATH); `load` reads it back as the rows tfjax/research/sweep_report.py tabulates,
@@ -33,6 +34,16 @@ def code_commit() -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
+def device_name() -> str:
+  """What this process computes on, as the results name it: 'cpu (N cores)' or the accelerator's
+  kind (e.g. 'gpu: NVIDIA H200'). Runtimes, and float32 matmul rounding, depend on it."""
+  import jax  # pylint: disable=import-outside-toplevel  (only where a point has trained)
+  device = jax.devices()[0]
+  if device.platform == "cpu":
+    return f"cpu ({os.cpu_count()} cores)"
+  return f"{device.platform}: {device.device_kind}"
+
+
 def records(rows: Sequence[dict], done_files: dict, metrics: Sequence[str],
             commit: Optional[str] = None) -> list[dict]:
   """The JSONL records of finished (done or diverged) rows. `done_files` {name: SWEEP_DONE.json
@@ -51,7 +62,8 @@ def records(rows: Sequence[dict], done_files: dict, metrics: Sequence[str],
     out.append({"point": row["name"], "overrides": row["overrides"],
                 "seed": row["overrides"].get("seed"), "status": row["status"],
                 "metrics": {m: row["metrics"][m] for m in keep if m in row["metrics"]},
-                "commit": point_commit, "seconds": done.get("seconds")})
+                "commit": point_commit, "seconds": done.get("seconds"),
+                **({"device": done["device"]} if done.get("device") else {})})
   return out
 
 
@@ -65,7 +77,7 @@ def write(path: str, recs: Sequence[dict]) -> None:
 
 def load(path: str) -> list[dict]:
   """The rows of a results file: {'name', 'overrides', 'status', 'metrics', 'commit',
-  'seconds'}, as tfjax.research.sweep_report.collect gives them from a workdir."""
+  'seconds', 'device'}, as tfjax.research.sweep_report.collect gives them from a workdir."""
   rows = []
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
@@ -75,5 +87,6 @@ def load(path: str) -> list[dict]:
         raise ValueError(f"{path}:{number}: not a JSON line ({e})") from None
       rows.append({"name": rec["point"], "overrides": rec["overrides"],
                    "status": rec["status"], "metrics": rec["metrics"], "curves": {},
-                   "error": None, "commit": rec["commit"], "seconds": rec["seconds"]})
+                   "error": None, "commit": rec["commit"], "seconds": rec["seconds"],
+                   "device": rec.get("device")})
   return rows
