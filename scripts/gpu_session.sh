@@ -26,7 +26,8 @@
 #              on the GPU, $SWEEP_PARALLEL (8) points at a time, each its own process; float32
 #              matmuls at full precision (no TF32) as on a CPU. Workdirs under /tmp/tfjax_sweeps
 #              (a rerun on the same machine resumes them); the per-seed results land in
-#              $RESULTS/sweeps/<sweep>_<scale>.jsonl, naming commit $RESULTS_COMMIT
+#              $RESULTS/sweeps/<sweep>_<scale>.jsonl, naming commit $RESULTS_COMMIT (the copy's
+#              own .git, if any, may be stale: set it to the commit the working tree holds)
 # Everything lands in $RESULTS (logs, JSON, markdown; default bench_results/gpu), packed into
 # results.tgz at the end; the last lines printed are a summary (scripts/gpu_summary.py). With $OUT
 # set (the device tool's return folder), results.tgz and summary.md are copied there.
@@ -128,7 +129,8 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
       for sweep in ${SWEEPS:-ffn heads}; do
         name=${sweep}_${SWEEP_SCALE:-medium} args="--config=configs/ablations/$sweep.py --scale=${SWEEP_SCALE:-medium}"
         mkdir -p "$RESULTS/sweeps"
-        XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest \
+        TFJAX_CODE_COMMIT=${RESULTS_COMMIT:-} XLA_PYTHON_CLIENT_PREALLOCATE=false \
+          JAX_DEFAULT_MATMUL_PRECISION=highest \
           XLA_FLAGS="--xla_gpu_autotune_level=0" phase "sweep_$name" "${T_SWEEP:-150}" \
           $PY experiments/sweep.py $args --workdir="/tmp/tfjax_sweeps/$name" \
           --parallel="${SWEEP_PARALLEL:-8}"

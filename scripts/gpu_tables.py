@@ -2,7 +2,7 @@
 
   python scripts/gpu_tables.py docs/gpu > /tmp/gpu_tables.md
 
-Reads docs/gpu/*_h200.json and shakespeare_char_h200_metrics.jsonl (copied from
+Reads docs/gpu/*_h200*.json and shakespeare_char_h200_*metrics.jsonl (copied from
 scripts/gpu_session.sh runs) and prints the markdown block that docs/benchmarks.md carries between its `<!-- gpu-tables -->` markers
 (tests/scripts/test_gpu_tables.py checks that the doc holds exactly this output).
 """
@@ -18,6 +18,11 @@ PUBLISHED_VAL_LOSS = 1.4697  # nanoGPT README, shakespeare-char, best val loss
 def _load(results, name):
   with open(os.path.join(results, name)) as f:
     return json.load(f)
+
+
+def _load_jsonl(results, name):
+  with open(os.path.join(results, name)) as f:
+    return [json.loads(line) for line in f if line.strip()]
 
 
 def attention_table(data):
@@ -73,19 +78,30 @@ def tuning_table(data, old):
   return out
 
 
-def train_table(data):
+TRAIN_RUNS = (  # (file, what changed): GPT-2 small's step as the code changed, oldest first
+    ("train_gpt2_small_h200.json", "gpt2_small, bf16, attention pallas (the profiled step below: "
+     "token table cast to bf16 before the gather)"),
+    ("train_gpt2_small_h200_f32_embed.json", "+ gather float32 rows, then cast "
+     "(`tfjax.nn.models.lookup`: the embedding gradient's scatter-add accumulates in float32)"),
+    ("train_gpt2_small_h200_vocab50304.json", "+ vocabulary padded to 50304 = 393 x 128 "
+     "(`--config.model.vocab_size=50304`, nanoGPT's choice)"))
+
+
+def train_table(runs):
   gib = lambda b: f"{b / 2 ** 30:.2f}"
-  return ["| config | tokens / step | step ms | tokens/s | MFU (of 989 TFLOP/s) | compile s | "
-          "compiled GiB (temp) | device peak GiB |", "|---|---|---|---|---|---|---|---|",
-          f"| gpt2_small, bf16, attention pallas | {data['batch_size']} x {data['seq_len']} | "
-          f"{data['step_ms']:.1f} | {data['tokens_per_s']:,.0f} | {100 * data['mfu']:.1f}% | "
-          f"{data['compile_s']:.0f} | {gib(data['compiled_total_bytes'])} "
-          f"({gib(data['temp_bytes'])}) | {gib(data['device_peak_bytes'])} |"]
+  out = ["| config | tokens / step | step ms | tokens/s | MFU (of 989 TFLOP/s) | compile s | "
+         "compiled GiB (temp) | device peak GiB |", "|---|---|---|---|---|---|---|---|"]
+  for label, data in runs:
+    out.append(f"| {label} | {data['batch_size']} x {data['seq_len']} | "
+               f"{data['step_ms']:.1f} | {data['tokens_per_s']:,.0f} | {100 * data['mfu']:.1f}% | "
+               f"{data['compile_s']:.0f} | {gib(data['compiled_total_bytes'])} "
+               f"({gib(data['temp_bytes'])}) | {gib(data['device_peak_bytes'])} |")
+  return out
 
 
 def recipe_table(rows):
   evals = [(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r]
-  best_step, best = min(evals, key=lambda e: e[1])
+  best_step, best = _best(rows)
   shown = [e for e in evals if e[0] % 1000 == 0 or e[0] == best_step]
   return ["| step | " + " | ".join(str(s) for s, _ in shown) + " |",
           "|---|" + "---|" * len(shown),
@@ -156,25 +172,65 @@ def aot_table(aot, measured):
   return out
 
 
-def nanogpt_table(torch, ours):
-  """nanoGPT in PyTorch against our run of the same recipe, on the same kind of GPU: best val
-  loss and the steady train-step speed (ours: the median of the logged tokens/s)."""
-  evals = [(r["step"], r["eval/loss"]) for r in ours if "eval/loss" in r]
-  best_step, best = min(evals, key=lambda e: e[1])
+def _best(rows):
+  return min(((r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r), key=lambda e: e[1])
+
+
+AOT_RUNS = (  # (AOT JSON, measured bench_train JSON, what): the programs as the code stands
+    ("aot_gpt2_small_h200_f32_embed.json", "train_gpt2_small_h200_f32_embed.json",
+     "vocabulary 50257"),
+    ("aot_gpt2_small_h200_vocab50304.json", "train_gpt2_small_h200_vocab50304.json",
+     "vocabulary 50304"))
+
+
+def aot_totals_table(runs):
+  """Predicted step (kernel sum and roofline) and memory against the measured ones, per run."""
+  out = ["| GPT-2 small step | kernel sum predicted | roofline predicted | measured | measured / "
+         "kernel sum | measured / roofline | memory predicted / device peak |",
+         "|---|---|---|---|---|---|---|"]
+  for label, aot, measured in runs:
+    step = measured["step_ms"] / 1e3
+    out.append(f"| {label} | {aot['est_step_kernel_sum_s'] * 1e3:.2f} ms | "
+               f"{aot['est_step_s'] * 1e3:.2f} ms | {step * 1e3:.2f} ms | "
+               f"{step / aot['est_step_kernel_sum_s']:.2f} | {step / aot['est_step_s']:.2f} | "
+               f"{aot['bytes_per_device'] / 2 ** 30:.2f} / "
+               f"{measured['device_peak_bytes'] / 2 ** 30:.2f} GiB |")
+  return out
+
+
+def recipe_aot_line(aot, ours):
+  """The recipe's ahead-of-time kernel sum against our measured step (median logged tokens/s)."""
   rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
-  ours_rate = rates[len(rates) // 2]
+  step_ms = 64 * 256 / rates[len(rates) // 2] * 1e3  # the recipe's batch x context per step
+  kinds = ", ".join(f"{kind} {seconds * 1e3:.2f}" for kind, seconds in
+                    sorted(aot["kernel_sum_s_by_kind"].items()))
+  return [f"The recipe's step ahead of time (`{aot['command']}`; {aot['program']}): kernel sum "
+          f"{aot['est_step_kernel_sum_s'] * 1e3:.2f} ms ({kinds} ms) against {step_ms:.2f} ms "
+          f"measured, {step_ms / aot['est_step_kernel_sum_s'] / 1e3:.2f}x."]
+
+
+def nanogpt_table(torch, ours_runs):
+  """nanoGPT in PyTorch against our runs of the same recipe (`ours_runs`: (attention dropout,
+  metrics rows)), on the same kind of GPU: best val loss and the steady train-step speed (ours:
+  the median of the logged tokens/s)."""
   tokens_per_step = torch["tokens_per_s"] * torch["step_ms"] / 1e3 if torch["step_ms"] else 0
   ms = lambda x: "-" if x is None else f"{x:.2f}"
-  return ["| run | attention dropout | best val loss (step) | steps run | ms per train step | "
-          "tokens/s | wall s (train + eval) |", "|---|---|---|---|---|---|---|",
-          f"| nanoGPT recipe, PyTorch {torch['torch']} ({torch['autocast']}, torch.compile "
-          f"{torch['compile']}) | 0.2 | {torch['best_val_loss']:.4f} ({torch['best_val_step']}) | "
-          f"{torch['steps_done']} of {torch['steps']} | {ms(torch['step_ms'])} | "
-          f"{torch['tokens_per_s'] or 0:,.0f} | {torch['wall_s']:.0f} ({torch['train_s']:.0f} + "
-          f"{torch['eval_s']:.0f}) |",
-          f"| tfjax, configs/shakespeare_char.py | 0 | {best:.4f} ({best_step}) | {evals[-1][0]} | "
-          f"{ms(tokens_per_step / ours_rate * 1e3 if tokens_per_step else None)} | "
-          f"{ours_rate:,.0f} | - |"]
+  out = ["| run | attention dropout | best val loss (step) | steps run | ms per train step | "
+         "tokens/s | wall s (train + eval) |", "|---|---|---|---|---|---|---|",
+         f"| nanoGPT recipe, PyTorch {torch['torch']} ({torch['autocast']}, torch.compile "
+         f"{torch['compile']}) | 0.2 | {torch['best_val_loss']:.4f} ({torch['best_val_step']}) | "
+         f"{torch['steps_done']} of {torch['steps']} | {ms(torch['step_ms'])} | "
+         f"{torch['tokens_per_s'] or 0:,.0f} | {torch['wall_s']:.0f} ({torch['train_s']:.0f} + "
+         f"{torch['eval_s']:.0f}) |"]
+  for dropout, ours in ours_runs:
+    best_step, best = _best(ours)
+    rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
+    rate = rates[len(rates) // 2]
+    last = max(r["step"] for r in ours)
+    out.append(f"| tfjax, configs/shakespeare_char.py | {dropout:g} | {best:.4f} ({best_step}) | "
+               f"{last} | {ms(tokens_per_step / rate * 1e3 if tokens_per_step else None)} | "
+               f"{rate:,.0f} | - |")
+  return out
 
 
 def mosaic_table(data, bundled):
@@ -202,8 +258,8 @@ def main(results):
       "alibi_h200.json")
   train, before = load("train_gpt2_small_h200.json"), load(
       "train_gpt2_small_h200_gather_loss.json")
-  with open(os.path.join(results, "shakespeare_char_h200_metrics.jsonl")) as f:
-    recipe = [json.loads(line) for line in f if line.strip()]
+  recipe, no_attention_dropout = (_load_jsonl(results, f"shakespeare_char_h200_{name}.jsonl")
+                                  for name in ("metrics", "no_attention_dropout_metrics"))
   # The backward tiling GPU_TILINGS held before tuning (64x64, 4 warps for D 64 and 8 warps for
   # D 128, 2 stages), to show what tuning changed.
   old = {64: dict(block_q=64, block_k=64, num_warps=4, num_stages=2),
@@ -221,19 +277,29 @@ def main(results):
              f"per-key bias (time ratio; target < 1.10; {meta(alibi)}):", ""]
             + variant_table(alibi),
             ["Tuning (`--tune`, causal, L 4096, bf16):", ""] + tuning_table(tuning, old),
-            ["GPT-2 small training step:", ""] + train_table(train),
+            ["GPT-2 small training step (each row changes one thing from the row above):", ""]
+            + train_table([(label, load(name)) for name, label in TRAIN_RUNS]),
             ["Where the step's time goes (`experiments/bench_train.py --profile_steps=5`, device "
-             "time per kernel kind from the profiler trace; same config as above):", ""]
+             "time per kernel kind from the profiler trace; the first row's config, and the "
+             "same with the loss's gather before it):", ""]
             + profile_table(before, train),
             peaks_line(load("peaks_h200.json")),
-            ["The ahead-of-time estimate against the measured step (same config; `python -m "
-             "tfjax.aot --target=h200x1`, compiled on a 2-core CPU host, jax 0.10.2):", ""]
+            ["The ahead-of-time estimate against the measured step, kind by kind (the profiled "
+             "step's program, the first row of the training table; `python -m tfjax.aot "
+             "--target=h200x1`, compiled on a 2-core CPU host, jax 0.10.2):", ""]
             + aot_table(load("aot_gpt2_small_h200.json"), train),
-            ["nanoGPT's shakespeare-char GPU recipe (5000 steps, seed 0), val loss on 200 "
-             "batches every 250 steps:", ""] + recipe_table(recipe),
+            ["The same estimate for the programs as the code now stands (the training table's "
+             "second and third rows; same command with `--config.model.vocab_size` as measured):",
+             ""] + aot_totals_table([(label, load(aot), load(measured))
+                                     for aot, measured, label in AOT_RUNS]),
+            ["nanoGPT's shakespeare-char GPU recipe (5000 steps, seed 0, attention dropout 0.2 "
+             "as nanoGPT), val loss on 200 batches every 250 steps:", ""] + recipe_table(recipe),
             ["Side by side with nanoGPT in PyTorch on the same kind of GPU (`scripts/"
-             "gpu_phase_nanogpt.sh`, stopped by its time limit):", ""]
-            + nanogpt_table(load("nanogpt_torch_h200.json"), recipe)]
+             "gpu_phase_nanogpt.sh`, stopped by its time limit; ours with attention dropout runs "
+             "`xla` attention, the fused kernels take no dropout):", ""]
+            + nanogpt_table(load("nanogpt_torch_h200.json"),
+                            [(0.0, no_attention_dropout), (0.2, recipe)]),
+            recipe_aot_line(load("aot_shakespeare_char_h200.json"), no_attention_dropout)]
   print("\n\n".join("\n".join(b) for b in blocks))
 
 

@@ -27,8 +27,9 @@ SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 ARM_KEYS = ("model.num_heads", "model.head_dim")
 PUBLISHED_PPL = {1: 5.29, 4: 5.00, 8: 4.92, 16: 4.91, 32: 5.01}  # table 3 (A), fixed d_model
 REPORT = dict(
-    metrics=["eval/loss", "eval/perplexity", "params/attention", "params/total",
-             "train/tokens_per_sec", "diverged"],
+    # No tokens/s: the points of a sweep share a machine (two at a time on 2 CPU cores, twelve on
+    # one GPU), so a point's throughput measures its neighbours as much as its arm.
+    metrics=["eval/loss", "eval/perplexity", "params/attention", "params/total", "diverged"],
     plots=[{"metric": "eval/loss", "x": "model.num_heads", "lines": ("model.head_dim",),
             "logx": True, "xlabel": "attention heads", "ylabel": "final eval loss (nats)",
             "published": {"head_dim=none": PUBLISHED_PPL},
@@ -65,7 +66,8 @@ def get_config(scale=None):
         --workdir=runs/ablations/heads_medium --parallel=2
 
   Points: 20 smoke, 30 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
-  4.5 min (measured at ab6f6c5), medium 60 min (measured); full: one GPU, not measured.
+  4.5 min (measured at ab6f6c5), medium 60 min (measured); on one H200 with --parallel=12 (as
+  scripts/gpu_session.sh sweeps), medium 1.9 min; full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/heads_<scale>.jsonl).
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))

@@ -66,3 +66,10 @@ def test_a_broken_line_names_the_file_and_line(tmp_path):
   path.write_text("{not json\n")
   with pytest.raises(ValueError, match="bad.jsonl:1"):
     sweep_results.load(str(path))
+
+
+def test_tfjax_code_commit_names_the_commit_of_a_copied_tree(monkeypatch):
+  monkeypatch.setenv("TFJAX_CODE_COMMIT", "fbc79d3")
+  assert sweep_results.code_commit() == "fbc79d3"
+  monkeypatch.delenv("TFJAX_CODE_COMMIT")
+  assert sweep_results.code_commit() != "fbc79d3"

@@ -22,7 +22,11 @@ EXTRA_METRICS = ("diverged",)
 
 def code_commit() -> Optional[str]:
   """The short commit of the checkout this code runs from, with '-dirty' when tracked files
-  differ from it; None outside a git checkout (the results then need --results_commit)."""
+  differ from it; None outside a git checkout (the results then need --results_commit).
+  $TFJAX_CODE_COMMIT, where set, is the answer instead: a copy of a checkout sent to another
+  machine (scripts/gpu_session.sh) may carry no git history, or a stale one."""
+  if os.environ.get("TFJAX_CODE_COMMIT"):
+    return os.environ["TFJAX_CODE_COMMIT"]
   here = os.path.dirname(os.path.abspath(__file__))
   try:
     commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], check=True,
