@@ -31,6 +31,18 @@ def test_every_sweep_has_a_section_and_claims_in_the_findings():
     assert f"| {name} (" in doc  # at least one findings row
 
 
+def test_a_section_names_the_devices_its_points_ran_on():
+  doc = sweep_doc.regenerate(REPO, figures=False)[os.path.join(REPO, sweep_doc.DOC)]
+  for name in sweep_doc.sweeps(REPO):
+    section = doc.split(f"<!-- sweep_doc:section:{name} begin -->")[1].split("<!-- sweep_doc")[0]
+    for path in sorted(os.listdir(os.path.join(REPO, sweep_doc.RESULTS_DIR))):
+      if path.startswith(name + "_") and f"`{sweep_doc.RESULTS_DIR}/{path}`" in section:
+        devices = {row["device"] for row in sweep_results.load(
+            os.path.join(REPO, sweep_doc.RESULTS_DIR, path)) if row["device"]}
+        for device in devices:
+          assert f" on {device}" in section or f" and {device}" in section, (name, device)
+
+
 def _copy_repo(tmp_path):
   """The files regeneration reads: configs, results, the doc and the README."""
   for rel in ("configs/ablations", sweep_doc.RESULTS_DIR):
