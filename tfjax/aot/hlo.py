@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import math
 import re
+from typing import Callable
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 _BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2,
@@ -27,7 +28,7 @@ _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _OP = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s("
                  + "|".join(KINDS) + r")(-done|-start)?\(")
 _ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
-_CALLEES = re.compile(r"\b(?:calls|body|to_apply|branch_computations|called_computations)="
+_CALLEES = re.compile(r"\b(calls|body|to_apply|branch_computations|called_computations)="
                       r"(\{[^}]*\}|%?[\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _CUSTOM = re.compile(r'custom_call_target="([^"]+)"')
@@ -72,7 +73,8 @@ def group_size(line: str, num_devices: int) -> int:
   return num_devices
 
 
-def _computations(text: str) -> dict[str, list[str]]:
+def computations(text: str) -> dict[str, list[str]]:
+  """HLO text -> {computation name: its instruction lines}; "__entry__" names the ENTRY one."""
   bodies, name = {}, None
   for line in text.splitlines():
     head = _COMPUTATION.match(line) if not line[:1].isspace() else None
@@ -86,8 +88,12 @@ def _computations(text: str) -> dict[str, list[str]]:
   return bodies
 
 
-def _runs_per_step(bodies: dict) -> dict[str, int]:
-  """computation -> how many times it runs per call of the entry computation."""
+def runs_per_step(bodies: dict, callees: re.Pattern = _CALLEES,
+                  follows: Callable[[str], bool] = lambda line: True) -> dict[str, int]:
+  """computation -> how many times it runs per call of the entry computation. `callees` matches
+  (attribute, computation(s)) pairs of the lines `follows` accepts; a `body` runs its loop's trip
+  count times. The default follows every called computation (fusions and reducers included: the
+  FLOP counts); tfjax/aot/kernel_model.py follows control flow only."""
   entry = bodies.get("__entry__")
   counts: dict = collections.defaultdict(int)
   stack = [(entry, 1)] if entry else []
@@ -95,16 +101,17 @@ def _runs_per_step(bodies: dict) -> dict[str, int]:
     name, runs = stack.pop()
     counts[name] += runs
     for line in bodies.get(name, ()):
-      trips = _trip_count(line, bodies)
-      for callee_text in _CALLEES.findall(line):
+      if not follows(line):
+        continue
+      trips = trip_count(line, bodies)
+      for key, callee_text in callees.findall(line):
         for callee in re.findall(r"%?([\w.\-]+)", callee_text):
           if callee in bodies and callee != "__entry__":
-            is_body = f"body={callee_text}" in line or f"body=%{callee}" in line
-            stack.append((callee, runs * (trips if is_body else 1)))
+            stack.append((callee, runs * (trips if key == "body" else 1)))
   return counts
 
 
-def _trip_count(while_line: str, bodies: dict) -> int:
+def trip_count(while_line: str, bodies: dict) -> int:
   """Iterations of a `while` op: XLA's known_trip_count where it records one (GPU), else the
   bound of its condition `i < constant` (a scan's counter starts at 0); 1 if neither is found."""
   known = _TRIP.search(while_line)
@@ -123,8 +130,8 @@ def _trip_count(while_line: str, bodies: dict) -> int:
 
 def collectives(text: str, num_devices: int) -> list[Collective]:
   """Every collective of an optimized HLO module, with its executions per step."""
-  bodies = _computations(text)
-  runs = _runs_per_step(bodies)
+  bodies = computations(text)
+  runs = runs_per_step(bodies)
   found = []
   for name, lines in bodies.items():
     if name == "__entry__" or not runs.get(name):
@@ -175,8 +182,8 @@ def wire_bytes(found: list[Collective]) -> float:
 def custom_calls(text: str) -> dict[str, int]:
   """custom_call_target -> executions per step (Pallas kernels appear as tpu_custom_call /
   __gpu$xla.gpu.triton with their kernel names in the backend config)."""
-  bodies = _computations(text)
-  runs = _runs_per_step(bodies)
+  bodies = computations(text)
+  runs = runs_per_step(bodies)
   found: dict = collections.defaultdict(int)
   for name, lines in bodies.items():
     if name == "__entry__" or not runs.get(name):
@@ -201,8 +208,8 @@ def _dims(shape_text: str) -> list[int]:
 def library_gemm_flops(text: str) -> float:
   """FLOPs per step of the cuBLAS GEMM custom calls, which XLA's cost analysis counts as 0:
   2 x output elements x contracted size each, times its executions per step."""
-  bodies = _computations(text)
-  runs = _runs_per_step(bodies)
+  bodies = computations(text)
+  runs = runs_per_step(bodies)
   total = 0.0
   for name, lines in bodies.items():
     if name == "__entry__" or not runs.get(name) or not any(_GEMM.search(l) for l in lines):
@@ -217,10 +224,20 @@ def library_gemm_flops(text: str) -> float:
         continue
       definition = _DEFINITION.match(line)
       lhs = re.search(r"custom-call\(\s*%?([\w.\-]+)", line)
-      contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
-      if not (definition and lhs and contracting and lhs.group(1) in shapes):
-        continue
-      lhs_dims = _dims(shapes[lhs.group(1)])
-      contracted = math.prod(lhs_dims[int(d)] for d in re.findall(r"\d+", contracting.group(1)))
-      total += 2.0 * math.prod(_dims(definition.group(2))) * contracted * runs[name]
+      if definition and lhs and lhs.group(1) in shapes:
+        total += gemm_flops(definition.group(2), shapes[lhs.group(1)], line) * runs[name]
   return total
+
+
+def gemm_flops(result_shape: str, lhs_shape: str, attrs: str) -> float:
+  """2 x output elements x contracted size of one dot or GEMM call; the contracted dimensions
+  from a dot's `lhs_contracting_dims={..}` or a cuBLAS call's backend config
+  `"lhs_contracting_dimensions":[..]` (0 when `attrs` names neither)."""
+  contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs) or re.search(
+      r'"lhs_contracting_dimensions":\[([^\]]*)\]', attrs)
+  if not contracting:
+    return 0.0
+  lhs = _dims(lhs_shape)
+  contracted = math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting.group(1))
+                         if int(d) < len(lhs))
+  return 2.0 * math.prod(_dims(result_shape)) * contracted

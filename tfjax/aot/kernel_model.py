@@ -39,6 +39,8 @@ _COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|"
                          r"collective-permute)(-start)?$")
 _ATTENTION_CALL = re.compile(r'custom_call_target="(?:__gpu\$xla\.gpu\.triton|mosaic_gpu\w*|'
                              r'__cudnn\$fmha\w*)"')
+_CONTROL_FLOW = re.compile(r"\b(body|condition|to_apply|branch_computations|true_computation|"
+                           r"false_computation)=(\{[^}]*\}|%?[\w.\-]+)")
 _CUBLAS = re.compile(r'custom_call_target="__cublas\$(?:lt\$)?(?:gemm|matmul)')
 
 
@@ -73,17 +75,6 @@ def _shapes(lines: list[str], header: str) -> dict[str, str]:
   return shapes
 
 
-def _dot_flops(result_shape: str, lhs_shape: str, attrs: str) -> float:
-  contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attrs) or re.search(
-      r'"lhs_contracting_dimensions":\[([^\]]*)\]', attrs)
-  if not contracting:
-    return 0.0
-  lhs = hlo._dims(lhs_shape)  # pylint: disable=protected-access
-  contracted = math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting.group(1))
-                         if int(d) < len(lhs))
-  return 2.0 * math.prod(hlo._dims(result_shape)) * contracted  # pylint: disable=protected-access
-
-
 def _fused_flops(computation: list[str], header: str) -> float:
   """FLOPs of the dots inside a fused computation (a Triton GEMM fusion)."""
   shapes = _shapes(computation, header)
@@ -93,8 +84,13 @@ def _fused_flops(computation: list[str], header: str) -> float:
     if ins and ins.group(3) == "dot":
       operands = re.findall(r"%?([\w.\-]+)", ins.group(4))
       if operands and operands[0] in shapes:
-        total += _dot_flops(ins.group(2), shapes[operands[0]], ins.group(5) or "")
+        total += hlo.gemm_flops(ins.group(2), shapes[operands[0]], ins.group(5) or "")
   return total
+
+
+def _is_control_flow(line: str) -> bool:
+  ins = _INSTRUCTION.match(line)
+  return bool(ins) and ins.group(3) in ("while", "call", "conditional")
 
 
 def _headers(text: str) -> dict[str, str]:
@@ -109,27 +105,11 @@ def _headers(text: str) -> dict[str, str]:
 
 def kernels(text: str) -> list[Kernel]:
   """Every kernel an optimized XLA:GPU module launches per step, with its FLOPs and bytes."""
-  bodies = hlo._computations(text)  # pylint: disable=protected-access
+  bodies = hlo.computations(text)
   headers = _headers(text)
-  entry = bodies.get("__entry__")
-  # Walk control flow only: loop bodies (x trip count), conditions, branches, calls.
-  runs: dict = collections.defaultdict(int)
-  stack = [(entry, 1)] if entry else []
-  while stack:
-    name, count = stack.pop()
-    runs[name] += count
-    for line in bodies.get(name, ()):
-      ins = _INSTRUCTION.match(line)
-      if not ins or ins.group(3) not in ("while", "call", "conditional"):
-        continue
-      attrs = ins.group(5) or ""
-      trips = hlo._trip_count(line, bodies)  # pylint: disable=protected-access
-      for key, target in re.findall(r"\b(body|condition|to_apply|branch_computations|"
-                                    r"true_computation|false_computation)=(\{[^}]*\}|%?[\w.\-]+)",
-                                    attrs):
-        for callee in re.findall(r"%?([\w.\-]+)", target):
-          if callee in bodies:
-            stack.append((callee, count * (trips if key == "body" else 1)))
+  # Control flow only (loop bodies x trip count, conditions, branches, calls): a fusion's body
+  # or a reducer is part of its kernel, not a kernel of its own.
+  runs = hlo.runs_per_step(bodies, _CONTROL_FLOW, _is_control_flow)
   found = []
   for name, count in runs.items():
     lines = bodies.get(name, [])
@@ -149,9 +129,9 @@ def kernels(text: str) -> list[Kernel]:
       elif op == "custom-call" and _ATTENTION_CALL.search(line):
         kind = "attention"
       elif op == "custom-call" and _CUBLAS.search(line) and operands:
-        flops, kind = _dot_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
+        flops, kind = hlo.gemm_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
       elif op == "dot" and operands:
-        flops, kind = _dot_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
+        flops, kind = hlo.gemm_flops(ins.group(2), shapes[operands[0]], attrs), "matmul"
       elif op == "fusion":
         callee = re.search(r"calls=%?([\w.\-]+)", attrs)
         if callee and callee.group(1) in bodies:
