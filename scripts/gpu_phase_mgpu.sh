@@ -13,13 +13,10 @@
 # timeout or crash only the Triton / cuDNN bench runs. Either way the tests' error tail is printed.
 # LENGTHS, HEAD_DIMS, TOKENS, D_MODEL override the bench sizes (small ones check the script on CPU).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-RESULTS=${RESULTS:-bench_results/gpu}
+. "$(dirname "$0")/gpu_env.sh"
 OUT_DIR=$RESULTS/mgpu
 mkdir -p "$OUT_DIR"
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=${PY:-python3}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 T_MGPU_TESTS=${T_MGPU_TESTS:-60} T_MGPU_BENCH=${T_MGPU_BENCH:-90}
 LENGTHS=${LENGTHS:-4096,16384} HEAD_DIMS=${HEAD_DIMS:-64,128}
 TOKENS=${TOKENS:-16384} D_MODEL=${D_MODEL:-2048}

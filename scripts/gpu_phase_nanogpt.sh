@@ -13,12 +13,7 @@
 # and the whole-split val loss take the rest); if 5000 steps do not fit, it stops there,
 # evaluates, and the JSON says how far it got (steps_done, stopped_at_max_seconds).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-RESULTS=${RESULTS:-bench_results/gpu}
-mkdir -p "$RESULTS"
-export PYTHONUNBUFFERED=1 TFJAX_DATA_DIR=${TFJAX_DATA_DIR:-$PWD/.gpu/data}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=${PY:-python3}
+. "$(dirname "$0")/gpu_env.sh"
 T_NANOGPT=${T_NANOGPT:-150}
 MAX_SECONDS=${MAX_SECONDS:-$((T_NANOGPT - 40))}
 SECONDS=0

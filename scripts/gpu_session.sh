@@ -14,11 +14,15 @@
 #              that the LM head's GEMMs tile evenly
 #   train_cublas train_vocab with XLA's Triton GEMM fusions off: every GEMM a cuBLAS call
 #   recipe     nanoGPT's shakespeare-char GPU recipe, 5000 steps, to its published val loss
+#   recipe_bf16  the same recipe computing in bfloat16 (params float32), nanoGPT's own precision
+#   profile_recipe  the recipe's step without attention dropout (the program the AOT kernel-sum
+#              estimate models) traced, float32 and bfloat16: time per kernel category
 #   tune       experiments/bench_attention.py --tune: candidates for GPU_TILINGS
 #   profile    GPT-2 small's step traced with jax.profiler (pallas and cudnn attention): device
 #              time per kernel category and idle time (tfjax/aot/kernel_profile.py), xla timed
 #   alibi      experiments/bench_attention.py, ours only, causal: plain, ALiBi and GQA side by side
-#   peaks      experiments/bench_peaks.py: achieved GEMM FLOP/s and copy bandwidth (the kernel-sum
+#   peaks      experiments/bench_peaks.py: achieved GEMM FLOP/s (bf16 and float32/TF32, square and
+#              at the recipe's and GPT-2 small's shapes) and copy bandwidth (the kernel-sum
 #              model's efficiencies, tfjax/aot/kernel_model.py)
 #   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
 #   mgpu       the Mosaic GPU forward kernel: its GPU tests and a forward bench (gpu_phase_mgpu.sh)
@@ -35,12 +39,7 @@
 # Needs: python3 with jax[cuda] (and flax, optax, orbax); ml_collections and tensorboardX as
 # wheels in .whl/ when the machine lacks them; Tiny Shakespeare under $TFJAX_DATA_DIR.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-RESULTS=${RESULTS:-bench_results/gpu}
-mkdir -p "$RESULTS"
-export PYTHONUNBUFFERED=1 TFJAX_DATA_DIR=${TFJAX_DATA_DIR:-$PWD/.gpu/data}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=${PY:-python3}
+. "$(dirname "$0")/gpu_env.sh"
 PHASES=${*:-env tests attention train recipe tune}
 # GPT-2 small compiles in ~40 s on an H200 (jax 0.11.2), then 20 timed steps: train and profile
 # phases get 130 s. The recipe (5000 steps with its evaluations) took 178 s with attention dropout.
@@ -102,11 +101,20 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
     train_cublas)
       XLA_FLAGS="--xla_gpu_enable_triton_gemm=false" train_phase train_cublas \
         --config.model.vocab_size=50304 ;;
-    recipe)
-      rm -rf /tmp/tfjax_recipe
-      phase recipe "$T_RECIPE" $PY experiments/train.py --config=configs/shakespeare_char.py \
-        --workdir=/tmp/tfjax_recipe --compilation_cache=none
-      cp /tmp/tfjax_recipe/metrics.jsonl "$RESULTS/recipe_metrics.jsonl" 2>/dev/null ;;
+    recipe|recipe_bf16)
+      dtype=float32; [ $p = recipe_bf16 ] && dtype=bfloat16
+      rm -rf "/tmp/tfjax_$p"
+      phase $p "$T_RECIPE" $PY experiments/train.py --config=configs/shakespeare_char.py \
+        --workdir="/tmp/tfjax_$p" --compilation_cache=none --config.model.dtype=$dtype
+      cp "/tmp/tfjax_$p/metrics.jsonl" "$RESULTS/${p}_metrics.jsonl" 2>/dev/null ;;
+    profile_recipe)
+      for dtype in ${RECIPE_DTYPES:-float32 bfloat16}; do
+        phase "profile_recipe_$dtype" "${T_PROFILE_RECIPE:-90}" $PY experiments/bench_train.py \
+          --config=configs/shakespeare_char.py --config.model.attention_dropout=0.0 \
+          --config.model.dtype=$dtype --steps=50 --warmup=5 --profile_steps=5 \
+          --out="$RESULTS/profile_recipe_$dtype"
+        rm -rf "$RESULTS/profile_recipe_$dtype/trace"
+      done ;;
     tune)
       phase tune "$T_TUNE" $PY experiments/bench_attention.py --tune --out="$RESULTS/tune" \
         --lengths=4096 --head_dims=64,128 --iters=3 --min_seconds=0.1 --compile_workers=12 ;;
@@ -126,7 +134,11 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
         --variant_impls=pallas --causal=true --lengths=${ALIBI_LENGTHS:-1024,4096,16384} --head_dims=64,128 \
         --iters=5 --min_seconds=0.3 --compile_workers=12 ;;
     peaks)
-      phase peaks "${T_PEAKS:-60}" $PY experiments/bench_peaks.py --out="$RESULTS/peaks" ;;
+      # Shapes: the recipe's (16384 tokens x 384 / 1536, the 65-letter head, and its unfused
+      # attention's scores and values: 64 x 6 heads of 256 x 64 x 256 and 256 x 256 x 64) and
+      # GPT-2 small's (16384 x 768 / 3072, the 50304 head).
+      phase peaks "${T_PEAKS:-90}" $PY experiments/bench_peaks.py --out="$RESULTS/peaks" \
+        --gemm_shapes=${PEAK_SHAPES:-16384x384x1536,16384x1536x384,16384x384x384,16384x384x65,384x256x64x256,384x256x256x64,16384x768x3072,16384x3072x768,16384x768x50304} ;;
     sweeps)
       for sweep in ${SWEEPS:-ffn heads}; do
         name=${sweep}_${SWEEP_SCALE:-medium} args="--config=configs/ablations/$sweep.py --scale=${SWEEP_SCALE:-medium}"

@@ -3,7 +3,8 @@
   python scripts/gpu_summary.py bench_results/gpu
 
 Reads what each phase wrote (missing phases are skipped): the tests' junit XML, the attention
-benchmark's results.json, bench_train.json, the recipe's metrics.jsonl and tuning.json.
+benchmark's results.json, every bench_train.json, the recipes' metrics.jsonl, bench_peaks.json
+and tuning.json.
 """
 
 import json
@@ -71,32 +72,43 @@ def train(results, folder="train"):
                  f", {p['launches_per_step']:.0f} launches per step")
     lines += [f"  {k['ms_per_step']:.2f} ms {k['category']} {k['hlo_op']} {k['kernel'][:70]}"
               for k in p["top_kernels"][:12]]
-  return [f"{folder} gpt2_small: {data['batch_size']}x{data['seq_len']} tokens, step "
+  config = os.path.splitext(os.path.basename(str(data.get("config", "?"))))[0]
+  return [f"{folder} {config}: {data['batch_size']}x{data['seq_len']} tokens, step "
           f"{data['step_ms']:.1f} ms, {data['tokens_per_s']:.0f} tokens/s, MFU "
           f"{'-' if mfu is None else f'{100 * mfu:.1f}%'}, compile {data['compile_s']:.0f} s, "
           f"compiled {gib(data.get('compiled_total_bytes'))}, temp {gib(data.get('temp_bytes'))},"
           f" device peak {gib(data.get('device_peak_bytes'))}"] + lines
 
 
+# Every bench_train.py folder gpu_session.sh writes besides `train`, in its phase order.
+TRAIN_FOLDERS = ("train_vocab", "train_cublas", "profile_recipe_float32", "profile_recipe_bfloat16",
+                 "profile_pallas", "profile_cudnn", "profile_xla")
+
+
 def profiles(results):
   lines = []
-  for impl in ("pallas", "cudnn", "xla"):
-    lines += train(results, f"profile_{impl}")
+  for folder in TRAIN_FOLDERS:
+    lines += train(results, folder)
   return lines
 
 
 def recipe(results):
-  path = os.path.join(results, "recipe_metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  rows = [json.loads(line) for line in open(path) if line.strip()]
-  evals = [(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r]
-  if not evals:
-    return ["recipe: no eval yet"]
-  best = min(evals, key=lambda e: e[1])
-  times = [r.get("time/elapsed_s") for r in rows if r.get("time/elapsed_s") is not None]
-  return [f"recipe shakespeare_char: last eval step {evals[-1][0]} loss {evals[-1][1]:.4f}; best "
-          f"{best[1]:.4f} at step {best[0]}" + (f"; elapsed {times[-1]:.0f} s" if times else "")]
+  lines = []
+  for name in ("recipe", "recipe_bf16"):
+    path = os.path.join(results, f"{name}_metrics.jsonl")
+    if not os.path.exists(path):
+      continue
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    evals = [(r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r]
+    if not evals:
+      lines.append(f"{name}: no eval yet")
+      continue
+    best = min(evals, key=lambda e: e[1])
+    times = [r.get("time/elapsed_s") for r in rows if r.get("time/elapsed_s") is not None]
+    lines.append(f"{name} shakespeare_char: last eval step {evals[-1][0]} loss "
+                 f"{evals[-1][1]:.4f}; best {best[1]:.4f} at step {best[0]}"
+                 + (f"; elapsed {times[-1]:.0f} s" if times else ""))
+  return lines
 
 
 def tune(results):
@@ -110,8 +122,13 @@ def peaks(results):
   data = load_json(os.path.join(results, "peaks", "bench_peaks.json"))
   if not data:
     return []
-  return [f"peaks ({data['device']}): GEMM {data['gemm_n']}^3 bf16 {data['gemm_tflops']:.0f} "
-          f"TFLOP/s; copy {data['copy_mib']} MiB {data['copy_gb_per_s']:.0f} GB/s (read + write)"]
+  float32 = data.get("gemm_float32_tflops")
+  lines = [f"peaks ({data['device']}): GEMM {data['gemm_n']}^3 bf16 {data['gemm_tflops']:.0f} "
+           f"TFLOP/s" + ("" if float32 is None else f", float32 {float32:.0f} TFLOP/s") +
+           f"; copy {data['copy_mib']} MiB {data['copy_gb_per_s']:.0f} GB/s (read + write)"]
+  batch = lambda g: f"{g['batch']}x" if g.get("batch", 1) > 1 else ""
+  return lines + [f"  GEMM {batch(g)}{g['m']}x{g['k']}x{g['n']} {g['dtype']}: {g['tflops']:.0f} "
+                  f"TFLOP/s ({g['ms']:.3f} ms)" for g in data.get("gemms", [])]
 
 
 def nanogpt(results):

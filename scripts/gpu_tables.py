@@ -198,10 +198,23 @@ def aot_totals_table(runs):
   return out
 
 
+def recipe_tokens_per_step() -> int:
+  """Batch x context of configs/shakespeare_char.py's GPU recipe, read from the config."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  sys.path.insert(0, repo)  # run as a script: tfjax from this checkout
+  spec = importlib.util.spec_from_file_location(
+      "shakespeare_char", os.path.join(repo, "configs", "shakespeare_char.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  return config.train.batch_size * config.data.seq_len
+
+
 def recipe_aot_line(aot, ours):
   """The recipe's ahead-of-time kernel sum against our measured step (median logged tokens/s)."""
   rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
-  step_ms = 64 * 256 / rates[len(rates) // 2] * 1e3  # the recipe's batch x context per step
+  step_ms = recipe_tokens_per_step() / rates[len(rates) // 2] * 1e3
   kinds = ", ".join(f"{kind} {seconds * 1e3:.2f}" for kind, seconds in
                     sorted(aot["kernel_sum_s_by_kind"].items()))
   return [f"The recipe's step ahead of time (`{aot['command']}`; {aot['program']}): kernel sum "
