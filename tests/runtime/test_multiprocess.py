@@ -96,8 +96,8 @@ def logs(workdir):
   return "\n".join(out)
 
 
-def train_records(run):
-  with open(os.path.join(run, "metrics.jsonl")) as f:
+def train_records(run, name="metrics.jsonl"):
+  with open(os.path.join(run, name)) as f:
     return [r for r in map(json.loads, f) if "train/loss" in r]
 
 
@@ -149,9 +149,12 @@ def test_two_processes_resume_on_another_mesh(tmp_path):
   run = os.path.join(workdir, "run")
   shutil.rmtree(os.path.join(run, "checkpoints", "5"))
   run_two_processes(workdir, (2, 2, 2), deadline, expected)
-  resumed = train_records(run)[5:]
-  assert [r["step"] for r in resumed] == [4, 5]
-  np.testing.assert_allclose([r["train/loss"] for r in resumed], expected[3:], rtol=2e-5)
+  # The resume moved the first run's steps 4-5 to metrics_superseded.jsonl and wrote its own.
+  superseded = train_records(run, "metrics_superseded.jsonl")
+  assert [r["step"] for r in superseded] == [4, 5]
+  records = train_records(run)
+  assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+  np.testing.assert_allclose([r["train/loss"] for r in records], expected, rtol=2e-5)
 
 
 @pytest.mark.slow
