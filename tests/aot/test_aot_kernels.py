@@ -115,14 +115,42 @@ def gpu_tiling_resources(head_dim_p: int, itemsize: int, length: int = 2048):
   return resources
 
 
+# A register spill is a compile-time proxy for a slow kernel, and a GPU's timing outranks it: a
+# tiling the committed device tuning timed fastest (docs/gpu/tuning_h200.json, jax 0.11.2, whose
+# Triton path reports no spill counts) may spill up to this much under this host's compiler
+# (jax 0.10.2's ptxas spills 204 B in the head_dim 128 bf16 dK/dV kernel of the 64 x 64, 4-warp
+# backward that was 15% faster than the next candidate). Every other kernel must not spill.
+TUNED_SPILL_BYTES = 1024
+
+
+def tuned_on_a_gpu() -> set:
+  """(padded head_dim, itemsize, 'forward' | 'backward', tiling) of the device tuning's winners."""
+  import json, os  # pylint: disable=import-outside-toplevel,multiple-imports
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(repo, "docs", "gpu", "tuning_h200.json")) as f:
+    best = json.load(f)["best"]
+  tuned = set()
+  for key, row in best.items():
+    head_dim, dtype = key.split(",")
+    for which in ("forward", "backward"):
+      tuned.add((int(head_dim), jnp.dtype(dtype).itemsize, which,
+                 gpu.KernelTiling(**row[which])))
+  return tuned
+
+
 def check_every_gpu_tiling():
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  tuned = tuned_on_a_gpu()
   for head_dim_p, itemsize in sorted(gpu.GPU_TILINGS):
     resources = gpu_tiling_resources(head_dim_p, itemsize)
     assert sorted(r.name for r in resources) == ["tfjax_flash_dkdv", "tfjax_flash_dq",
                                                  "tfjax_flash_forward"], resources
     for r in resources:
-      assert r.spill_bytes == 0 and 0 < r.registers <= 255, (head_dim_p, itemsize, r)
+      which = "forward" if r.name == "tfjax_flash_forward" else "backward"
+      tiling = getattr(gpu.GPU_TILINGS[(head_dim_p, itemsize)], which)
+      allowed = TUNED_SPILL_BYTES if (head_dim_p, itemsize, which, tiling) in tuned else 0
+      assert r.spill_bytes <= allowed and 0 < r.registers <= 255, (head_dim_p, itemsize, r)
       assert 0 < r.shared_bytes <= H100_SHARED_BYTES, (head_dim_p, itemsize, r)
 
 
@@ -141,7 +169,7 @@ def test_every_gpu_tiling_compiles_for_h100_without_spills():
 
 def check_tuning_candidates_are_pruned():
   """bench_attention --tune drops a tiling whose shared memory cannot fit an H100 block, and
-  keeps the GPU_TILINGS row."""
+  keeps one that fits without spills."""
   import runpy, os  # pylint: disable=import-outside-toplevel,multiple-imports
   from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
@@ -151,7 +179,7 @@ def check_tuning_candidates_are_pruned():
                             ("x",)), PartitionSpec())
   check = lambda t: bench["compiles_cleanly"](t, 128, jnp.bfloat16, 1024, sharding=spec)
   assert not check(gpu.KernelTiling(256, 256, 8, 4))  # ~576 KiB of shared memory
-  assert check(gpu.GPU_TILINGS[(128, 2)].backward)
+  assert check(gpu.KernelTiling(64, 64, 8, 2))  # head_dim 128's backward before the GPU tuning
   forward = gpu.GPU_TILINGS[(128, 2)].forward  # its backward would need too much shared memory
   assert bench["compiles_cleanly"](forward, 128, jnp.bfloat16, 1024, sharding=spec,
                                    backward=False)
