@@ -196,3 +196,22 @@ def test_bench_attention_prunes_tilings_that_do_not_fit_an_h100():
   result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
   assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_the_docs_gpu_kernel_table_shows_the_current_tilings():
+  """docs/benchmarks.md's H100 kernel table (experiments/aot_kernel_table.py) lists every
+  GPU_TILINGS row with the tiling the code uses, so a retuned table cannot leave it stale."""
+  import os, re  # pylint: disable=import-outside-toplevel,multiple-imports
+  gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(repo, "docs", "benchmarks.md")) as f:
+    table = f.read().split("<!-- aot-kernel-table:start -->")[1].split("TPU, Mosaic kernels")[0]
+  rows = re.findall(r"^\| (\d+) \| (bfloat16|float32) \| (forward|dkdv|dq) \| (\d+)x(\d+) w(\d+) "
+                    r"s(\d+) \|", table, re.M)
+  shown = {(int(d), 2 if dtype == "bfloat16" else 4, kernel): gpu.KernelTiling(*map(int, t))
+           for d, dtype, kernel, *t in rows}
+  expected = {}
+  for (head_dim, itemsize), tilings in gpu.GPU_TILINGS.items():
+    expected[head_dim, itemsize, "forward"] = tilings.forward
+    expected[head_dim, itemsize, "dkdv"] = expected[head_dim, itemsize, "dq"] = tilings.backward
+  assert shown == expected
