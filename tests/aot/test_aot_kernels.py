@@ -139,6 +139,19 @@ def tuned_on_a_gpu() -> set:
   return tuned
 
 
+def run_in_a_fresh_process(check: str):
+  """Runs this module's function `check` in a new Python (JAX on the CPU, the CUDA plugin
+  compiling deviceless), failing with its stderr."""
+  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
+          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
+          f"spec.loader.exec_module(m); m.{check}()")
+  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
+  assert result.returncode == 0, result.stderr[-4000:]
+
+
 def check_every_gpu_tiling():
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
   tuned = tuned_on_a_gpu()
@@ -157,14 +170,7 @@ def check_every_gpu_tiling():
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_every_gpu_tiling_compiles_for_h100_without_spills():
-  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
-          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
-          "spec.loader.exec_module(m); m.check_every_gpu_tiling()")
-  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
-  assert result.returncode == 0, result.stderr[-4000:]
+  run_in_a_fresh_process("check_every_gpu_tiling")
 
 
 def check_tuning_candidates_are_pruned():
@@ -188,14 +194,7 @@ def check_tuning_candidates_are_pruned():
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_bench_attention_prunes_tilings_that_do_not_fit_an_h100():
-  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
-          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
-          "spec.loader.exec_module(m); m.check_tuning_candidates_are_pruned()")
-  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
-  assert result.returncode == 0, result.stderr[-4000:]
+  run_in_a_fresh_process("check_tuning_candidates_are_pruned")
 
 
 def test_the_docs_gpu_kernel_table_shows_the_current_tilings():
