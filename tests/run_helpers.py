@@ -49,3 +49,17 @@ def run_cli(args, cwd, timeout=120, **env_vars):
   env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(cwd / "cache"), **env_vars)
   return subprocess.run([sys.executable, os.path.join(REPO, "experiments", "train.py"), *args],
                         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def run_in_cpu_only_process(test_file: str, name: str, *args, timeout: float = 900):
+  """Runs function `name(*args)` of the test module `test_file` in a new Python started with
+  JAX_PLATFORMS=cpu (the CUDA plugin describes compile-only GPUs only when JAX has not opened the
+  cuda backend); fails with the child's stderr."""
+  code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('t', "
+          f"{os.path.abspath(test_file)!r}); m = importlib.util.module_from_spec(spec); "
+          f"spec.loader.exec_module(m); m.{name}(*{args!r})")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
+                              [REPO, os.path.dirname(os.path.abspath(__file__))])),  # + tests/
+                          timeout=timeout)
+  assert result.returncode == 0, result.stderr[-4000:]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from run_helpers import run_in_cpu_only_process
 from tfjax.aot import hlo, targets
 from tfjax.nn import ops
 
@@ -28,14 +29,8 @@ needs_libtpu = pytest.mark.skipif(not (HAS_LIBTPU and ON_CPU),
 
 
 def _in_cpu_only_process(name: str, *args):
-  """Runs this module's function `name(*args)` in a process started with JAX_PLATFORMS=cpu: the
-  CUDA plugin describes compile-only GPUs only when JAX has not opened the cuda backend."""
-  code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('t', "
-          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
-          f"spec.loader.exec_module(m); m.{name}(*{args!r})")
-  result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu"), timeout=900)
-  assert result.returncode == 0, result.stderr[-4000:]
+  """Runs this module's function `name(*args)` in a process started with JAX_PLATFORMS=cpu."""
+  run_in_cpu_only_process(__file__, name, *args)
 
 
 @pytest.mark.parametrize("name, platform, devices, topology", [

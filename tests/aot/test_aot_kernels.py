@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from run_helpers import run_in_cpu_only_process
+
 # The module (tfjax.nn.kernels re-exports its function under the same name).
 tpu_kernels = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
 
@@ -139,19 +141,6 @@ def tuned_on_a_gpu() -> set:
   return tuned
 
 
-def run_in_a_fresh_process(check: str):
-  """Runs this module's function `check` in a new Python (JAX on the CPU, the CUDA plugin
-  compiling deviceless), failing with its stderr."""
-  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  code = ("import importlib.util; spec = importlib.util.spec_from_file_location('t', "
-          f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
-          f"spec.loader.exec_module(m); m.{check}()")
-  result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=repo, JAX_PLATFORMS="cpu"), timeout=1200)
-  assert result.returncode == 0, result.stderr[-4000:]
-
-
 def check_every_gpu_tiling():
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
   tuned = tuned_on_a_gpu()
@@ -170,7 +159,7 @@ def check_every_gpu_tiling():
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_every_gpu_tiling_compiles_for_h100_without_spills():
-  run_in_a_fresh_process("check_every_gpu_tiling")
+  run_in_cpu_only_process(__file__, "check_every_gpu_tiling", timeout=1200)
 
 
 def check_tuning_candidates_are_pruned():
@@ -194,7 +183,7 @@ def check_tuning_candidates_are_pruned():
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_bench_attention_prunes_tilings_that_do_not_fit_an_h100():
-  run_in_a_fresh_process("check_tuning_candidates_are_pruned")
+  run_in_cpu_only_process(__file__, "check_tuning_candidates_are_pruned", timeout=1200)
 
 
 def test_the_docs_gpu_kernel_table_shows_the_current_tilings():
