@@ -176,6 +176,12 @@ def _best(rows):
   return min(((r["step"], r["eval/loss"]) for r in rows if "eval/loss" in r), key=lambda e: e[1])
 
 
+def _steady_rate(rows):
+  """The median logged train tokens/s, the slowest log (the one with the compilation) left out."""
+  rates = sorted(r["train/tokens_per_sec"] for r in rows if "train/tokens_per_sec" in r)[1:]
+  return rates[len(rates) // 2]
+
+
 AOT_RUNS = (  # (AOT JSON, measured bench_train JSON, what): the programs as the code stands
     ("aot_gpt2_small_h200_f32_embed.json", "train_gpt2_small_h200_f32_embed.json",
      "vocabulary 50257"),
@@ -213,8 +219,7 @@ def recipe_tokens_per_step() -> int:
 
 def recipe_aot_line(aot, ours):
   """The recipe's ahead-of-time kernel sum against our measured step (median logged tokens/s)."""
-  rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
-  step_ms = recipe_tokens_per_step() / rates[len(rates) // 2] * 1e3
+  step_ms = recipe_tokens_per_step() / _steady_rate(ours) * 1e3
   kinds = ", ".join(f"{kind} {seconds * 1e3:.2f}" for kind, seconds in
                     sorted(aot["kernel_sum_s_by_kind"].items()))
   return [f"The recipe's step ahead of time (`{aot['command']}`; {aot['program']}): kernel sum "
@@ -237,8 +242,7 @@ def nanogpt_table(torch, ours_runs):
          f"{torch['eval_s']:.0f}) |"]
   for dropout, ours in ours_runs:
     best_step, best = _best(ours)
-    rates = sorted(r["train/tokens_per_sec"] for r in ours if "train/tokens_per_sec" in r)[1:]
-    rate = rates[len(rates) // 2]
+    rate = _steady_rate(ours)
     last = max(r["step"] for r in ours)
     out.append(f"| tfjax, configs/shakespeare_char.py | {dropout:g} | {best:.4f} ({best_step}) | "
                f"{last} | {ms(tokens_per_step / rate * 1e3 if tokens_per_step else None)} | "

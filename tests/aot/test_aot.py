@@ -28,11 +28,6 @@ needs_libtpu = pytest.mark.skipif(not (HAS_LIBTPU and ON_CPU),
                                   reason="needs libtpu (pip install '.[tpu-aot]') on a CPU host")
 
 
-def _in_cpu_only_process(name: str, *args):
-  """Runs this module's function `name(*args)` in a process started with JAX_PLATFORMS=cpu."""
-  run_in_cpu_only_process(__file__, name, *args)
-
-
 @pytest.mark.parametrize("name, platform, devices, topology", [
     ("v4-8", "tpu", 4, "2x2x1"), ("v5p-128", "tpu", 64, "4x4x4"), ("v5p-256", "tpu", 128, "4x4x8"),
     ("v5e-8", "tpu", 8, "2x4"), ("v6e-256", "tpu", 256, "16x16"), ("v5e-1", "tpu", 1, "1x1"),
@@ -220,7 +215,7 @@ def test_pallas_and_auto_lower_the_tpu_kernels():
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_pallas_and_auto_lower_the_triton_kernels_for_h100():
-  _in_cpu_only_process("check_kernels_lowered_for", "cuda", "h100", "__gpu$xla.gpu.triton")
+  run_in_cpu_only_process(__file__, "check_kernels_lowered_for", "cuda", "h100", "__gpu$xla.gpu.triton")
 
 
 def check_kernels_lowered_for(platform, target, kernel_call):
@@ -239,7 +234,7 @@ def check_kernels_lowered_for(platform, target, kernel_call):
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_default_train_step_compiles_for_h100s():
-  _in_cpu_only_process("check_default_compiles_data_parallel", "h100x2", 2)
+  run_in_cpu_only_process(__file__, "check_default_compiles_data_parallel", "h100x2", 2)
 
 
 def check_default_compiles_data_parallel(target: str, devices: int):

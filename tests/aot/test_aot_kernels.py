@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from run_helpers import run_in_cpu_only_process
+from run_helpers import REPO, run_in_cpu_only_process
 
 # The module (tfjax.nn.kernels re-exports its function under the same name).
 tpu_kernels = importlib.import_module("tfjax.nn.kernels.flash_attention_tpu")
@@ -129,8 +129,7 @@ def tuned_on_a_gpu() -> set:
   """(padded head_dim, itemsize, 'forward' | 'backward', tiling) of the device tuning's winners."""
   import json, os  # pylint: disable=import-outside-toplevel,multiple-imports
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  with open(os.path.join(repo, "docs", "gpu", "tuning_h200.json")) as f:
+  with open(os.path.join(REPO, "docs", "gpu", "tuning_h200.json")) as f:
     best = json.load(f)["best"]
   tuned = set()
   for key, row in best.items():
@@ -191,8 +190,7 @@ def test_the_docs_gpu_kernel_table_shows_the_current_tilings():
   GPU_TILINGS row with the tiling the code uses, so a retuned table cannot leave it stale."""
   import os, re  # pylint: disable=import-outside-toplevel,multiple-imports
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  with open(os.path.join(repo, "docs", "benchmarks.md")) as f:
+  with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
     table = f.read().split("<!-- aot-kernel-table:start -->")[1].split("TPU, Mosaic kernels")[0]
   rows = re.findall(r"^\| (\d+) \| (bfloat16|float32) \| (forward|dkdv|dq) \| (\d+)x(\d+) w(\d+) "
                     r"s(\d+) \|", table, re.M)

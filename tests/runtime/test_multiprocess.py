@@ -22,6 +22,7 @@ REPO = os.path.dirname(TESTS)
 sys.path.insert(0, TESTS)
 
 from scaleout_helper import FAST_COMPILE  # pylint: disable=wrong-import-position
+from tfjax.training import metrics  # pylint: disable=wrong-import-position
 
 
 TIMEOUT_S = 240
@@ -149,8 +150,8 @@ def test_two_processes_resume_on_another_mesh(tmp_path):
   run = os.path.join(workdir, "run")
   shutil.rmtree(os.path.join(run, "checkpoints", "5"))
   run_two_processes(workdir, (2, 2, 2), deadline, expected)
-  # The resume moved the first run's steps 4-5 to metrics_superseded.jsonl and wrote its own.
-  superseded = train_records(run, "metrics_superseded.jsonl")
+  # The resume moved the first run's steps 4-5 aside (metrics.SUPERSEDED_FILE) and wrote its own.
+  superseded = train_records(run, metrics.SUPERSEDED_FILE)
   assert [r["step"] for r in superseded] == [4, 5]
   records = train_records(run)
   assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
