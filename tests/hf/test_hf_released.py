@@ -293,10 +293,11 @@ AUTO = {"causal": T.AutoModelForCausalLM, "mlm": T.AutoModelForMaskedLM,
         "seq2seq": T.AutoModelForSeq2SeqLM}
 
 
-def released_dir(tmp_path, name) -> tuple:
-  """(the random transformers model, its directory holding the released config.json)."""
+def released_dir(tmp_path, name, **changes) -> tuple:
+  """(the random transformers model, its directory holding the released config.json); `changes`
+  override fields after the size cuts (another depth, a layer layout)."""
   fields, sizes, kind = RELEASED[name]
-  released = {**fields, **sizes}
+  released = {**fields, **sizes, **changes}
   config = T.AutoConfig.for_model(**copy.deepcopy(released))  # it edits nested dicts in place
   torch.manual_seed(0)
   model = parity._randomize(AUTO[kind].from_config(config, dtype=torch.float32))

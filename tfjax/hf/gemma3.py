@@ -3,7 +3,8 @@ local/global layer pattern and two RoPE bases.
 
 Layer i is global iff (i + 1) % pattern == 0 (pattern 6 in the released models: five
 sliding-window layers, then one global; tfjax `window_pattern`), from `layer_types` or the legacy
-`sliding_window_pattern`. Global layers rotate with `rope_theta` (1e6) and the config's RoPE
+`sliding_window_pattern` (export writes both, so a stack shorter than its pattern keeps it).
+Global layers rotate with `rope_theta` (1e6) and the config's RoPE
 scaling, sliding layers with `rope_local_base_freq` (1e4) unscaled (tfjax `rope_local_base`);
 transformers 5 writes both as `rope_parameters` {"full_attention": ..., "sliding_attention":
 ...}. q and k get a per-head (1 + w) RMSNorm before RoPE (`qk_norm`), scores scale by
@@ -20,24 +21,45 @@ from tfjax.nn.norms import NormConfig
 from tfjax.nn.rope_config import RopeConfig
 
 # config.json fields Gemma 3's text model does not read (beyond mapping.IGNORED): `hidden_act`
-# (it reads hidden_activation) and the pattern fields when `layer_types` is given.
+# (it reads hidden_activation).
 IGNORED = {"gemma3_text": frozenset(("hidden_act",))}
 
 
+def _layout(pattern, n: int) -> list:
+  """transformers' layer_types of a pattern (None: every layer slides)."""
+  return ["full_attention" if pattern and (i + 1) % pattern == 0 else "sliding_attention"
+          for i in range(n)]
+
+
 def _window_pattern(f: Fields, n: int):
-  """tfjax window_pattern of the layer types (None: every layer slides)."""
+  """tfjax window_pattern of the layout transformers runs (None: every layer slides).
+
+  Gemma3TextConfig runs `layer_types` when given, else derives it from `sliding_window_pattern`
+  (default 6); `_sliding_window_pattern` is only its saved copy, never a layout of its own. A
+  pattern field that agrees with `layer_types` is kept as the pattern: a stack shorter than the
+  pattern has no global layer, and its pattern is what an export writes back.
+  """
   types = f.get("layer_types")
-  legacy = f.get("sliding_window_pattern", f.get("_sliding_window_pattern", 6))
+  given, saved = f.get("sliding_window_pattern"), f.get("_sliding_window_pattern")
   if types is None:
-    return int(legacy)
+    return int(6 if given is None else given)
+  for pattern in (given, saved):
+    if isinstance(pattern, int) and pattern >= 1 and list(types) == _layout(pattern, n):
+      return pattern
   full = [i for i, t in enumerate(types) if t == "full_attention"]
   pattern = full[0] + 1 if full else None
-  expected = ["full_attention" if pattern and (i + 1) % pattern == 0 else "sliding_attention"
-              for i in range(n)]
-  if list(types) != expected:
+  if list(types) != _layout(pattern, n):
     raise UnsupportedError(f"gemma3_text config.json layer_types={types}: tfjax supports a "
                            "global layer every k-th layer (sliding otherwise) only")
   return pattern
+
+
+def _window(f: Fields) -> int:
+  window = f.require("sliding_window")
+  if window is None:
+    raise UnsupportedError("gemma3_text config.json sliding_window=None (no sliding window) is "
+                           "not supported")
+  return int(window)
 
 
 def _rope(f: Fields, max_len: int) -> dict:
@@ -82,13 +104,17 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
       **NormConfig.eps_from_hf(f, "rms_norm_eps", 1e-6), norm_placement="sandwich",
       norm_unit_offset=True, embed_scale=True, qk_norm="rmsnorm", position="rope",
       max_len=max_len, tie_embeddings=bool(f.get("tie_word_embeddings", True)),
-      window=int(f.require("sliding_window")), window_pattern=_window_pattern(f, n),
+      window=_window(f), window_pattern=_window_pattern(f, n),
       attention_scale=float(f.get("query_pre_attn_scalar", head_dim)) ** -0.5,
       attention_softcap=f.get("attn_logit_softcapping"),
       logits_softcap=f.get("final_logit_softcapping"), **_rope(f, max_len))
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
+  if cfg.window is None:
+    raise UnsupportedError(f"model_type {kind!r} needs model.window (its sliding layers' window) "
+                           "and model.window_pattern (every k-th layer global); set them "
+                           "(gemma-3-1b: model.window=512, model.window_pattern=6)")
   local = cfg.rope_base if cfg.rope_local_base is None else cfg.rope_local_base
   return dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
@@ -101,6 +127,7 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
       attention_bias=cfg.attention_bias, sliding_window=cfg.window,
       layer_types=["sliding_attention" if cfg.attention.is_sliding_layer(i) else "full_attention"
                    for i in range(cfg.num_layers)],
+      **({} if cfg.window_pattern is None else {"sliding_window_pattern": cfg.window_pattern}),
       query_pre_attn_scalar=round(cfg.attention_scale ** -2),
       attn_logit_softcapping=cfg.attention_softcap, final_logit_softcapping=cfg.logits_softcap,
       rope_parameters={"full_attention": cfg.positions.rope.to_hf()["rope_parameters"],
