@@ -43,7 +43,9 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
               "ylabel": "exact match (fraction of instances)",
               "file": "position_lengthgen_exact_match.png",
               "title": f"exact match vs instance length (trained on lengths 1..{n})"}],
+      # Ranked over the tasks (x lengths): the arms' own embedding keys are no setting.
       mrr=[{"metric": "eval/exact_match", "arms": "model.position", "min_n": n + 1,
+            "settings": ("data.name",),
             "file": "position_lengthgen_mrr.png",
             "title": f"mean reciprocal rank over tasks x lengths > {n} (exact match)"}])
 
