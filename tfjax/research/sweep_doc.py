@@ -70,14 +70,11 @@ def load_section(name: str, repo: str = REPO) -> dict:
 
 def judge(section: dict) -> list[dict]:
   """Each claim with its verdict ('pending rerun' without results)."""
-  out = []
-  for claim in section["claims"]:
-    if section["scale"] is None:
-      result = {"word": PENDING, "why": "no per-seed results committed", "delta": None}
-    else:
-      result = verdicts.verdict(section["rows"], claim)
-    out.append({**claim, "result": result})
-  return out
+  if section["scale"] is None:
+    return [{**claim, "result": {"word": PENDING, "why": "no per-seed results committed",
+                                 "delta": None}} for claim in section["claims"]]
+  results = verdicts.judge_claims(section["rows"], section["claims"])  # Holm: one family
+  return [{**claim, "result": result} for claim, result in zip(section["claims"], results)]
 
 
 def _ours(claim: dict) -> str:
