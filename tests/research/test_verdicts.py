@@ -203,3 +203,27 @@ def test_holm_adjusts_p_within_a_section():
   both = verdicts.judge_claims(rows, [claim, {**claim, "id": "again"}])
   assert [r["word"] for r in both] == ["direction only", "direction only"], both
   assert both[0]["p_holm"] == pytest.approx(min(1.0, 2 * alone["p"]))
+
+
+def test_mrr_leaves_out_tasks_where_no_arm_generalizes_and_is_untestable_without_any():
+  def row(task, arm, seed, at4, at12):
+    return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
+            "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
+  spec = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
+              learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+  control = {"metric": "eval/exact_match", "min_n": 5, "min": 0.5, "any": True,
+             "what": "some arm generalizes past N = 4"}
+  claim = {"kind": "mrr", "mrr": spec, "mrr_controls": [control],
+           "a": {"model.position": "none", "metric": "mrr"},
+           "b": {"model.position": "rope", "metric": "mrr"}, "expect": "greater"}
+  # reverse: learned by both, both at the floor past N (rope 0.01 "wins" by noise).
+  floor = [row("reverse", arm, s, 1.0, 0.01 if arm == "rope" else 0.0)
+           for arm in ("none", "rope") for s in range(3)]
+  result = verdicts.verdict(floor, claim)
+  assert result["word"] == "untestable here" and "positive control" in result["why"], result
+  # copy: NoPE generalizes (0.8); reverse is left out, so copy alone decides.
+  copy = [row("copy", "none", s, 1.0, 0.8) for s in range(3)]
+  copy += [row("copy", "rope", s, 1.0, 0.1) for s in range(3)]
+  result = verdicts.verdict(floor + copy, claim)
+  assert result["delta"] == pytest.approx(0.5) and "ranked over copy" in result["why"], result
+  assert "reverse: control: some arm generalizes past N = 4 fails" in result["why"], result

@@ -283,24 +283,28 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
 
 
 def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
+  """Per-seed MRR over the settings every arm learned in distribution (the precondition) and
+  where claim['mrr_controls'] hold (e.g. some arm generalizes past N: a setting where every arm
+  sits at the floor past N ranks noise); untestable when no setting remains."""
   spec = claim["mrr"]
   learned, not_learned = learned_settings(rows, spec)
-  skipped = "; ".join(f"{s}: {why}" for s, why in not_learned.items())
-  if not learned:
+  controls = claim.get("mrr_controls", ())
+  failed = {s: why for s in learned if (why := check_conditions(
+      rows, [{**c, "where": {**c.get("where", {}), spec["setting"]: s}} for c in controls],
+      "control: "))}
+  ranked = [s for s in learned if s not in failed]
+  skipped = "; ".join(f"{s}: {why}" for s, why in {**not_learned, **failed}.items())
+  if not ranked:
+    reason = (f"no {spec.get('label', spec['setting'])} learned in distribution by every arm"
+              if not learned else "on no learned "
+              f"{spec.get('label', spec['setting'])} does the positive control pass")
     return {"kind": "mean", "expect": claim["expect"], "n_a": 0, "n_b": 0, "delta": None,
-            "se": None, "p": None, "df": None, "why": "",
-            "untestable": f"no {spec.get('label', spec['setting'])} learned in distribution by "
-                          f"every arm ({skipped})"}
-  note = f"ranked over {', '.join(map(str, learned))}" + (f"; left out: {skipped}"
-                                                          if skipped else "")
-  controls = [{**c, "where": {**c.get("where", {}), spec["setting"]: s}} for c in
-              claim.get("mrr_controls", ()) for s in learned]
-  per_setting = [check_conditions(rows, [c], "control: ") for c in controls]
-  result = _raw(per_seed_mrr(rows, spec, learned),
+            "se": None, "p": None, "df": None, "why": "", "untestable": f"{reason} ({skipped})"}
+  note = f"ranked over {', '.join(map(str, ranked))}" + (f"; left out: {skipped}"
+                                                         if skipped else "")
+  result = _raw(per_seed_mrr(rows, spec, ranked),
                 {**{k: v for k, v in claim.items() if k not in ("controls", "mrr_controls")},
                  "kind": "mean"})
-  if controls and all(per_setting):
-    result["untestable"] = result["untestable"] or "; ".join(per_setting)
   return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
 
 
