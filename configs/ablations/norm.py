@@ -114,6 +114,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
             "model.init": "normal", "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
             "optimizer.warmup_steps": warmup, "metric": metric}
   deep = grid["layers"][-1]
+  grad_ratio = f"init/grad_norm_ffn_wo@{deep} / init/grad_norm_ffn_wo@1"
 
   def trains(placement, layers, warmup=grid["warmup"], why=""):
     """A positive control: every seed of this arm trains (failed = 0)."""
@@ -130,7 +131,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater",
            controls=[xiong]),
       dict(id="preln_without_warmup", claim="pre-LN without warmup beats post-LN without warmup",
-           paper="pre-LN trains without warmup, converges faster (Xiong et al. section 4)",
+           paper="pre-LN trains without warmup, converges faster (Xiong et al.)",
            a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "post", 0), expect="less",
            controls=[xiong]),
       dict(id="rmsnorm_matches", claim="RMSNorm matches LayerNorm (pre-LN)",
@@ -142,6 +143,29 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            paper="stable where post-LN diverges (Wang et al.)", kind="count",
            a=arm("failed", "deepnorm", layers=deep), b=arm("failed", "post", layers=deep),
            expect="less", controls=[trains("pre", deep)]),
+      dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than post-LN at depth {deep}",
+           paper="Sandwich-LN keeps training stable (Ding et al. 2021, CogView)",
+           kind="count", a=arm("failed", "sandwich", layers=deep),
+           b=arm("failed", "post", layers=deep), expect="less", controls=[trains("pre", deep)]),
+      dict(id="preln_warmup", claim="pre-LN trains as well without warmup as with it (parity)",
+           paper="Pre-LN reaches comparable results without warmup (Xiong et al.)",
+           a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "pre"), expect="less",
+           controls=[trains("pre", grid["layers"][0])]),
+      # Xiong et al.'s figure 3: at init, post-LN's W_2 gradient norm grows towards the output
+      # while pre-LN's stays level: the last layer's norm over the first's, per seed.
+      dict(id="xiong_postln_grows", claim=f"at initialization, post-LN's FFN W_2 gradient norm "
+           f"grows towards the output (layer {deep} over layer 1 > 1)",
+           paper="grows with the layer index (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "post", layers=deep), b={"value": 1.0}, expect="greater"),
+      dict(id="xiong_preln_level", claim=f"at initialization, pre-LN's FFN W_2 gradient norm does "
+           f"not fall towards the output (layer {deep} over layer 1 >= 1)",
+           paper="level across layers (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "pre", layers=deep), b={"value": 1.0}, expect="greater"),
+      dict(id="xiong_relative", claim=f"at initialization, the layer-{deep}-over-layer-1 ratio of "
+           f"the FFN W_2 gradient norm is larger for post-LN than for pre-LN",
+           paper="post-LN grows, pre-LN level (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "post", layers=deep), b=arm(grad_ratio, "pre", layers=deep),
+           expect="greater"),
   ]
 
 

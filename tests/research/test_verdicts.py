@@ -227,3 +227,27 @@ def test_mrr_leaves_out_tasks_where_no_arm_generalizes_and_is_untestable_without
   result = verdicts.verdict(floor + copy, claim)
   assert result["delta"] == pytest.approx(0.5) and "ranked over copy" in result["why"], result
   assert "reverse: control: some arm generalizes past N = 4 fails" in result["why"], result
+
+
+def test_a_side_against_a_fixed_number_uses_the_one_sample_t_test():
+  a = [1.3, 1.1, 1.2, 1.4]
+  se = np.std(a, ddof=1) / 2
+  t = (np.mean(a) - 1.0) / se
+  # Two-sided p at 3 df from the closed form of Student's t CDF with 3 degrees of freedom.
+  x = t / math.sqrt(3)
+  p = 1 - 2 / math.pi * (math.atan(x) + x / (1 + x * x))
+  result = verdicts.one_sample(a, 1.0)
+  assert result["se"] == pytest.approx(se) and result["p"] == pytest.approx(p)
+  claim = {"a": {"model.position": "alibi", "metric": "ratio"}, "b": {"value": 1.0},
+           "expect": "greater"}
+  out = verdicts.verdict(_rows({"alibi": a}, "ratio"), claim)
+  assert out["delta"] == pytest.approx(0.25) and out["p"] == pytest.approx(p), out
+  # 3.9 se at 4 seeds is within 1 se of the 3.18 se where p crosses 0.05: more seeds needed.
+  assert out["word"] == "needs more seeds" and verdicts.format_ours(out).endswith("; 4 seeds)")
+  clear = verdicts.verdict(_rows({"alibi": [1.5, 1.45, 1.55, 1.5, 1.52]}, "ratio"), claim)
+  assert clear["word"] == "reproduced", clear
+
+
+def test_a_ratio_metric_divides_two_metrics_of_each_seed():
+  assert verdicts.metric_value({"g@12": 3.0, "g@1": 2.0}, "g@12 / g@1") == 1.5
+  assert verdicts.metric_value({"g@12": 3.0}, "g@12 / g@1") is None

@@ -25,6 +25,18 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict:
           "p": float(2 * scipy_stats.t.sf(abs(t), df))}
 
 
+def one_sample(a: Sequence[float], value: float) -> dict:
+  """{'delta', 'se', 't', 'df', 'p'} of mean(a) - value (Student's one-sample t-test)."""
+  a = np.asarray(a, float)
+  delta, se = float(a.mean() - value), float(a.std(ddof=1) / math.sqrt(len(a)))
+  if se == 0:
+    return {"delta": delta, "se": 0.0, "t": math.copysign(math.inf, delta) if delta else 0.0,
+            "df": float(len(a) - 1), "p": 0.0 if delta else 1.0}
+  t = delta / se
+  return {"delta": delta, "se": se, "t": t, "df": float(len(a) - 1),
+          "p": float(2 * scipy_stats.t.sf(abs(t), len(a) - 1))}
+
+
 def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:
   """{'delta', 'se', 'p'}: failure fractions a - b, their binomial se, Fisher's exact p."""
   pa, pb = failed_a / n_a, failed_b / n_b

@@ -10,7 +10,8 @@ and a metric, and names the direction the paper reports:
    'requires': [condition, ...]  preconditions (e.g. every arm learned the task), and
    'controls': [condition, ...]  positive controls: the paper's own reference behaviour at this
                                  setting (e.g. post-LN with warmup trains); see `check_conditions`,
-   'bounds': (floor, ceiling)    of the metric, where not in BOUNDS}
+   'bounds': (floor, ceiling)    of the metric, where not in BOUNDS;
+   b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
 THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's claims):
   mean   Δ = mean(a) - mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b) (Welch), p = Welch's
@@ -43,7 +44,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
-    critical_ratio, fisher, holm, holm_levels, smallest_p, welch)
+    critical_ratio, fisher, holm, holm_levels, one_sample, smallest_p, welch)
 
 ALPHA = 0.05
 MIN_SEEDS = 5       # seeds per arm below which a verdict near its threshold needs more
@@ -99,12 +100,23 @@ def matches(row: dict, side: Mapping, exact: bool = True) -> bool:
   return all(overrides.get(k) == v for k, v in arm.items())
 
 
+def metric_value(metrics: Mapping, metric: str):
+  """A row's value of `metric`; 'x / y' is the ratio of two metrics (e.g. the last layer's
+  gradient norm over the first's), None where either is missing."""
+  if " / " in metric:
+    num, den = (metrics.get(m) for m in metric.split(" / "))
+    if not all(isinstance(v, (int, float)) for v in (num, den)) or den == 0:
+      return None
+    return num / den
+  return metrics.get(metric)
+
+
 def values(rows: Sequence[dict], side: Mapping) -> list[float]:
   """The side's metric in every finished row of its arm (finite values only)."""
   out = []
   for row in rows:
     if row["status"] == "done" and matches(row, side):
-      value = row["metrics"].get(side["metric"])
+      value = metric_value(row["metrics"], side["metric"])
       if isinstance(value, (int, float)) and math.isfinite(value):
         out.append(float(value))
   return out
@@ -173,7 +185,8 @@ def at_bound(va: Sequence[float], vb: Sequence[float], bounds: Optional[tuple]) 
 
 
 def _lower_is_better(metric: str) -> bool:
-  return any(word_ in metric for word_ in ("loss", "ppl", "perplexity"))
+  """Loss-like metrics, whose failed seeds make a comparison bimodal (not ratios of them)."""
+  return " / " not in metric and any(w in metric for w in ("loss", "ppl", "perplexity"))
 
 
 def _failure_metric(members: Sequence[dict]) -> Optional[str]:
@@ -262,9 +275,15 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     # A bimodal loss claim keeps its direction: lower loss <-> fewer failures.
     expect = claim["expect"]
   else:
-    va, vb = values(rows, claim["a"]), values(rows, claim["b"])
-    n_a, n_b = len(va), len(vb)
-    stats = welch(va, vb) if n_a > 1 and n_b > 1 else None
+    va = values(rows, claim["a"])
+    if "value" in claim["b"]:  # a against a fixed number (one-sample t): b is that number
+      vb, n_b = [float(claim["b"]["value"])], math.inf
+      stats = one_sample(va, vb[0]) if len(va) > 1 else None
+    else:
+      vb = values(rows, claim["b"])
+      n_b = len(vb)
+      stats = welch(va, vb) if len(va) > 1 and n_b > 1 else None
+    n_a = len(va)
     expect = claim["expect"]
     bounds = at_bound(va, vb, bounds_of(claim["a"]["metric"], claim))
   out = {"kind": kind, "expect": expect, "n_a": n_a, "n_b": n_b, "df": None,
@@ -342,10 +361,13 @@ def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
 def format_ours(result: Mapping, kind: str = "mean") -> str:
   """'Δ = -0.120 ± 0.031 (3.9 se, p = 0.008, Holm 0.02; 3 vs 3 seeds)': the evidence."""
   if result["delta"] is None:
-    return f"{result['n_a']} vs {result['n_b']} seeds"
+    return (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
+            f"{result['n_a']} vs {result['n_b']} seeds")
   ratio = (f"{abs(result['delta']) / result['se']:.1f} se" if result["se"] else "se 0")
   unit = " (failure fraction)" if result.get("kind", kind) == "count" else ""
   adjusted = (f", Holm {result['p_holm']:.2g}" if result.get("p_holm") is not None
               and result["p_holm"] != result["p"] else "")
+  seeds = (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
+           f"{result['n_a']} vs {result['n_b']} seeds")
   return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g}{unit} ({ratio}, "
-          f"p = {result['p']:.2g}{adjusted}; {result['n_a']} vs {result['n_b']} seeds)")
+          f"p = {result['p']:.2g}{adjusted}; {seeds})")
