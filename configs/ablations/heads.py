@@ -58,7 +58,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       dict(id="capacity_fixed_dk", claim=f"capacity comparison (not a paper row): at fixed d_k "
            f"= {d_k}, 1 head (1/8 of the attention parameters) is worse than 8",
            paper="none: row (B) shrinks d_k at 8 heads instead",
-           a={**heads(1), "model.head_dim": d_k}, b={**heads(8), "model.head_dim": d_k}, expect="greater"),
+           a={**heads(1), "model.head_dim": d_k}, b={**heads(8), "model.head_dim": d_k},
+           expect="greater"),
   ]
 
 

@@ -7,12 +7,13 @@ its tokens by sqrt(d_model) from a table of std d^-0.5 (model.embed_scale), as V
 base model does for both rows compared in table 3 (base vs row (E)) and as fairseq's language
 model does by default (no_scale_embedding=False), on which Press et al.'s code builds; T5's
 bias uses the T5 paper's 32 buckets up to an offset of 128 (Raffel et al. 2020, section 2.1;
-at L = 64 the buckets past 64 are reached only at evaluation, as at Press et al.'s L = 512 the
-paper's offset 128 is).
+at L = 64 the buckets of offsets 64 and beyond are first met at evaluation, while at Press et
+al.'s L = 512 training reaches every bucket: a difference docs/ablations.md lists).
 Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
 Press et al. see rotary degrade) on the first 512 x L validation tokens, non-overlapping windows
 (Press et al.'s default evaluation, the claims' primary metric) and sliding windows (every token
-scored with at least 3T/4 of context; a second metric) (tfjax/research/length_eval.py). Learned positions have no embedding past L: n/a.
+scored with at least 3T/4 of context; a second metric) (tfjax/research/length_eval.py).
+Learned positions have no embedding past L: n/a.
 RoPE extension arms (medium and full): the rope models are also scored with position interpolation (linear),
 dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
 fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
