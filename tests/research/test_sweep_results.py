@@ -100,3 +100,12 @@ def test_records_carry_the_config_fingerprint_of_the_done_file():
   done = {"a": {"commit": "abc1234", "seconds": 1.0, "device": "cpu (2 cores)",
                 "config": "0123456789ab"}}
   assert sweep_results.records(rows, done, [])[0]["config"] == "0123456789ab"
+
+
+def test_provenance_names_commit_device_and_config(monkeypatch):
+  """What run_point writes into every SWEEP_DONE.json, diverged points included."""
+  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("TFJAX_CODE_COMMIT", "feed123")
+  got = sweep_results.provenance(base_config())
+  assert got["commit"] == "feed123" and got["device"].startswith("cpu (")
+  assert got["config"] == sweep_results.config_fingerprint(base_config())
