@@ -23,27 +23,14 @@ def check_scale(scale, module: str) -> str:
   return scale
 
 
-def paper_default_embeddings(position: str, seq_len: int) -> dict:
-  """The overrides of one position arm under its own paper's embedding defaults.
-
-  Sinusoidal: Vaswani et al.'s tokens scaled by sqrt(d_model) from a table of std d^-0.5, so that
-  tokens (unit RMS) and the sinusoid table (RMS 2^-0.5) start at comparable norms. Every other arm
-  keeps the GPT-2 defaults of the base config (tables of std 0.02, no scaling): the learned table
-  is GPT-2's own, and RoPE, ALiBi, T5's bias and NoPE add no position vector to the embeddings.
-  T5's bias: relative_max_distance = the training context, so that every bucket is reached by an
-  offset seen in training (with T5's 128 at a context of 64 the last buckets are never trained).
-  """
-  if position == "sinusoidal":
-    return {"model.embed_scale": True}
-  if position == "t5_bias":
-    return {"model.relative_max_distance": seq_len}
-  return {}
+T5_MAX_DISTANCE = 128  # Raffel et al. 2020, section 2.1: 32 buckets up to an offset of 128
 
 
-def position_arms(positions, seq_len: int, seeds, **settings) -> list:
-  """Sweep points {settings..., model.position, the arm's paper_default_embeddings, seed}."""
-  return [{**{k: v for k, v in settings.items()}, "model.position": position,
-           **paper_default_embeddings(position, seq_len), "seed": seed}
+def position_arms(positions, seeds, **settings) -> list:
+  """Sweep points {settings..., model.position, seed}. The arms differ in the position encoding
+  alone: the embedding protocol (token scaling, tables, T5's max distance) is the config's and
+  the same for every arm, as each compared paper ran its arms (one model, one encoding swapped)."""
+  return [{**settings, "model.position": position, "seed": seed}
           for position in positions for seed in seeds]
 
 

@@ -114,20 +114,58 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
             "model.init": "normal", "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
             "optimizer.warmup_steps": warmup, "metric": metric}
   deep = grid["layers"][-1]
+  grad_ratio = f"init/grad_norm_ffn_wo@{deep} / init/grad_norm_ffn_wo@1"
+
+  def trains(placement, layers, warmup=grid["warmup"], why=""):
+    """A positive control: every seed of this arm trains (failed = 0)."""
+    where = {k: v for k, v in arm("failed", placement, warmup, layers=layers).items()
+             if k != "metric"}
+    return {"where": where, "metric": "failed", "max": 0.0,
+            "what": f"{placement}-LN with warmup {warmup} trains at {layers} layers{why}"}
+  # Xiong et al.'s reference: post-LN *with* warmup trains (their figure 2, 6 layers). Where it
+  # does not at this lr / warmup / init / depth, the warmup claims cannot be tested here.
+  xiong = trains("post", grid["layers"][0], why=" (Xiong et al. fig. 2)")
   return [
       dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
-           paper="BLEU 8.45 without vs ~34 with (6 layers)", kind="count",
-           a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater"),
+           paper="BLEU 8.45 without vs ~34 with (6 layers; Xiong et al. figure 2)", kind="count",
+           a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater",
+           controls=[xiong]),
       dict(id="preln_without_warmup", claim="pre-LN without warmup beats post-LN without warmup",
-           paper="pre-LN trains without warmup, converges faster", a=arm("eval/loss", "pre", 0),
-           b=arm("eval/loss", "post", 0), expect="less"),
+           paper="pre-LN trains without warmup, converges faster (Xiong et al.)",
+           a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "post", 0), expect="less",
+           controls=[xiong]),
       dict(id="rmsnorm_matches", claim="RMSNorm matches LayerNorm (pre-LN)",
-           paper="comparable quality, 7-64% faster", a=arm("eval/loss", norm="rmsnorm"),
-           b=arm("eval/loss"), expect="less"),
+           paper="comparable quality, 7-64% faster (Zhang & Sennrich)",
+           a=arm("eval/loss", norm="rmsnorm"), b=arm("eval/loss"), expect="less",
+           controls=[trains("pre", grid["layers"][0])]),
+      # Wang et al.'s claim needs a setup that trains a model this deep at all (pre-LN does).
       dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep}",
-           paper="stable where post-LN diverges", kind="count",
+           paper="stable where post-LN diverges (Wang et al.)", kind="count",
            a=arm("failed", "deepnorm", layers=deep), b=arm("failed", "post", layers=deep),
-           expect="less"),
+           expect="less", controls=[trains("pre", deep)]),
+      dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than post-LN at depth {deep}",
+           paper="Sandwich-LN keeps training stable (Ding et al. 2021, CogView)",
+           kind="count", a=arm("failed", "sandwich", layers=deep),
+           b=arm("failed", "post", layers=deep), expect="less", controls=[trains("pre", deep)]),
+      dict(id="preln_warmup", claim="pre-LN trains as well without warmup as with it (parity)",
+           paper="Pre-LN reaches comparable results without warmup (Xiong et al.)",
+           a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "pre"), expect="less",
+           controls=[trains("pre", grid["layers"][0])]),
+      # Xiong et al.'s figure 3: at init, post-LN's W_2 gradient norm grows towards the output
+      # while pre-LN's stays level: the last layer's norm over the first's, per seed.
+      dict(id="xiong_postln_grows", claim=f"at initialization, post-LN's FFN W_2 gradient norm "
+           f"grows towards the output (layer {deep} over layer 1 > 1)",
+           paper="grows with the layer index (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "post", layers=deep), b={"value": 1.0}, expect="greater"),
+      dict(id="xiong_preln_level", claim=f"at initialization, pre-LN's FFN W_2 gradient norm does "
+           f"not fall towards the output (layer {deep} over layer 1 >= 1)",
+           paper="level across layers (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "pre", layers=deep), b={"value": 1.0}, expect="greater"),
+      dict(id="xiong_relative", claim=f"at initialization, the layer-{deep}-over-layer-1 ratio of "
+           f"the FFN W_2 gradient norm is larger for post-LN than for pre-LN",
+           paper="post-LN grows, pre-LN level (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "post", layers=deep), b=arm(grad_ratio, "pre", layers=deep),
+           expect="greater"),
   ]
 
 

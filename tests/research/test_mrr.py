@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfjax.research import mrr
+from tfjax.research import mrr, sweep_tables
 
 
 def test_mean_reciprocal_rank_of_a_hand_ranked_example():
@@ -31,3 +31,41 @@ def test_every_setting_must_rank_the_same_arms():
     mrr.mean_reciprocal_rank({1: {"a": 1.0, "b": 0.0}, 2: {"a": 1.0}})
   with pytest.raises(ValueError, match="at least one setting"):
     mrr.mean_reciprocal_rank({})
+
+
+def _rows(values):
+  """Finished result rows {(task, arm): exact match @12}, each arm with its own per-arm keys."""
+  per_arm = {"none": {}, "sinusoidal": {"model.embed_scale": True},
+             "t5_bias": {"model.relative_max_distance": 64}}
+  return [{"overrides": {"data.name": task, "model.position": arm, **per_arm[arm], "seed": 0},
+           "status": "done", "metrics": {"eval/exact_match@12": v}}
+          for (task, arm), v in values.items()]
+
+
+def test_rank_arms_ranks_arms_with_their_own_per_arm_keys_against_each_other():
+  # copy: sinusoidal 0.9 > none 0.5 > t5 0.1 -> ranks 2, 1, 3 (none, sinusoidal, t5)
+  # reverse: none 0.8 > t5 0.4 > sinusoidal 0.2 -> ranks 1, 3, 2
+  rows = _rows({("copy", "none"): 0.5, ("copy", "sinusoidal"): 0.9, ("copy", "t5_bias"): 0.1,
+                ("reverse", "none"): 0.8, ("reverse", "sinusoidal"): 0.2,
+                ("reverse", "t5_bias"): 0.4})
+  metrics = ["eval/exact_match@12"]
+  summary = sweep_tables.summarize(rows, metrics)
+  expected = {"none": (1 / 2 + 1) / 2, "sinusoidal": (1 + 1 / 3) / 2,
+              "t5_bias": (1 / 3 + 1 / 2) / 2}
+  for spec_keys in ({"settings": ("data.name",)},
+                    {"per_arm": ("model.embed_scale", "model.relative_max_distance")}):
+    ranking = sweep_tables.rank_arms(summary, metrics, {"metric": "eval/exact_match",
+                                                        "arms": "model.position", **spec_keys})
+    assert ranking["mrr"] == pytest.approx(expected)
+    assert list(ranking["mrr"]) == ["none", "sinusoidal", "t5_bias"]
+    assert len(ranking["settings"]) == 2  # copy@12, reverse@12: not one setting per arm
+
+
+def test_rank_arms_refuses_a_setting_key_that_does_not_tell_variants_apart():
+  rows = _rows({("copy", "none"): 0.5, ("reverse", "none"): 0.8,
+                ("copy", "sinusoidal"): 0.9, ("reverse", "sinusoidal"): 0.2})
+  summary = sweep_tables.summarize(rows, ["eval/exact_match@12"])
+  with pytest.raises(ValueError, match="name the compared keys"):
+    sweep_tables.rank_arms(summary, ["eval/exact_match@12"],
+                           {"metric": "eval/exact_match", "arms": "model.position",
+                            "settings": ()})

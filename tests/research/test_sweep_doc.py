@@ -60,7 +60,8 @@ def test_changing_one_committed_number_changes_the_verdict(tmp_path):
   sections = {n: sweep_doc.load_section(n, repo) for n in sweep_doc.sweeps(repo)}
   name, section, claim = next(
       (n, s, c) for n, s in sections.items() if s["scale"] for c in sweep_doc.judge(s)
-      if c["result"]["word"] not in ("tie", "untestable here") and c.get("kind", "mean") == "mean")
+      if c["result"]["word"] not in ("tie", "untestable here", sweep_doc.PENDING)
+      and c.get("kind", "mean") == "mean" and c["result"].get("kind") == "mean")
   path = os.path.join(repo, section["results"])
   rows = sweep_results.load(path)
   side_a = [r for r in rows if sweep_doc.verdicts.matches(r, claim["a"])]
@@ -72,7 +73,8 @@ def test_changing_one_committed_number_changes_the_verdict(tmp_path):
       f.write(json.dumps({"point": r["name"], "overrides": r["overrides"],
                           "seed": r["overrides"].get("seed"), "status": r["status"],
                           "metrics": r["metrics"], "commit": r["commit"],
-                          "seconds": r["seconds"]}, sort_keys=True) + "\n")
+                          "seconds": r["seconds"], "config": r["config"]},
+                         sort_keys=True) + "\n")
   new = next(c for c in sweep_doc.judge(sweep_doc.load_section(name, repo))
              if c["id"] == claim["id"])
   assert new["result"]["word"] == "tie", (claim["id"], claim["result"], new["result"])
@@ -81,6 +83,54 @@ def test_changing_one_committed_number_changes_the_verdict(tmp_path):
   row = next(line for line in after.split("\n") if line.startswith(f"| {name} (")
              and claim["claim"] in line)
   assert row.endswith("| tie |") and after != before
+
+
+def _rewrite(path, edit):
+  with open(path, encoding="utf-8") as f:
+    recs = [json.loads(line) for line in f]
+  with open(path, "w", encoding="utf-8") as f:
+    for rec in recs:
+      f.write(json.dumps(edit(rec), sort_keys=True) + "\n")
+
+
+def test_a_changed_config_makes_its_claims_await_a_rerun(tmp_path):
+  """heads.py trained at another learning rate: its committed rows no longer carry the current
+  config's fingerprint, so no verdict is printed from them; the other sweeps are unchanged."""
+  repo = _copy_repo(tmp_path)
+  path = os.path.join(repo, "configs", "ablations", "heads.py")
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  old = '  return _lm.char_lm(_lm.check_scale(scale, "heads.py"))'
+  assert old in text
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text.replace(old, old.replace("return ", "config = ") + "\n"
+                         "  config.optimizer.lr = 1e-3\n  return config"))
+  section = sweep_doc.load_section("heads", repo)
+  assert not section["rows"] and len(section["stale"]) == len(section["all_rows"]) > 0
+  words = {c["result"]["word"] for c in sweep_doc.judge(section)}
+  assert words == {sweep_doc.PENDING}, words
+  doc = sweep_doc.regenerate(repo, figures=False)[os.path.join(repo, sweep_doc.DOC)]
+  block = doc.split("<!-- sweep_doc:section:heads begin -->")[1].split("sweep_doc:section")[0]
+  assert "results of another config" in block and "#### Final metrics" not in block
+  ffn = sweep_doc.load_section("ffn", repo)
+  assert len(ffn["rows"]) == len(ffn["all_rows"]) and not ffn["stale"]
+
+
+def test_a_row_is_known_by_what_it_trained_not_by_how_its_arm_is_spelled(tmp_path):
+  """An override equal to the config's own value changes nothing trained: the row keeps its
+  fingerprint, is used, and takes the current point's overrides; a wrong fingerprint is not."""
+  repo = _copy_repo(tmp_path)
+  path = os.path.join(repo, sweep_doc.RESULTS_DIR, "ffn_medium.jsonl")
+  before = [c["result"] for c in sweep_doc.judge(sweep_doc.load_section("ffn", repo))]
+  _rewrite(path, lambda rec: {**rec, "overrides": {**rec["overrides"], "model.ffn_bias": False}})
+  section = sweep_doc.load_section("ffn", repo)
+  assert not section["stale"] and all("model.ffn_bias" not in r["overrides"]
+                                      for r in section["rows"])
+  assert [c["result"] for c in sweep_doc.judge(section)] == before
+  _rewrite(path, lambda rec: {**rec, "config": "0" * 12} if rec["seed"] == 0 else rec)
+  section = sweep_doc.load_section("ffn", repo)
+  assert {r["overrides"]["seed"] for r in section["stale"]} == {0}
+  assert len(section["rows"]) == 2 * len(section["stale"])
 
 
 def test_bad_arguments_exit_2(capsys):

@@ -73,3 +73,39 @@ def test_tfjax_code_commit_names_the_commit_of_a_copied_tree(monkeypatch):
   assert sweep_results.code_commit() == "fbc79d3"
   monkeypatch.delenv("TFJAX_CODE_COMMIT")
   assert sweep_results.code_commit() != "fbc79d3"
+
+
+def test_config_fingerprint_names_what_was_trained_only():
+  from tfjax.research import sweep  # pylint: disable=import-outside-toplevel
+  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  base = base_config()
+  same = {"seed": 7, "data.seed": 3, "train.log_every": 1, "train.checkpoint_every": 5}
+  changed = {"optimizer.lr": base.optimizer.lr * 2, "optimizer.warmup_steps": 11,
+             "model.num_layers": base.model.num_layers + 1, "train.num_steps": 17}
+  fingerprint = sweep_results.config_fingerprint(base)
+  assert len(fingerprint) == 12 and int(fingerprint, 16) >= 0
+  for key, value in same.items():
+    assert sweep_results.config_fingerprint(sweep.apply_overrides(base, {key: value})) == \
+        fingerprint, key
+  for key, value in changed.items():
+    assert sweep_results.config_fingerprint(sweep.apply_overrides(base, {key: value})) != \
+        fingerprint, key
+  # Setting a key to its default changes nothing trained, nor the fingerprint.
+  assert sweep_results.config_fingerprint(sweep.apply_overrides(
+      base, {"optimizer.lr": base.optimizer.lr})) == fingerprint
+
+
+def test_records_carry_the_config_fingerprint_of_the_done_file():
+  rows = [{"name": "a", "overrides": {"seed": 0}, "status": "done", "metrics": {}}]
+  done = {"a": {"commit": "abc1234", "seconds": 1.0, "device": "cpu (2 cores)",
+                "config": "0123456789ab"}}
+  assert sweep_results.records(rows, done, [])[0]["config"] == "0123456789ab"
+
+
+def test_provenance_names_commit_device_and_config(monkeypatch):
+  """What run_point writes into every SWEEP_DONE.json, diverged points included."""
+  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("TFJAX_CODE_COMMIT", "feed123")
+  got = sweep_results.provenance(base_config())
+  assert got["commit"] == "feed123" and got["device"].startswith("cpu (")
+  assert got["config"] == sweep_results.config_fingerprint(base_config())

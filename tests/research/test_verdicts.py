@@ -1,5 +1,6 @@
 """tfjax/research/verdicts.py: the rule gives the documented word on constructed cases, Welch's
-t and Fisher's exact test match values computed independently, and preconditions gate a claim."""
+t and Fisher's exact test match values computed independently, preconditions and positive
+controls gate a claim, and each untestable branch (power, floor, ceiling) fires with its reason."""
 
 import math
 
@@ -21,10 +22,12 @@ CLAIM = {"a": {"model.position": "alibi", "metric": "eval/loss"},
 
 @pytest.mark.parametrize("alibi,rope,expected", [
     ((1.0, 1.1, 0.9), (2.0, 2.1, 1.9), "reproduced"),       # Δ -1, se 0.08: p ~ 1e-4
-    ((1.0, 1.4, 0.6), (1.6, 2.0, 1.2), "direction only"),   # Δ -0.6, se 0.33: 1.8 se, p ~ 0.15
+    ((1.0, 1.4, 0.6), (1.4, 1.8, 1.0), "direction only"),   # Δ -0.4, se 0.33: 1.2 se, p ~ 0.3
     ((1.0, 1.4, 0.6), (1.1, 1.5, 0.7), "tie"),              # Δ -0.1 < 1 se
     ((2.0, 2.1, 1.9), (1.0, 1.1, 0.9), "contradicted"),
-    ((1.6, 2.0, 1.2), (1.0, 1.4, 0.6), "opposite only"),
+    ((1.4, 1.8, 1.0), (1.0, 1.4, 0.6), "opposite only"),
+    # Δ -0.6, se 0.33: 1.8 se, within 1 of the 2.78 se (t at 4 df) where p crosses 0.05
+    ((1.0, 1.4, 0.6), (1.6, 2.0, 1.2), "needs more seeds"),
 ])
 def test_each_word_on_constructed_cases(alibi, rope, expected):
   result = verdicts.verdict(_rows({"alibi": alibi, "rope": rope}), CLAIM)
@@ -100,3 +103,151 @@ def test_mrr_claims_rank_only_tasks_every_arm_learned():
   only_sort = [r for r in rows if r["overrides"]["data.name"] == "sort"]
   untestable = verdicts.verdict(only_sort, claim)
   assert untestable["word"] == "untestable here" and "rope 0.20" in untestable["why"]
+
+
+def test_near_the_threshold_five_seeds_decide_and_fewer_need_more():
+  # 1.8 se at 3 seeds needs more seeds (above). At 5 seeds a similar Δ/se is also within 1 se
+  # of the crossing (t at ~8 df: 2.31), but 5 seeds per arm are enough: the rule decides.
+  alibi, rope = (1.0, 1.4, 0.6, 1.2, 0.8), (1.45, 1.85, 1.05, 1.65, 1.25)
+  result = verdicts.verdict(_rows({"alibi": alibi, "rope": rope}), CLAIM)
+  assert 1.5 < abs(result["delta"]) / result["se"] < 2.3, result
+  assert result["word"] == "direction only", result
+
+
+def _count_rows(failures: dict, seeds: int, metric="failed") -> list:
+  return [{"overrides": {"model.norm_placement": arm, "seed": s}, "status": "done",
+           "metrics": {metric: float(s < k), "eval/loss": 9.0 if s < k else 2.0}}
+          for arm, k in failures.items() for s in range(seeds)]
+
+
+COUNT = {"a": {"model.norm_placement": "post", "metric": "failed"},
+         "b": {"model.norm_placement": "pre", "metric": "failed"},
+         "expect": "greater", "kind": "count"}
+
+
+def test_smallest_p_of_fisher_by_enumeration():
+  # 3 vs 3: the most extreme table (3/3 vs 0/3) gives 2 / C(6, 3) = 0.1; 4 vs 4: 2 / C(8, 4).
+  assert verdicts.smallest_p("count", 3, 3) == pytest.approx(0.1)
+  assert verdicts.smallest_p("count", 4, 4) == pytest.approx(2 / 70)
+  assert verdicts.smallest_p("mean", 2, 2) == 0.0  # Welch's t: no floor
+
+
+def test_untestable_when_fisher_cannot_reach_the_threshold_with_these_seeds():
+  result = verdicts.verdict(_count_rows({"post": 3, "pre": 0}, 3), COUNT)
+  assert result["word"] == "untestable here", result
+  assert "underpowered" in result["why"] and "0.1" in result["why"], result
+  assert verdicts.verdict(_count_rows({"post": 4, "pre": 0}, 4), COUNT)["word"] == "reproduced"
+
+
+def test_bimodal_losses_are_judged_by_failure_counts():
+  claim = {"a": {"model.norm_placement": "post", "metric": "eval/loss"},
+           "b": {"model.norm_placement": "pre", "metric": "eval/loss"}, "expect": "greater"}
+  result = verdicts.verdict(_count_rows({"post": 5, "pre": 0}, 6), claim)
+  assert result["kind"] == "count" and "bimodal (5 of 12 seeds failed)" in result["why"]
+  assert result["delta"] == pytest.approx(5 / 6) and result["word"] == "reproduced", result
+  # With no failed seed, the same claim is Welch's on the losses.
+  trained = [r for r in _count_rows({"post": 0, "pre": 0}, 3)]
+  for r in trained:
+    r["metrics"]["eval/loss"] = 2.0 + 0.1 * r["overrides"]["seed"] + (
+        0.5 if r["overrides"]["model.norm_placement"] == "post" else 0.0)
+  assert verdicts.verdict(trained, claim)["kind"] == "mean"
+
+
+@pytest.mark.parametrize("value,where", [(0.01, "floor"), (0.99, "ceiling")])
+def test_untestable_when_every_seed_sits_at_the_floor_or_ceiling(value, where):
+  metric = "eval/exact_match@16"
+  rows = _rows({"alibi": (value, value + 0.005, value - 0.005), "rope": (value,) * 3}, metric)
+  claim = {"a": {"model.position": "alibi", "metric": metric},
+           "b": {"model.position": "rope", "metric": metric}, "expect": "greater"}
+  result = verdicts.verdict(rows, claim)
+  assert result["word"] == "untestable here" and f"at the {where}" in result["why"], result
+  rows[0]["metrics"][metric] = 0.5  # one seed off the bound: the rule no longer fires
+  assert "at the" not in verdicts.verdict(rows, claim)["why"]
+
+
+def test_a_failed_positive_control_makes_the_claim_untestable():
+  rows = _count_rows({"post": 1, "pre": 0}, 6)  # post-LN (with warmup here) fails 1 of 6
+  control = {"where": {"model.norm_placement": "post"}, "metric": "failed", "max": 0.0,
+             "what": "post-LN with warmup trains"}
+  claim = {**COUNT, "controls": [control]}
+  result = verdicts.verdict(rows, claim)
+  assert result["word"] == "untestable here", result
+  assert result["why"].startswith("control: post-LN with warmup trains fails"), result
+  passing = _count_rows({"post": 0, "pre": 0}, 6)
+  assert verdicts.verdict(passing, claim)["word"] != "untestable here"
+
+
+def test_an_any_arm_control_needs_one_arm_past_the_training_length():
+  def row(arm, seed, at12, at16):
+    return {"overrides": {"model.position": arm, "seed": seed}, "status": "done",
+            "metrics": {"eval/exact_match@12": at12, "eval/exact_match@16": at16}}
+  control = {"metric": "eval/exact_match", "min_n": 9, "min": 0.5, "any": True,
+             "what": "some arm generalizes past N = 8"}
+  none_do = [row(a, s, 0.1, 0.0) for a in ("none", "rope") for s in range(3)]
+  assert "no arm has" in verdicts.check_conditions(none_do, [control])
+  one_does = none_do + [row("alibi", s, 0.7, 0.2) for s in range(3)]  # best N: 12
+  assert verdicts.check_conditions(one_does, [control]) is None
+
+
+def test_holm_adjusts_p_within_a_section():
+  # Hand-computed: p = (0.01, 0.04, 0.03) -> sorted 0.01 x 3, 0.03 x 2, 0.04 x 1 -> 0.03, 0.06,
+  # then max(0.06, 0.04) = 0.06.
+  assert verdicts.holm([0.01, 0.04, None, 0.03]) == pytest.approx([0.03, 0.06, None, 0.06])
+  # Two claims on the same 6-seed data (p ~ 0.04 each): alone each is reproduced; together,
+  # Holm doubles the smaller p and both are direction only.
+  a, b = [2.6 + x for x in range(6)], [float(x) for x in range(6)]
+  rows = _rows({"alibi": a, "rope": b})
+  claim = {**CLAIM, "expect": "greater"}
+  alone = verdicts.verdict(rows, claim)
+  assert 0.025 < alone["p"] < 0.05 and alone["word"] == "reproduced", alone
+  both = verdicts.judge_claims(rows, [claim, {**claim, "id": "again"}])
+  assert [r["word"] for r in both] == ["direction only", "direction only"], both
+  assert both[0]["p_holm"] == pytest.approx(min(1.0, 2 * alone["p"]))
+
+
+def test_mrr_leaves_out_tasks_where_no_arm_generalizes_and_is_untestable_without_any():
+  def row(task, arm, seed, at4, at12):
+    return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
+            "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
+  spec = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
+              learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+  control = {"metric": "eval/exact_match", "min_n": 5, "min": 0.5, "any": True,
+             "what": "some arm generalizes past N = 4"}
+  claim = {"kind": "mrr", "mrr": spec, "mrr_controls": [control],
+           "a": {"model.position": "none", "metric": "mrr"},
+           "b": {"model.position": "rope", "metric": "mrr"}, "expect": "greater"}
+  # reverse: learned by both, both at the floor past N (rope 0.01 "wins" by noise).
+  floor = [row("reverse", arm, s, 1.0, 0.01 if arm == "rope" else 0.0)
+           for arm in ("none", "rope") for s in range(3)]
+  result = verdicts.verdict(floor, claim)
+  assert result["word"] == "untestable here" and "positive control" in result["why"], result
+  # copy: NoPE generalizes (0.8); reverse is left out, so copy alone decides.
+  copy = [row("copy", "none", s, 1.0, 0.8) for s in range(3)]
+  copy += [row("copy", "rope", s, 1.0, 0.1) for s in range(3)]
+  result = verdicts.verdict(floor + copy, claim)
+  assert result["delta"] == pytest.approx(0.5) and "ranked over copy" in result["why"], result
+  assert "reverse: control: some arm generalizes past N = 4 fails" in result["why"], result
+
+
+def test_a_side_against_a_fixed_number_uses_the_one_sample_t_test():
+  a = [1.3, 1.1, 1.2, 1.4]
+  se = np.std(a, ddof=1) / 2
+  t = (np.mean(a) - 1.0) / se
+  # Two-sided p at 3 df from the closed form of Student's t CDF with 3 degrees of freedom.
+  x = t / math.sqrt(3)
+  p = 1 - 2 / math.pi * (math.atan(x) + x / (1 + x * x))
+  result = verdicts.one_sample(a, 1.0)
+  assert result["se"] == pytest.approx(se) and result["p"] == pytest.approx(p)
+  claim = {"a": {"model.position": "alibi", "metric": "ratio"}, "b": {"value": 1.0},
+           "expect": "greater"}
+  out = verdicts.verdict(_rows({"alibi": a}, "ratio"), claim)
+  assert out["delta"] == pytest.approx(0.25) and out["p"] == pytest.approx(p), out
+  # 3.9 se at 4 seeds is within 1 se of the 3.18 se where p crosses 0.05: more seeds needed.
+  assert out["word"] == "needs more seeds" and verdicts.format_ours(out).endswith("; 4 seeds)")
+  clear = verdicts.verdict(_rows({"alibi": [1.5, 1.45, 1.55, 1.5, 1.52]}, "ratio"), claim)
+  assert clear["word"] == "reproduced", clear
+
+
+def test_a_ratio_metric_divides_two_metrics_of_each_seed():
+  assert verdicts.metric_value({"g@12": 3.0, "g@1": 2.0}, "g@12 / g@1") == 1.5
+  assert verdicts.metric_value({"g@12": 3.0}, "g@12 / g@1") is None

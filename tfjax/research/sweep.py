@@ -338,7 +338,7 @@ def run_point(sweep: Sweep, point: Point, root: str,
         raise
       write_json(os.path.join(workdir, DONE_FILE), {
           "overrides": point.overrides, "diverged_at_step": e.step, "error": str(e),
-          "seconds": round(time.time() - start, 1),
+          **sweep_results.provenance(config), "seconds": round(time.time() - start, 1),
           "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
       _log.warning("point %s: %s", point.name, e)
       return "diverged"
@@ -355,7 +355,7 @@ def run_point(sweep: Sweep, point: Point, root: str,
       os.remove(running)
   write_json(os.path.join(workdir, DONE_FILE), {
       "overrides": point.overrides, "final": final, "point_metrics": extra,
-      "commit": sweep_results.code_commit(), "device": sweep_results.device_name(),
+      **sweep_results.provenance(config),
       "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
   return "done"
 

@@ -53,31 +53,91 @@ def _call(module, attr, scale):
   return value(scale) if callable(value) else (value or ([] if attr == "CLAIMS" else {}))
 
 
+def point_fingerprints(module, scale: str) -> dict[str, dict]:
+  """{config fingerprint: the point's overrides but the seeds} of every point the config's
+  get_sweep(scale) makes now (the first point of a fingerprint, where two resolve alike)."""
+  base, out = module.get_config(scale), {}
+  for point in module.get_sweep(scale):
+    fingerprint = sweep_results.config_fingerprint(sweep_lib.apply_overrides(base, point))
+    out.setdefault(fingerprint, {k: v for k, v in point.items() if k not in sweep_lib.SEED_KEYS})
+  return out
+
+
+def _current(row: dict, arms: dict) -> Optional[dict]:
+  """The row as a result of the current config (its overrides those of the current point that
+  trains the same thing, seeds kept), or None: no fingerprint, or one no current point gives."""
+  arm = arms.get(row["config"]) if row["config"] else None
+  if arm is None:
+    return None
+  seeds = {k: v for k, v in row["overrides"].items() if k in sweep_lib.SEED_KEYS}
+  return {**row, "overrides": {**arm, **seeds}}
+
+
 def load_section(name: str, repo: str = REPO) -> dict:
-  """{'name', 'scale' (None: no results), 'rows', 'claims', 'report', 'points', 'results'}."""
+  """{'name', 'scale' (None: no results), 'rows' (of the current config), 'stale' (rows of
+  another config: no fingerprint, or one the current config does not give), 'all_rows',
+  'claims', 'report', 'points', 'results'}.
+
+  Which results belong to which config: a row is used only when its recorded config fingerprint
+  (sweep_results.config_fingerprint of the resolved config it trained) is one that a point of
+  the current config gives; it then takes that point's overrides, so an arm whose spelling
+  changed but whose training did not keeps its results, and one whose learning rate, warmup,
+  depth, embedding or other setting changed awaits a rerun."""
   module = sweep_lib.load_module(os.path.join(repo, "configs", "ablations", f"{name}.py"))
   for scale in SCALES:
     path = os.path.join(repo, RESULTS_DIR, f"{name}_{scale}.jsonl")
     if os.path.exists(path):
       rows = sweep_results.load(path)
-      points = len(module.get_sweep(scale))
-      return {"name": name, "scale": scale, "rows": rows, "claims": _call(module, "CLAIMS", scale),
-              "report": _call(module, "REPORT", scale), "points": points,
-              "results": os.path.relpath(path, repo)}
-  return {"name": name, "scale": None, "rows": [], "claims": _call(module, "CLAIMS", "medium"),
-          "report": {}, "points": len(module.get_sweep("medium")), "results": None}
+      arms = point_fingerprints(module, scale)
+      current = [_current(r, arms) for r in rows]
+      return {"name": name, "scale": scale, "rows": [r for r in current if r],
+              "all_rows": rows, "stale": [r for r, c in zip(rows, current) if c is None],
+              "claims": _call(module, "CLAIMS", scale), "report": _call(module, "REPORT", scale),
+              "points": len(module.get_sweep(scale)), "results": os.path.relpath(path, repo)}
+  return {"name": name, "scale": None, "rows": [], "all_rows": [], "stale": [],
+          "claims": _call(module, "CLAIMS", "medium"), "report": {},
+          "points": len(module.get_sweep("medium")), "results": None}
 
 
 def judge(section: dict) -> list[dict]:
   """Each claim with its verdict ('pending rerun' without results)."""
+  if section["scale"] is None:
+    return [{**claim, "result": {"word": PENDING, "why": "no per-seed results committed",
+                                 "delta": None}} for claim in section["claims"]]
+  waiting = {i: why for i, claim in enumerate(section["claims"])
+             if (why := _awaits_rerun(section, claim))}
+  testable = [c for i, c in enumerate(section["claims"]) if i not in waiting]
+  results = iter(verdicts.judge_claims(section["rows"], testable))  # Holm: one family
   out = []
-  for claim in section["claims"]:
-    if section["scale"] is None:
-      result = {"word": PENDING, "why": "no per-seed results committed", "delta": None}
+  for i, claim in enumerate(section["claims"]):
+    if i in waiting:
+      result = {"word": PENDING, "why": waiting[i], "delta": None}
     else:
-      result = verdicts.verdict(section["rows"], claim)
+      result = next(results)
+      if "secondary" in claim:
+        second = {k: v for k, v in claim["secondary"].items() if k != "label"}
+        result["secondary"] = verdicts.verdict(section["rows"], {**claim, **second})
     out.append({**claim, "result": result})
   return out
+
+
+def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
+  """Why a claim awaits a rerun: an arm it compares has fewer than 2 rows of the current config
+  while the results file holds rows of another config (see load_section); else None."""
+  if not section["stale"]:
+    return None
+  if claim.get("kind") == "mrr":
+    spec = claim["mrr"]
+    sides = [{spec["arms"]: arm} for arm in spec.get("all_arms") or ()]
+  else:
+    sides = [claim["a"], claim["b"]]
+  for side in sides:
+    exact = claim.get("kind") != "mrr"
+    if sum(verdicts.matches(r, side, exact) for r in section["rows"]) < 2:
+      arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in side.items() if k != "metric")
+      return (f"awaits a rerun: the committed results of {arm} are of another config of this "
+              f"sweep (the command: {section['name']}'s section)")
+  return None
 
 
 def _ours(claim: dict) -> str:
@@ -87,18 +147,38 @@ def _ours(claim: dict) -> str:
   return verdicts.format_ours(result, claim.get("kind", "mean"))
 
 
+def _note(claim: dict) -> str:
+  """The section table's note: the reason (untestable, near the threshold, bimodal, ...) and the
+  claim on its second metric."""
+  result, notes = claim["result"], [claim["result"]["why"]]
+  if "secondary" in result:
+    second = result["secondary"]
+    notes.append(f"{claim['secondary']['label']} (second metric): {second['word']}, "
+                 f"{verdicts.format_ours(second)}" + (f", {second['why']}" if second["why"]
+                                                       else ""))
+  return "; ".join(n for n in notes if n) or "-"
+
+
+def _word(claim: dict) -> str:
+  """The findings table's verdict: the word, with its reason when no verdict was reached."""
+  result = claim["result"]
+  if result["word"] in ("untestable here", "needs more seeds", PENDING) and result["why"]:
+    return f"{result['word']} ({result['why']})"
+  return result["word"]
+
+
 def findings_block(sections: list[dict]) -> str:
   lines = ["| sweep | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
   for section in sections:
     scale = section["scale"] or "no results"
     for claim in section["judged"]:
       lines.append(f"| {section['name']} ({scale}) | {claim['claim']} | {claim['paper']} | "
-                   f"{_ours(claim)} | {claim['result']['word']} |")
+                   f"{_ours(claim)} | {_word(claim)} |")
   return "\n".join(lines)
 
 
 def section_block(section: dict) -> str:
-  name, rows = section["name"], section["rows"]
+  name, rows = section["name"], section["all_rows"]
   if section["scale"] is None:
     return (f"**Verdicts: {PENDING}.** No per-seed results of this sweep are committed, so no "
             f"verdict can be derived. To make them (then rerun the Regenerate command):\n\n"
@@ -106,17 +186,31 @@ def section_block(section: dict) -> str:
   commits = sorted({r["commit"] for r in rows})
   seconds = sum(r["seconds"] or 0.0 for r in rows)
   devices = sorted({r["device"] for r in rows if r.get("device")})
-  where = f" on {' and '.join(devices)}" if devices else ""
+  unnamed = sum(not r.get("device") for r in rows)
+  where = (f" on {' and '.join(devices)}" if devices else "") + (
+      f" ({unnamed} of the {len(rows)} points recorded no device: run before points named it)"
+      if unnamed else "")
   seeds = sorted({r["overrides"].get("seed") for r in rows})
   lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
            f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points recorded: a point "
            "resumed from a checkpoint records its last attempt only).", ""]
+  if section["stale"]:
+    arms = {json.dumps({k: v for k, v in r["overrides"].items()
+                        if k not in sweep_lib.SEED_KEYS}, sort_keys=True)
+            for r in section["stale"]}
+    lines += [f"**{len(section['stale'])} of these {len(rows)} points are results of another "
+              f"config of this sweep** (their config fingerprint, `tfjax/research/"
+              f"sweep_results.config_fingerprint`, is not the one the current config gives "
+              f"their arm; {len(arms)} arms): they are left out of every table, figure and "
+              f"verdict below, and the claims on those arms await a rerun:", "",
+              f"```bash\n{rerun_command(name, section['scale'])}\n```", ""]
+  rows = section["rows"]
   lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
   for claim in section["judged"]:
     lines.append(f"| {claim['claim']} | {claim['paper']} | {_ours(claim)} | "
-                 f"{claim['result']['word']} | {claim['result']['why'] or '-'} |")
+                 f"{claim['result']['word']} | {_note(claim)} |")
   lines.append("")
   available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})
   metrics = sweep_tables.expand_metrics(section["report"].get("metrics",
@@ -130,7 +224,7 @@ def section_block(section: dict) -> str:
   lines.append(table)
   files = [spec["file"] for spec in section["report"].get("plots", ())] + [
       spec["file"] for spec in section["report"].get("mrr", ())]
-  lines += [""] + [f"![{f}](figures/{f})" for f in files]
+  lines += [""] + [f"![{f}](figures/{f})" for f in files if section["rows"]]
   return "\n".join(lines)
 
 
@@ -200,7 +294,7 @@ def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
   doc = replace_block(doc, "aot", aot_block(repo), DOC)
   for section in sections:
     doc = replace_block(doc, f"section:{section['name']}", section_block(section), DOC)
-    if figures and section["scale"]:
+    if figures and section["rows"]:
       _figures(section, os.path.join(repo, FIGURES_DIR))
   with open(readme_path, encoding="utf-8") as f:
     readme = replace_block(f.read(), "ablation-headlines", headline_block(sections), README)

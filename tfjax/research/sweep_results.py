@@ -3,7 +3,8 @@
 One line per point, in the sweep's order:
   {"point": name, "overrides": {...}, "seed": s, "status": "done" | "diverged" | ...,
    "metrics": {metric: value}, "commit": the code's commit, "seconds": the point's runtime,
-   "device": what it ran on (absent in results recorded before points named it)}
+   "device": what it ran on (absent in results recorded before points named it),
+   "config": config_fingerprint of the point's resolved config}
 `metrics` holds the metrics the tables, plots and claims use (the REPORT's metrics, their @N
 families, `diverged`). `export` writes it from a sweep's workdir (experiments/sweep.py
 --results_jsonl=PATH); `load` reads it back as the rows tfjax/research/sweep_report.py tabulates,
@@ -18,6 +19,43 @@ import subprocess
 from typing import Optional, Sequence
 
 EXTRA_METRICS = ("diverged",)
+# Keys that change no result (bookkeeping, where the devices are split), left out of a
+# config's fingerprint; and the seeds, which tell repeats of one arm apart.
+_NOT_FINGERPRINTED = ("seed", "data.seed", "mesh.", "train.log_every", "train.checkpoint_every",
+                      "train.keep_checkpoints")
+
+
+def _flat(tree, prefix="") -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+  return out
+
+
+def config_fingerprint(config) -> str:
+  """12 hex digits naming what a point trained: a hash of every value of its resolved config
+  that differs from base_config()'s (tfjax/training/defaults.py), seeds and bookkeeping keys
+  left out. A results row carries it ("config"); tfjax/research/sweep_doc.py uses a row only
+  while the current config of its point has the same fingerprint, so a changed learning rate,
+  warmup, depth or arm setting turns the committed results into "awaits a rerun". A key added
+  to base_config with its default changes no fingerprint; a changed default is not seen (the
+  row's commit names the code)."""
+  import hashlib  # pylint: disable=import-outside-toplevel
+  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  base = _flat(base_config().to_dict())
+  ours = {k: v for k, v in _flat(config.to_dict()).items()
+          if not any(k == x or (x.endswith(".") and k.startswith(x)) for x in _NOT_FINGERPRINTED)
+          and (k not in base or base[k] != v)}
+  text = json.dumps(ours, sort_keys=True, default=repr)
+  return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def provenance(config) -> dict:
+  """What a finished point records besides its metrics: commit, device and config fingerprint."""
+  return {"commit": code_commit(), "device": device_name(), "config": config_fingerprint(config)}
 
 
 def code_commit() -> Optional[str]:
@@ -67,7 +105,8 @@ def records(rows: Sequence[dict], done_files: dict, metrics: Sequence[str],
                 "seed": row["overrides"].get("seed"), "status": row["status"],
                 "metrics": {m: row["metrics"][m] for m in keep if m in row["metrics"]},
                 "commit": point_commit, "seconds": done.get("seconds"),
-                **({"device": done["device"]} if done.get("device") else {})})
+                **({"device": done["device"]} if done.get("device") else {}),
+                **({"config": done["config"]} if done.get("config") else {})})
   return out
 
 
@@ -81,7 +120,8 @@ def write(path: str, recs: Sequence[dict]) -> None:
 
 def load(path: str) -> list[dict]:
   """The rows of a results file: {'name', 'overrides', 'status', 'metrics', 'commit',
-  'seconds', 'device'}, as tfjax.research.sweep_report.collect gives them from a workdir."""
+  'seconds', 'device', 'config' (None: recorded before points named it)}, as
+  tfjax.research.sweep_report.collect gives them from a workdir."""
   rows = []
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
@@ -92,5 +132,5 @@ def load(path: str) -> list[dict]:
       rows.append({"name": rec["point"], "overrides": rec["overrides"],
                    "status": rec["status"], "metrics": rec["metrics"], "curves": {},
                    "error": None, "commit": rec["commit"], "seconds": rec["seconds"],
-                   "device": rec.get("device")})
+                   "device": rec.get("device"), "config": rec.get("config")})
   return rows

@@ -230,21 +230,29 @@ def markdown(title: str, rows: Sequence[dict], summary: Sequence[dict],
 def rank_arms(summary: Sequence[dict], metrics: Sequence[str], spec: dict) -> Optional[dict]:
   """Kazemnejad et al.'s mean reciprocal rank of spec['arms'] over the settings of a family (see
   the module docstring); None when no setting has data. Returns {'mrr': {arm: value} (best
-  first), 'settings': [...], 'heading', 'arms', 'spec'}."""
+  first), 'settings': [...], 'heading', 'arms', 'spec'}.
+
+  A setting is the values of spec['settings'] (the keys the arms are compared over, e.g.
+  ('data.name',)) and N; without it, every override but the arms key and spec['per_arm'] (keys
+  that travel with an arm, e.g. its embedding defaults). A per-arm key must never split the
+  settings: an arm with its own value of it would be ranked against no other arm."""
   arms_key, members = spec["arms"], families(metrics).get(spec["metric"], [])
   members = [(n, key) for n, key in members if n >= spec.get("min_n", 0)]
+  per_arm = set(spec.get("per_arm", ()))
   settings: dict = {}
   for entry in summary:
     if arms_key not in entry["variant"]:
       raise ValueError(f"mrr: arms key {arms_key!r} is not an override of this sweep "
                        f"(overrides: {list(entry['variant'])})")
-    others = tuple((k, hashable(v)) for k, v in entry["variant"].items() if k != arms_key)
+    keys = (spec["settings"] if "settings" in spec else
+            [k for k in entry["variant"] if k != arms_key and k not in per_arm])
+    others = tuple((k, hashable(entry["variant"].get(k))) for k in keys)
     arm = hashable(entry["variant"][arms_key])
     for n, key in members:
       setting = settings.setdefault(others + (("@", n),), {})
       if arm in setting:
-        raise ValueError(f"mrr: two variants give arm {arm!r} in setting {setting}; rank by a "
-                         "key that tells every variant of a setting apart")
+        raise ValueError(f"mrr: two variants give arm {arm!r} in setting {others + (('@', n),)}"
+                         "; name the compared keys in the spec's 'settings'")
       setting[arm] = entry["stats"][key]["mean"]
   settings = {k: v for k, v in settings.items() if any(sweep_lib.finite(x) for x in v.values())}
   if not settings:

@@ -5,21 +5,35 @@ and a metric, and names the direction the paper reports:
   {'id', 'claim': text, 'paper': the published number as text,
    'a': {override: value, ..., 'metric': name}, 'b': {... 'metric': name},
    'expect': 'less' | 'greater'   a's metric is lower | higher than b's,
-   'kind': 'mean' (default; per-seed values, Welch's t) | 'count' (failures per seed, Fisher),
-   'requires': [precondition, ...]  optional, see `check_preconditions`}
+   'kind': 'mean' (default; per-seed values, Welch's t) | 'count' (failures per seed, Fisher)
+           | 'mrr' (per-seed mean reciprocal rank, Welch's t; see `per_seed_mrr`),
+   'requires': [condition, ...]  preconditions (e.g. every arm learned the task), and
+   'controls': [condition, ...]  positive controls: the paper's own reference behaviour at this
+                                 setting (e.g. post-LN with warmup trains); see `check_conditions`,
+   'bounds': (floor, ceiling)    of the metric, where not in BOUNDS;
+   b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
-THE RULE (docs/ablations.md states it, from RULE_TEXT):
+THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's claims):
   mean   Δ = mean(a) - mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b) (Welch), p = Welch's
-         two-sided t-test. Threshold: p < ALPHA.
-  count  a failure is a point whose `metric` is 1 (e.g. diverged). Δ = failure fraction of a -
-         of b, se = the binomial se of that difference, p = Fisher's exact test (two-sided).
+         two-sided t-test. A loss-like claim (lower is better) whose arms include a failed or
+         diverged seed is bimodal: it is judged by failure counts (below), not by the mean of a
+         mixture of trained and untrained losses.
+  count  a failure is a point whose `failed` (else `diverged`) metric is 1. Δ = failure fraction
+         of a - of b, se = the binomial se of that difference, p = Fisher's exact test.
+  Holm   the p of a section's testable claims are Holm-adjusted (step-down, family = section);
+         the words below use the adjusted p.
   words, in this order:
-    untestable here  a stated precondition fails, or a side has fewer than 2 seeds
-    tie              |Δ| < 1 se (Δ = 0 when se = 0)
-    reproduced       Δ in the claimed direction, p < ALPHA
-    direction only   Δ in the claimed direction, p >= ALPHA
-    contradicted     Δ opposite to the claim, p < ALPHA
-    opposite only    Δ opposite to the claim, p >= ALPHA
+    untestable here   a precondition or a positive control fails; a side has fewer than 2 seeds;
+                      the design cannot reach p < ALPHA (the smallest p its test can give with
+                      these seeds, e.g. Fisher 3 vs 3: 0.1); or every seed of both arms sits
+                      within BOUND_TOL of the metric's floor or ceiling
+    tie               |Δ| < 1 se (Δ = 0 when se = 0)
+    needs more seeds  |Δ|/se is within 1 of the ratio at which p crosses the claim's Holm level,
+                      and an arm has fewer than MIN_SEEDS seeds
+    reproduced        Δ in the claimed direction, adjusted p < ALPHA
+    direction only    Δ in the claimed direction, adjusted p >= ALPHA
+    contradicted      Δ opposite to the claim, adjusted p < ALPHA
+    opposite only     Δ opposite to the claim, adjusted p >= ALPHA
 """
 
 from __future__ import annotations
@@ -28,44 +42,40 @@ import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
+
+from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
+    critical_ratio, fisher, holm, holm_levels, one_sample, smallest_p, welch)
 
 ALPHA = 0.05
+MIN_SEEDS = 5       # seeds per arm below which a verdict near its threshold needs more
+BOUND_TOL = 0.02    # within this of a floor or ceiling, a value sits at it
+BOUNDS = {"eval/exact_match": (0.0, 1.0)}  # metric (or @N family): floor, ceiling
+FAILURE_METRICS = ("failed", "diverged")   # 1 = the seed failed; the first present is used
 SEED_KEYS = ("seed", "data.seed")  # as tfjax.research.sweep.SEED_KEYS
-WORDS = ("reproduced", "direction only", "tie", "contradicted", "opposite only",
-         "untestable here")
+WORDS = ("reproduced", "direction only", "tie", "needs more seeds", "contradicted",
+         "opposite only", "untestable here")
 RULE_TEXT = (
     "**Verdict rule** (`tfjax/research/verdicts.py`, applied to the committed per-seed results). "
     "Each claim compares two arms on one metric. Losses and other per-seed numbers: Δ = mean(a) - "
     "mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b), p from Welch's two-sided t-test. "
-    "Failure counts: Δ = difference of the failure fractions, se its binomial standard error, "
-    f"p from Fisher's exact test. Then, in this order: *untestable here* when a stated "
-    f"precondition fails or an arm has fewer than 2 seeds; *tie* when |Δ| < 1 se; *reproduced* "
-    f"when Δ has the claimed sign and p < {ALPHA}; *direction only* when it has the claimed sign "
-    f"and p >= {ALPHA}; *contradicted* when Δ has the opposite sign and p < {ALPHA}; *opposite "
-    f"only* when it has the opposite sign and p >= {ALPHA}.")
-
-
-def welch(a: Sequence[float], b: Sequence[float]) -> dict:
-  """{'delta', 'se', 't', 'df', 'p'} of mean(a) - mean(b) (Welch's unequal-variance t-test)."""
-  a, b = np.asarray(a, float), np.asarray(b, float)
-  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-  delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
-  if se == 0:
-    return {"delta": delta, "se": 0.0, "t": math.copysign(math.inf, delta) if delta else 0.0,
-            "df": float(len(a) + len(b) - 2), "p": 0.0 if delta else 1.0}
-  t = delta / se
-  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-  return {"delta": delta, "se": se, "t": t, "df": df,
-          "p": float(2 * scipy_stats.t.sf(abs(t), df))}
-
-
-def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:
-  """{'delta', 'se', 'p'}: failure fractions a - b, their binomial se, Fisher's exact p."""
-  pa, pb = failed_a / n_a, failed_b / n_b
-  se = math.sqrt(pa * (1 - pa) / n_a + pb * (1 - pb) / n_b)
-  p = scipy_stats.fisher_exact([[failed_a, n_a - failed_a], [failed_b, n_b - failed_b]])[1]
-  return {"delta": pa - pb, "se": se, "p": float(p)}
+    "Failure counts: Δ = difference of the failure fractions (a failure: a seed whose `failed`, "
+    "else `diverged`, is 1), se its binomial standard error, p from Fisher's exact test. A "
+    "loss-like claim whose arms include a failed or diverged seed is bimodal and is judged by "
+    "its failure counts instead of by Welch's t on the losses. **Multiple comparisons:** the p "
+    "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
+    f"the words use the adjusted p. Then, in this order: *untestable here*, with the reason, "
+    f"when a precondition or a declared positive control fails (the paper's reference "
+    f"behaviour at this setting, e.g. post-LN with warmup trains, or at least one arm "
+    f"generalizes past the training length), an arm has fewer than 2 seeds, the design cannot "
+    f"reach p < {ALPHA} (the smallest p its test can give with these seed counts over every "
+    f"outcome: Fisher's test with 3 vs 3 seeds cannot go below 0.1; Welch's t has no such "
+    f"floor), or every seed of both arms lies within {BOUND_TOL} of the metric's floor or "
+    f"ceiling (exact match: 0 or 1); *tie* when |Δ| < 1 se; *needs more seeds* when |Δ|/se is "
+    f"within 1 of the value at which p crosses the claim's Holm level and an arm has fewer "
+    f"than {MIN_SEEDS} seeds; *reproduced* when Δ has the claimed sign and adjusted p < "
+    f"{ALPHA}; *direction only* when it has the claimed sign and adjusted p >= {ALPHA}; "
+    f"*contradicted* when Δ has the opposite sign and adjusted p < {ALPHA}; *opposite only* "
+    f"when it has the opposite sign and adjusted p >= {ALPHA}.")
 
 
 def word(delta: float, se: float, p: float, expect: str) -> str:
@@ -90,38 +100,102 @@ def matches(row: dict, side: Mapping, exact: bool = True) -> bool:
   return all(overrides.get(k) == v for k, v in arm.items())
 
 
+def metric_value(metrics: Mapping, metric: str):
+  """A row's value of `metric`; 'x / y' is the ratio of two metrics (e.g. the last layer's
+  gradient norm over the first's), None where either is missing."""
+  if " / " in metric:
+    num, den = (metrics.get(m) for m in metric.split(" / "))
+    if not all(isinstance(v, (int, float)) for v in (num, den)) or den == 0:
+      return None
+    return num / den
+  return metrics.get(metric)
+
+
 def values(rows: Sequence[dict], side: Mapping) -> list[float]:
   """The side's metric in every finished row of its arm (finite values only)."""
   out = []
   for row in rows:
     if row["status"] == "done" and matches(row, side):
-      value = row["metrics"].get(side["metric"])
+      value = metric_value(row["metrics"], side["metric"])
       if isinstance(value, (int, float)) and math.isfinite(value):
         out.append(float(value))
   return out
 
 
-def check_preconditions(rows: Sequence[dict], requires: Sequence[Mapping]) -> Optional[str]:
-  """None when every precondition holds, else the first failing one as text.
+def _label(row: dict) -> str:
+  return ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(row["overrides"].items())
+                  if k not in SEED_KEYS)
 
-  A precondition {'where': {override: value}, 'metric': m, 'min': x, 'what': text} holds when
-  every arm matching `where` has a seed-mean of m of at least x (e.g. each arm learned the task
-  in distribution, exact match >= 0.9), and at least one row matches."""
-  for req in requires:
+
+def _arm_value(members: Sequence[dict], metric: str, min_n: Optional[int]) -> float:
+  """The seed-mean of `metric`; with min_n, of the family metric@N, the best over N >= min_n."""
+  if min_n is None:
+    return float(np.mean([r["metrics"].get(metric, math.nan) for r in members]))
+  keys = sorted({k for r in members for k in r["metrics"]
+                 if k.startswith(metric + "@") and int(k.split("@")[1]) >= min_n})
+  means = [float(np.mean([r["metrics"].get(k, math.nan) for r in members])) for k in keys]
+  return max(means) if means else math.nan
+
+
+def check_conditions(rows: Sequence[dict], conditions: Sequence[Mapping],
+                     prefix: str = "") -> Optional[str]:
+  """None when every condition holds, else the first failing one as text.
+
+  A condition {'where': {override: value}, 'metric': m, 'min': x and/or 'max': y, 'what': text,
+  optional 'min_n': n, 'any': bool} holds when every arm matching `where` (at least one must)
+  has a seed-mean of m within [x, y]; with 'any', when at least one arm does. With 'min_n', m is
+  a family (m@N) and an arm's value is its best seed-mean over N >= min_n (e.g. "some arm
+  generalizes past the training length")."""
+  for cond in conditions:
     arms: dict = {}
     for row in rows:
-      if row["status"] == "done" and matches(row, req.get("where", {}), exact=False):
-        label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(row["overrides"].items())
-                         if k != "seed")
-        arms.setdefault(label, []).append(row["metrics"].get(req["metric"], math.nan))
+      if row["status"] == "done" and matches(row, cond.get("where", {}), exact=False):
+        arms.setdefault(_label(row), []).append(row)
     if not arms:
-      return f"{req['what']}: no finished run"
-    failing = {label: float(np.mean(v)) for label, v in arms.items()
-               if not np.mean(v) >= req["min"]}
-    if failing:
+      return f"{prefix}{cond['what']}: no finished run"
+    lo, hi = cond.get("min", -math.inf), cond.get("max", math.inf)
+    value = {label: _arm_value(m, cond["metric"], cond.get("min_n")) for label, m in arms.items()}
+    failing = {label: v for label, v in value.items() if not lo <= v <= hi}
+    if (len(failing) == len(value)) if cond.get("any") else failing:
+      bound = " and ".join(b for b in (f">= {lo:g}" if cond.get("min") is not None else "",
+                                       f"<= {hi:g}" if cond.get("max") is not None else "") if b)
       worst = "; ".join(f"{label} {v:.2f}" for label, v in failing.items())
-      return f"{req['what']} fails ({req['metric']} < {req['min']:g}: {worst})"
+      which = "no arm has" if cond.get("any") else "needs"
+      return f"{prefix}{cond['what']} fails ({which} {cond['metric']} {bound}: {worst})"
   return None
+
+
+def check_preconditions(rows: Sequence[dict], requires: Sequence[Mapping]) -> Optional[str]:
+  """check_conditions of a claim's 'requires' (kept for callers of the earlier name)."""
+  return check_conditions(rows, requires)
+
+
+def bounds_of(metric: str, claim: Mapping) -> Optional[tuple]:
+  if "bounds" in claim:
+    return tuple(claim["bounds"])
+  return BOUNDS.get(metric, BOUNDS.get(metric.split("@")[0]))
+
+
+def at_bound(va: Sequence[float], vb: Sequence[float], bounds: Optional[tuple]) -> Optional[str]:
+  """'floor' | 'ceiling' when every value of both sides lies within BOUND_TOL of it, else None."""
+  for name, edge in zip(("floor", "ceiling"), bounds or ()):
+    if va and vb and all(abs(v - edge) <= BOUND_TOL for v in (*va, *vb)):
+      return name
+  return None
+
+
+def _lower_is_better(metric: str) -> bool:
+  """Loss-like metrics, whose failed seeds make a comparison bimodal (not ratios of them)."""
+  return " / " not in metric and any(w in metric for w in ("loss", "ppl", "perplexity"))
+
+
+def _failure_metric(members: Sequence[dict]) -> Optional[str]:
+  return next((m for m in FAILURE_METRICS if any(m in r["metrics"] for r in members)), None)
+
+
+def _failures(members: Sequence[dict], metric: Optional[str]) -> int:
+  return sum(r["status"] == "diverged" or (metric is not None and r["metrics"].get(metric) == 1)
+             for r in members)
 
 
 def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, dict]:
@@ -174,46 +248,126 @@ def per_seed_mrr(rows: Sequence[dict], spec: Mapping, settings: Sequence) -> lis
   return out
 
 
-def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
-  """{'word', 'delta', 'se', 'p', 'n_a', 'n_b', 'why'} of one claim on the result rows."""
+def _finished(rows: Sequence[dict], side: Mapping) -> list[dict]:
+  return [r for r in rows if r["status"] in ("done", "diverged") and matches(r, side)]
+
+
+def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
+  """A claim's statistics before Holm: {'kind', 'delta', 'se', 'p', 'df', 'n_a', 'n_b', 'why',
+  'untestable': reason or None}."""
   if claim.get("kind") == "mrr":
-    learned, not_learned = learned_settings(rows, claim["mrr"])
-    skipped = "; ".join(f"{s}: {why}" for s, why in not_learned.items())
-    if not learned:
-      return {"n_a": 0, "n_b": 0, "delta": None, "se": None, "p": None,
-              "word": "untestable here",
-              "why": f"no {claim['mrr'].get('label', claim['mrr']['setting'])} learned in "
-                     f"distribution by every arm ({skipped})"}
-    result = verdict(per_seed_mrr(rows, claim["mrr"], learned), {**claim, "kind": "mean"})
-    note = f"ranked over {', '.join(map(str, learned))}" + (f"; left out: {skipped}"
-                                                            if skipped else "")
-    return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
-  failed = check_preconditions(rows, claim.get("requires", ()))
-  if claim.get("kind", "mean") == "count":
-    a = [r for r in rows if r["status"] == "done" and matches(r, claim["a"])]
-    b = [r for r in rows if r["status"] == "done" and matches(r, claim["b"])]
-    fails = lambda side, rs: sum(r["metrics"].get(side["metric"]) == 1 for r in rs)  # noqa: E731
+    return _raw_mrr(rows, claim)
+  kind, notes = claim.get("kind", "mean"), []
+  a, b = _finished(rows, claim["a"]), _finished(rows, claim["b"])
+  if kind == "mean" and _lower_is_better(claim["a"]["metric"]):
+    failure = _failure_metric(a + b)
+    k = _failures(a + b, failure)
+    if k:
+      kind = "count"
+      notes.append(f"bimodal ({k} of {len(a) + len(b)} seeds {failure or 'diverged'}): judged "
+                   "by failure counts, not by the mean loss")
+  bounds = None
+  if kind == "count":
+    metric = claim["a"]["metric"] if claim.get("kind") == "count" else _failure_metric(a + b)
     n_a, n_b = len(a), len(b)
-    stats = (fisher(fails(claim["a"], a), n_a, fails(claim["b"], b), n_b)
+    stats = (fisher(_failures(a, metric), n_a, _failures(b, metric), n_b)
              if n_a and n_b else None)
+    # A bimodal loss claim keeps its direction: lower loss <-> fewer failures.
+    expect = claim["expect"]
   else:
-    va, vb = values(rows, claim["a"]), values(rows, claim["b"])
-    n_a, n_b = len(va), len(vb)
-    stats = welch(va, vb) if n_a > 1 and n_b > 1 else None
-  out = {"n_a": n_a, "n_b": n_b, **(stats or {"delta": None, "se": None, "p": None})}
-  if failed:
-    return {**out, "word": "untestable here", "why": failed}
-  if min(n_a, n_b) < 2:
-    return {**out, "word": "untestable here", "why": f"seeds: {n_a} and {n_b} (2 needed)"}
-  return {**out, "word": word(stats["delta"], stats["se"], stats["p"], claim["expect"]),
-          "why": ""}
+    va = values(rows, claim["a"])
+    if "value" in claim["b"]:  # a against a fixed number (one-sample t): b is that number
+      vb, n_b = [float(claim["b"]["value"])], math.inf
+      stats = one_sample(va, vb[0]) if len(va) > 1 else None
+    else:
+      vb = values(rows, claim["b"])
+      n_b = len(vb)
+      stats = welch(va, vb) if len(va) > 1 and n_b > 1 else None
+    n_a = len(va)
+    expect = claim["expect"]
+    bounds = at_bound(va, vb, bounds_of(claim["a"]["metric"], claim))
+  out = {"kind": kind, "expect": expect, "n_a": n_a, "n_b": n_b, "df": None,
+         **{"delta": None, "se": None, "p": None, **(stats or {})}, "untestable": None}
+  why = (check_conditions(rows, claim.get("requires", ()))
+         or check_conditions(rows, claim.get("controls", ()), "control: "))
+  if not why and min(n_a, n_b) < 2:
+    why = f"seeds: {n_a} and {n_b} (2 needed)"
+  if not why and (floor_p := smallest_p(kind, n_a, n_b)) >= ALPHA:
+    why = (f"underpowered: with {n_a} vs {n_b} seeds the smallest p "
+           f"{'Fisher' if kind == 'count' else 'the test'} can give is {floor_p:.2g} "
+           f">= {ALPHA}")
+  if not why and bounds:
+    why = f"every seed of both arms at the {bounds} of {claim['a']['metric']}"
+  return {**out, "untestable": why, "why": "; ".join(notes)}
+
+
+def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
+  """Per-seed MRR over the settings every arm learned in distribution (the precondition) and
+  where claim['mrr_controls'] hold (e.g. some arm generalizes past N: a setting where every arm
+  sits at the floor past N ranks noise); untestable when no setting remains."""
+  spec = claim["mrr"]
+  learned, not_learned = learned_settings(rows, spec)
+  controls = claim.get("mrr_controls", ())
+  failed = {s: why for s in learned if (why := check_conditions(
+      rows, [{**c, "where": {**c.get("where", {}), spec["setting"]: s}} for c in controls],
+      "control: "))}
+  ranked = [s for s in learned if s not in failed]
+  skipped = "; ".join(f"{s}: {why}" for s, why in {**not_learned, **failed}.items())
+  if not ranked:
+    reason = (f"no {spec.get('label', spec['setting'])} learned in distribution by every arm"
+              if not learned else "on no learned "
+              f"{spec.get('label', spec['setting'])} does the positive control pass")
+    return {"kind": "mean", "expect": claim["expect"], "n_a": 0, "n_b": 0, "delta": None,
+            "se": None, "p": None, "df": None, "why": "", "untestable": f"{reason} ({skipped})"}
+  note = f"ranked over {', '.join(map(str, ranked))}" + (f"; left out: {skipped}"
+                                                         if skipped else "")
+  result = _raw(per_seed_mrr(rows, spec, ranked),
+                {**{k: v for k, v in claim.items() if k not in ("controls", "mrr_controls")},
+                 "kind": "mean"})
+  return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
+
+
+def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
+  """{'word', 'delta', 'se', 'p', 'p_holm', 'n_a', 'n_b', 'kind', 'why'} of each claim of one
+  section (a family for Holm's adjustment) on the result rows."""
+  raws = [_raw(rows, claim) for claim in claims]
+  ps = [r["p"] if not r["untestable"] and r["p"] is not None else None for r in raws]
+  adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
+  out = []
+  for raw, p_holm, level in zip(raws, adjusted, levels):
+    result = {k: v for k, v in raw.items() if k not in ("untestable", "expect")}
+    if raw["untestable"]:
+      why = "; ".join(w for w in (raw["untestable"], raw["why"]) if w)
+      out.append({**result, "p_holm": None, "word": "untestable here", "why": why})
+      continue
+    verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
+    if verdict_word != "tie" and raw["se"] and min(raw["n_a"], raw["n_b"]) < MIN_SEEDS:
+      ratio = abs(raw["delta"]) / raw["se"]
+      crossing = critical_ratio(raw["kind"], level, raw.get("df"))
+      if abs(ratio - crossing) < 1:
+        verdict_word = "needs more seeds"
+        raw["why"] = "; ".join(w for w in (
+            raw["why"], f"{ratio:.1f} se, within 1 se of the {crossing:.1f} se where p crosses "
+            f"its Holm level {level:.2g}; {MIN_SEEDS} seeds per arm needed") if w)
+    out.append({**result, "p_holm": p_holm, "word": verdict_word, "why": raw["why"]})
+  return out
+
+
+def verdict(rows: Sequence[dict], claim: Mapping) -> dict:
+  """One claim judged alone (a family of one: Holm changes nothing)."""
+  return judge_claims(rows, [claim])[0]
 
 
 def format_ours(result: Mapping, kind: str = "mean") -> str:
-  """'Δ = -0.120 ± 0.031 (3.9 se, p = 0.008; 3 vs 3 seeds)': the evidence a verdict rests on."""
+  """'Δ = -0.120 ± 0.031 (3.9 se, p = 0.008, Holm 0.02; 3 vs 3 seeds)': the evidence."""
   if result["delta"] is None:
-    return f"{result['n_a']} vs {result['n_b']} seeds"
+    return (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
+            f"{result['n_a']} vs {result['n_b']} seeds")
   ratio = (f"{abs(result['delta']) / result['se']:.1f} se" if result["se"] else "se 0")
-  unit = " (failure fraction)" if kind == "count" else ""
+  unit = " (failure fraction)" if result.get("kind", kind) == "count" else ""
+  adjusted = (f", Holm {result['p_holm']:.2g}" if result.get("p_holm") is not None
+              and result["p_holm"] != result["p"] else "")
+  seeds = (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
+           f"{result['n_a']} vs {result['n_b']} seeds")
   return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g}{unit} ({ratio}, "
-          f"p = {result['p']:.2g}; {result['n_a']} vs {result['n_b']} seeds)")
+          f"p = {result['p']:.2g}{adjusted}; {seeds})")

@@ -1,0 +1,101 @@
+"""Every published number the ablation claims quote is held here with its paper, table (or
+figure) and row, written from the papers; a claim quoting a number not listed for its sweep, or a
+config constant that drifts from the listed value, fails. Numbers read off a figure's curves
+(Press et al.) are marked as such: they are the papers' own wording of those curves."""
+
+import os
+import re
+
+import pytest
+
+from tfjax.research import sweep, sweep_doc
+
+# sweep -> {(paper, table/figure, row): value}
+QUOTED = {
+    "ffn": {  # Shazeer 2020, "GLU Variants Improve Transformer": held-out log-perplexity
+        ("Shazeer 2020", "table 1", "FFN_ReLU"): 1.997,
+        ("Shazeer 2020", "table 1", "FFN_GELU"): 1.983,
+        ("Shazeer 2020", "table 1", "FFN_Swish"): 1.994,
+        ("Shazeer 2020", "table 1", "FFN_GLU"): 1.982,
+        ("Shazeer 2020", "table 1", "FFN_Bilinear"): 1.960,
+        ("Shazeer 2020", "table 1", "FFN_ReGLU"): 1.953,
+        ("Shazeer 2020", "table 1", "FFN_GEGLU"): 1.942,
+        ("Shazeer 2020", "table 1", "FFN_SwiGLU"): 1.944,
+    },
+    "heads": {  # Vaswani et al. 2017, table 3, dev perplexity (newstest2013)
+        ("Vaswani 2017", "table 3", "(A) 1 head, d_k 512"): 5.29,
+        ("Vaswani 2017", "table 3", "(A) 4 heads, d_k 128"): 5.00,
+        ("Vaswani 2017", "table 3", "base, 8 heads, d_k 64"): 4.92,
+        ("Vaswani 2017", "table 3", "(A) 16 heads, d_k 32"): 4.91,
+        ("Vaswani 2017", "table 3", "(A) 32 heads, d_k 16"): 5.01,
+        ("Vaswani 2017", "table 3", "(B) 8 heads: the row count"): 8,
+    },
+    "position": {
+        ("Vaswani 2017", "table 3", "base (sinusoidal), dev perplexity"): 4.92,
+        ("Vaswani 2017", "table 3", "(E) learned positions, dev perplexity"): 4.92,
+        ("Vaswani 2017", "table 3", "base (sinusoidal), BLEU"): 25.8,
+        ("Vaswani 2017", "table 3", "(E) learned positions, BLEU"): 25.7,
+        ("Press 2021", "figure 1", "longest evaluation length (k tokens)"): 15.5,
+        ("Press 2021", "figure 1", "training length L"): 512,
+        ("Press 2021", "figure 1 (curves)", "rotary: extra tokens before degrading, low"): 100,
+        ("Press 2021", "figure 1 (curves)", "rotary: extra tokens before degrading, high"): 200,
+        ("Press 2021", "figure 1 (curves)", "T5 bias: extra tokens before degrading, low"): 600,
+        ("Press 2021", "figure 1 (curves)", "T5 bias: extra tokens before degrading, high"): 800,
+    },
+    "position_lengthgen": {  # Kazemnejad et al. 2023, figure 1: mean reciprocal rank
+        ("Kazemnejad 2023", "figure 1", "NoPE"): 0.69,
+        ("Kazemnejad 2023", "figure 1", "T5's relative bias"): 0.55,
+        ("Kazemnejad 2023", "figure 1", "ALiBi"): 0.50,
+        ("Kazemnejad 2023", "figure 1", "Rotary"): 0.33,
+        ("Kazemnejad 2023", "figure 1", "absolute (sinusoidal)"): 0.22,
+    },
+    "norm": {
+        ("Xiong 2020", "figure 2", "post-LN without warmup, BLEU"): 8.45,
+        ("Xiong 2020", "figure 2", "post-LN with warmup, BLEU (approximate)"): 34,
+        ("Xiong 2020", "figure 2", "depth (layers)"): 6,
+        ("Zhang & Sennrich 2019", "abstract", "running time cut, low (%)"): 7,
+        ("Zhang & Sennrich 2019", "abstract", "running time cut, high (%)"): 64,
+    },
+}
+# Citations, years and row names are no quoted results.
+_NOT_NUMBERS = re.compile(r"(table|figure|section|fig\.)\s*\d+(\.\d+)*|\b(19|20)\d\d\b|"
+                          r"\([A-E]\)")
+
+
+def _numbers(text):
+  # Not a digit inside a name ("T5", "W_2").
+  return [float(x) for x in re.findall(r"(?<![A-Za-z\d._])\d+(?:\.\d+)?",
+                                       _NOT_NUMBERS.sub(" ", text))]
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED))
+def test_every_number_a_claim_quotes_is_a_listed_paper_number(name):
+  listed = set(QUOTED[name].values())
+  for scale in ("smoke", "medium", "full"):
+    module = sweep.load_module(os.path.join(sweep_doc.REPO, "configs", "ablations", f"{name}.py"))
+    for claim in module.CLAIMS(scale):
+      for number in _numbers(claim["paper"]):
+        assert number in listed, (name, claim["id"], claim["paper"], number)
+
+
+def test_the_configs_tables_of_published_numbers_match_the_papers():
+  path = lambda n: os.path.join(sweep_doc.REPO, "configs", "ablations", f"{n}.py")  # noqa: E731
+  ffn = sweep.load_module(path("ffn")).PUBLISHED
+  names = {"relu": "ReLU", "gelu": "GELU", "silu": "Swish", "glu": "GLU",
+           "bilinear": "Bilinear", "reglu": "ReGLU", "geglu": "GEGLU", "swiglu": "SwiGLU"}
+  assert ffn == {k: QUOTED["ffn"][("Shazeer 2020", "table 1", f"FFN_{v}")]
+                 for k, v in names.items()}
+  heads = sweep.load_module(path("heads")).PUBLISHED_PPL
+  rows = {1: "(A) 1 head, d_k 512", 4: "(A) 4 heads, d_k 128", 8: "base, 8 heads, d_k 64",
+          16: "(A) 16 heads, d_k 32", 32: "(A) 32 heads, d_k 16"}
+  assert heads == {h: QUOTED["heads"][("Vaswani 2017", "table 3", r)] for h, r in rows.items()}
+  mrr = sweep.load_module(path("position_lengthgen")).PUBLISHED_MRR
+  rows = {"none": "NoPE", "t5_bias": "T5's relative bias", "alibi": "ALiBi", "rope": "Rotary",
+          "sinusoidal": "absolute (sinusoidal)"}
+  assert mrr == {k: QUOTED["position_lengthgen"][("Kazemnejad 2023", "figure 1", r)]
+                 for k, r in rows.items()}
+
+
+def test_the_number_filter_keeps_results_and_drops_citations():
+  assert _numbers("dev ppl 4.92 vs 4.91 (table 3, row (A) vs base), 2017") == [4.92, 4.91]
+  assert _numbers("T5 600-800 extra tokens (figure 1)") == [600.0, 800.0]

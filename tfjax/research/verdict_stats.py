@@ -1,0 +1,87 @@
+"""The tests behind tfjax/research/verdicts.py: Welch's t, Fisher's exact test, the smallest p a
+design can give, Holm's step-down adjustment and the Δ/se at which a claim crosses its level."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict:
+  """{'delta', 'se', 't', 'df', 'p'} of mean(a) - mean(b) (Welch's unequal-variance t-test)."""
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+  delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
+  if se == 0:
+    return {"delta": delta, "se": 0.0, "t": math.copysign(math.inf, delta) if delta else 0.0,
+            "df": float(len(a) + len(b) - 2), "p": 0.0 if delta else 1.0}
+  t = delta / se
+  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  return {"delta": delta, "se": se, "t": t, "df": df,
+          "p": float(2 * scipy_stats.t.sf(abs(t), df))}
+
+
+def one_sample(a: Sequence[float], value: float) -> dict:
+  """{'delta', 'se', 't', 'df', 'p'} of mean(a) - value (Student's one-sample t-test)."""
+  a = np.asarray(a, float)
+  delta, se = float(a.mean() - value), float(a.std(ddof=1) / math.sqrt(len(a)))
+  if se == 0:
+    return {"delta": delta, "se": 0.0, "t": math.copysign(math.inf, delta) if delta else 0.0,
+            "df": float(len(a) - 1), "p": 0.0 if delta else 1.0}
+  t = delta / se
+  return {"delta": delta, "se": se, "t": t, "df": float(len(a) - 1),
+          "p": float(2 * scipy_stats.t.sf(abs(t), len(a) - 1))}
+
+
+def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:
+  """{'delta', 'se', 'p'}: failure fractions a - b, their binomial se, Fisher's exact p."""
+  pa, pb = failed_a / n_a, failed_b / n_b
+  se = math.sqrt(pa * (1 - pa) / n_a + pb * (1 - pb) / n_b)
+  p = scipy_stats.fisher_exact([[failed_a, n_a - failed_a], [failed_b, n_b - failed_b]])[1]
+  return {"delta": pa - pb, "se": se, "p": float(p)}
+
+
+def smallest_p(kind: str, n_a: int, n_b: int) -> float:
+  """The smallest p the test of `kind` can return with these seed counts, over every outcome.
+
+  count (Fisher's exact test): the minimum over all (n_a + 1)(n_b + 1) failure tables, e.g. 0.1
+  for 3 vs 3 (all of one arm failing, none of the other: 2 / C(6, 3)). mean (Welch's t): 0 for
+  n >= 2 per arm, since t grows without bound as the spread shrinks; no design floor."""
+  if kind != "count":
+    return 0.0
+  return min(fisher(x, n_a, y, n_b)["p"] for x, y in
+             itertools.product(range(n_a + 1), range(n_b + 1)))
+
+
+def holm(ps: Sequence[Optional[float]]) -> list[Optional[float]]:
+  """Holm's step-down adjusted p-values (None stays None and is not counted):
+  p_(i) -> max over j <= i of min(1, (m - j + 1) p_(j)), with p_(1) <= ... <= p_(m)."""
+  order = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+  m, out, running = len(order), list(ps), 0.0
+  for rank, (p, i) in enumerate(order):
+    running = max(running, min(1.0, (m - rank) * p))
+    out[i] = running
+  return out
+
+
+def holm_levels(ps: Sequence[Optional[float]], alpha: float) -> list[Optional[float]]:
+  """The level each p is compared with in Holm's procedure: alpha / (m - rank) by its rank
+  (0 = smallest) among the m given p-values."""
+  order = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+  out: list[Optional[float]] = [None] * len(ps)
+  for rank, (_, i) in enumerate(order):
+    out[i] = alpha / (len(order) - rank)
+  return out
+
+
+def critical_ratio(kind: str, level: float, df: Optional[float]) -> float:
+  """|Δ| / se at which the test's two-sided p equals `level`: Student's t quantile at Welch's df
+  for means, the normal quantile for counts (the binomial se's scale)."""
+  q = 1 - level / 2
+  if kind == "count" or df is None or not math.isfinite(df):
+    return float(scipy_stats.norm.ppf(q))
+  return float(scipy_stats.t.ppf(q, df))
