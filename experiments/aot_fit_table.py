@@ -102,8 +102,9 @@ def _gib(n) -> str:
 def _cells(row: dict) -> str:
   if row.get("status") != "ok":
     return f"{row.get('status')}: {row.get('error', '')} | | | | |"
-  ratio = (f"{row['flops_per_step'] / row['analytic_flops_per_step']:.2f}"
-           if row.get("flops_per_step") and row.get("analytic_flops_per_step") else "")
+  # compiler / analytic (tfjax.aot's JSON: flops_per_step is the analytic count)
+  ratio = (f"{row['xla_flops_per_step'] / row['flops_per_step']:.2f}"
+           if row.get("xla_flops_per_step") and row.get("flops_per_step") else "")
   comm = (f"{sum(c['bytes'] for c in row['collectives']) / 1e9:.2f}"
           if row.get("collectives") is not None else "")
   step = f"{row['est_step_s'] * 1e3:.1f}" if row.get("est_step_s") else ""

@@ -108,3 +108,17 @@ def fusion_policy():
   """Sets tfjax.training.cpu_fusion's policy for one test, then restores the default."""
   yield cpu_fusion.install
   cpu_fusion.install("auto")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def cache_dir_under_tmp(tmp_path_factory):
+  """$TFJAX_CACHE_DIR (downloads, the XLA compilation cache) points into this session's tmp
+  folder, for the tests and the subprocesses they start: a test never writes under ~/.cache."""
+  from tfjax.runtime import files  # pylint: disable=import-outside-toplevel
+  previous = os.environ.get(files.CACHE_DIR_ENV)
+  os.environ[files.CACHE_DIR_ENV] = str(tmp_path_factory.mktemp("tfjax-cache"))
+  yield os.environ[files.CACHE_DIR_ENV]
+  if previous is None:
+    os.environ.pop(files.CACHE_DIR_ENV, None)
+  else:
+    os.environ[files.CACHE_DIR_ENV] = previous

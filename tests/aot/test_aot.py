@@ -187,7 +187,7 @@ def _check_data_parallel_report(prog, rep, devices: int):
   assert rep.minimum == {"all-reduce": _param_bytes(prog)}
   line = json.loads(rep.json_line())
   assert list(line) == ["target", "fits", "bytes_per_device", "hbm_bytes", "flops_per_step",
-                        "analytic_flops_per_step", "est_step_s", "mfu_bound",
+                        "xla_flops_per_step", "est_step_s", "mfu_bound",
                         "est_step_kernel_sum_s", "kernel_sum_s_by_kind", "roofline_compute_s",
                         "roofline_memory_s", "collectives"]
   assert 0 < line["mfu_bound"] < 1 and line["est_step_s"] > 0

@@ -288,3 +288,29 @@ def test_empty_or_short_text_file_is_a_clear_error(tmp_path, content, message):
   assert result.returncode == 2
   assert message in result.stderr.lower() and str(path) in result.stderr, result.stderr[-2000:]
   assert not workdir.exists()
+
+
+def test_a_failed_download_leaves_nothing_in_home(tmp_path, monkeypatch):
+  """Without $TFJAX_CACHE_DIR the cache is ~/.cache/tfjax; a download that fails (offline) must
+  not leave an empty ~/.cache/tfjax/tinyshakespeare/ behind (what the suite used to leave)."""
+  home = tmp_path / "home"
+  home.mkdir()
+  monkeypatch.setenv("HOME", str(home))
+  monkeypatch.delenv(datasets.CACHE_DIR_ENV, raising=False)
+  monkeypatch.setenv(datasets.DATA_DIR_ENV, str(tmp_path / "no-data"))
+
+  def offline(url, timeout):
+    raise OSError("network unreachable")
+
+  monkeypatch.setattr(text_files.urllib.request, "urlopen", offline)
+  with pytest.raises(FileNotFoundError, match="network unreachable"):
+    datasets.tinyshakespeare_path()
+  assert list(home.iterdir()) == []
+
+
+def test_the_suite_cache_dir_is_under_the_tmp_folder(cache_dir_under_tmp, tmp_path):
+  """tests/conftest.py points $TFJAX_CACHE_DIR at pytest's tmp folder for the whole session."""
+  assert datasets.cache_dir() == cache_dir_under_tmp
+  # Both sit in the session's base tmp folder.
+  assert os.path.dirname(cache_dir_under_tmp) == os.path.dirname(str(tmp_path))
+  assert not cache_dir_under_tmp.startswith(os.path.join(os.path.expanduser("~"), ".cache"))

@@ -20,6 +20,12 @@ from tfjax.data import shard_writer
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def prepare(*args, **kwargs):
+  """prep.prepare without the val split's minimum size (the corpora here are a few hundred
+  tokens) unless a test asks for one."""
+  return prep.prepare(*args, **{"min_val_tokens": 0, **kwargs})
+
+
 def corpus_docs(n=60, seed=0):
   rng = np.random.default_rng(seed)
   words = ["the", "cat", "sat", "on", "a", "mat", "über", "naïve", "café", "日本"]
@@ -54,7 +60,7 @@ def test_byte_prepare_holds_every_document_in_order(tmp_path):
   docs = corpus_docs()
   inputs = write_corpus(tmp_path, docs)
   out = tmp_path / "out"
-  m = prep.prepare(inputs, "byte", str(out), val_docs=5, shard_mb=0.0005, workers=1,
+  m = prepare(inputs, "byte", str(out), val_docs=5, shard_mb=0.0005, workers=1,
                    progress=False)
   assert sorted(os.listdir(out)) == sorted(
       ["manifest.json", "tokenizer.json"] + [s[k] for sp in mf.SPLITS
@@ -91,7 +97,7 @@ def test_hf_tokenizer_ids_and_end_of_text(tmp_path):
   (tok_dir / "tokenizer_config.json").write_text('{"eos_token": "<eot>"}')
   (tmp_path / "c.jsonl").write_text("".join(json.dumps({"body": d}) + "\n" for d in docs))
   out = tmp_path / "out"
-  m = prep.prepare(str(tmp_path / "c.jsonl"), f"hf:{tok_dir}", str(out), text_field="body",
+  m = prepare(str(tmp_path / "c.jsonl"), f"hf:{tok_dir}", str(out), text_field="body",
                    val_fraction=0.2, workers=1, progress=False)
   eot = tok.token_to_id("<eot>")
   assert m["tokenizer"]["eos_id"] == eot
@@ -105,8 +111,8 @@ def test_hf_tokenizer_ids_and_end_of_text(tmp_path):
 def test_workers_and_a_killed_prepare_give_byte_identical_shards(tmp_path, monkeypatch):
   inputs = write_corpus(tmp_path, corpus_docs(80))
   kwargs = dict(val_fraction=0.1, shard_mb=0.0005, progress=False)
-  prep.prepare(inputs, "byte", str(tmp_path / "one"), workers=1, **kwargs)
-  prep.prepare(inputs, "byte", str(tmp_path / "two"), workers=2, **kwargs)
+  prepare(inputs, "byte", str(tmp_path / "one"), workers=1, **kwargs)
+  prepare(inputs, "byte", str(tmp_path / "two"), workers=2, **kwargs)
   reference = tree_bytes(tmp_path / "one")
   assert len(reference) > 8 and tree_bytes(tmp_path / "two") == reference
 
@@ -122,7 +128,7 @@ def test_workers_and_a_killed_prepare_give_byte_identical_shards(tmp_path, monke
   monkeypatch.setattr(shard_writer, "write_shard", dies_on_the_fourth_shard)
   killed = tmp_path / "killed"
   with pytest.raises(KeyboardInterrupt):
-    prep.prepare(inputs, "byte", str(killed), workers=1, **kwargs)
+    prepare(inputs, "byte", str(killed), workers=1, **kwargs)
   assert not (killed / "manifest.json").exists()  # nothing presented as complete
   with pytest.raises(ValueError, match="no manifest.json"):
     mf.read_manifest(str(killed))
@@ -132,7 +138,7 @@ def test_workers_and_a_killed_prepare_give_byte_identical_shards(tmp_path, monke
   monkeypatch.setattr(shard_writer, "write_shard", real)
   calls = []
   monkeypatch.setattr(shard_writer, "write_shard", lambda *a: calls.append(a[1:3]) or real(*a))
-  prep.prepare(inputs, "byte", str(killed), workers=1, **kwargs)
+  prepare(inputs, "byte", str(killed), workers=1, **kwargs)
   assert not set(calls) & set(written)  # finished shards were kept, not tokenized again
   assert tree_bytes(killed) == reference
 
@@ -140,7 +146,7 @@ def test_workers_and_a_killed_prepare_give_byte_identical_shards(tmp_path, monke
 @pytest.mark.parametrize("policy, count, kept", [("replace", 1, 3), ("skip", 1, 2)])
 def test_non_utf8_bytes_are_counted(tmp_path, policy, count, kept):
   (tmp_path / "c.txt").write_bytes(b"good one\n\nbad \xff\xfe here\n\nfine too\n")
-  m = prep.prepare(str(tmp_path / "c.txt"), "byte", str(tmp_path / "o"), val_docs=1,
+  m = prepare(str(tmp_path / "c.txt"), "byte", str(tmp_path / "o"), val_docs=1,
                    workers=1, bad_utf8=policy, progress=False)
   assert m["bad_utf8"] == {"policy": policy, "documents": count}
   _, train = load(tmp_path / "o", "train")
@@ -158,7 +164,7 @@ def test_token_dtype():
 
 def _error(tmp_path, *args, **kwargs):
   with pytest.raises((ValueError, FileNotFoundError)) as info:
-    prep.prepare(*args, workers=1, progress=False, **kwargs)
+    prepare(*args, workers=1, progress=False, **kwargs)
   return str(info.value)
 
 
@@ -187,7 +193,7 @@ def test_bad_input_is_one_clear_error(tmp_path, monkeypatch):
 def test_finished_and_foreign_outputs_are_never_overwritten(tmp_path):
   (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n")
   out = tmp_path / "out"
-  prep.prepare(str(tmp_path / "c.txt"), "byte", str(out), val_docs=1, workers=1, progress=False)
+  prepare(str(tmp_path / "c.txt"), "byte", str(out), val_docs=1, workers=1, progress=False)
   before = tree_bytes(out)
   assert "already holds a finished prepare" in _error(tmp_path, str(tmp_path / "c.txt"), "byte",
                                                       str(out), val_docs=1)
@@ -218,13 +224,13 @@ def test_cli_prints_one_error_line_and_exits_2(tmp_path):
                           capture_output=True, text=True, cwd=REPO, timeout=60,
                           env=dict(os.environ, PYTHONPATH=REPO))
   flag_lines = [l.strip() for l in result.stdout.splitlines() if l.strip().startswith("--")]
-  for flag in ("--input", "--tokenizer", "--output", "--workers", "--val_fraction", "--bad_utf8"):
+  for flag in ("--input", "--tokenizer", "--output", "--workers", "--val_fraction", "--bad_utf8",
+               "--min_val_tokens", "--overwrite"):
     assert len([l for l in flag_lines if l.startswith(flag + " ")]) == 1, result.stdout
 
 
 def _prepared_texts(tmp_path, inputs, **kwargs):
-  prep.prepare(inputs, "byte", str(tmp_path / "o"), val_docs=2, workers=1, progress=False,
-               **kwargs)
+  prepare(inputs, "byte", str(tmp_path / "o"), val_docs=2, workers=1, progress=False, **kwargs)
   _, val = load(tmp_path / "o", "val")
   _, train = load(tmp_path / "o", "train")
   return [bytes(d.astype(np.uint8)).decode() for d in val + train]
@@ -301,7 +307,7 @@ def test_gpt2_tokenizer_from_the_hf_cache_or_the_environment(tmp_path, monkeypat
   assert (spec.name, spec.vocab_size, spec.eos_id) == ("gpt2", 50257, 50256)
   assert mf.token_dtype(spec.vocab_size) == np.uint16
   (tmp_path / "c.txt").write_text("hello there\n\nsecond doc\n")
-  m = prep.prepare(str(tmp_path / "c.txt"), "gpt2", str(tmp_path / "o"), val_docs=1, workers=1,
+  m = prepare(str(tmp_path / "c.txt"), "gpt2", str(tmp_path / "o"), val_docs=1, workers=1,
                    progress=False)
   _, train = load(tmp_path / "o", "train")
   assert train[0].tolist() == tok.encode("second doc").ids + [50256]
@@ -323,9 +329,116 @@ def test_an_unfinished_prepare_refuses_inputs_changed_since(tmp_path, monkeypatc
 
   monkeypatch.setattr(shard_writer, "write_shard", killed)
   with pytest.raises(KeyboardInterrupt):
-    prep.prepare(str(tmp_path / "c.txt"), "byte", str(tmp_path / "out"), val_docs=1, workers=1,
+    prepare(str(tmp_path / "c.txt"), "byte", str(tmp_path / "out"), val_docs=1, workers=1,
                  progress=False)
   monkeypatch.undo()
   (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n\nfour\n")  # the corpus grew meanwhile
   assert "unfinished prepare of other inputs or flags (or inputs that changed since" in _error(
       tmp_path, str(tmp_path / "c.txt"), "byte", str(tmp_path / "out"), val_docs=1)
+
+
+def _paragraphs(tmp_path, n=600, name="c.txt"):
+  """n short paragraphs (a small corpus like Tiny Shakespeare: thousands of tokens, many docs)."""
+  rng = np.random.default_rng(3)
+  docs = ["".join(rng.choice(list("abcdefgh "), size=int(rng.integers(20, 60)))).strip() + "."
+          for _ in range(n)]
+  (tmp_path / name).write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+  return str(tmp_path / name), docs
+
+
+def test_a_small_corpus_gets_a_val_split_of_at_least_min_val_tokens(tmp_path):
+  """The default --val_fraction (0.0005) picks almost no document of a small corpus; the leading
+  documents holding --min_val_tokens tokens join the val split, so evaluation at that length
+  works."""
+  path, docs = _paragraphs(tmp_path)
+  tokens = [len(d.encode()) for d in docs]  # byte ids (the byte tokenizer has no end of text)
+  bare = prep.prepare(path, "byte", str(tmp_path / "bare"), workers=1, progress=False,
+                      min_val_tokens=0)
+  assert bare["splits"]["val"]["num_tokens"] < 200  # the issue: a split of a few dozen tokens
+  m = prep.prepare(path, "byte", str(tmp_path / "o"), workers=1, progress=False,
+                   min_val_tokens=2000)
+  k = int(np.searchsorted(np.cumsum(tokens), 2000))  # the fewest leading docs with >= 2000
+  assert sum(tokens[:k]) < 2000 <= sum(tokens[:k + 1])
+  assert m["settings"]["val_leading_docs"] == k + 1
+  _, val = load(tmp_path / "o", "val")
+  _, train = load(tmp_path / "o", "train")
+  texts = lambda split: [bytes(d.astype(np.uint8)).decode() for d in split]  # noqa: E731
+  assert texts(val)[:k + 1] == docs[:k + 1]  # the leading documents, in order
+  assert sorted(texts(val) + texts(train)) == sorted(docs)  # every document once
+  assert m["splits"]["val"]["num_tokens"] >= 2000
+  # ... and those the hash picks, as without the minimum.
+  hashed = set(texts(load(tmp_path / "bare", "val")[1]))
+  assert set(texts(val)[k + 1:]) == hashed - set(docs[:k + 1])
+  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
+  config = datasets.default_data_config()
+  config.update(name="prepared", path=str(tmp_path / "bare"), seq_len=64)
+  with pytest.raises(ValueError, match=r"no val shard holds 65 tokens.*again with "
+                     r"--min_val_tokens=520 --overwrite"):
+    datasets.make_dataset(config, "lm").eval_batches(4, 1)
+  config.update(path=str(tmp_path / "o"))
+  [(_, batch)] = datasets.make_dataset(config, "lm").eval_batches(4, 1)
+  assert batch["inputs"].shape == (4, 64)
+
+
+def test_too_small_a_corpus_or_too_few_val_docs_is_one_clear_error_before_writing(tmp_path):
+  path, _ = _paragraphs(tmp_path, n=20)
+  out = tmp_path / "o"
+  message = _error(tmp_path, path, "byte", str(out), min_val_tokens=8200)
+  assert "too small for a validation split of --min_val_tokens=8,200 tokens" in message
+  assert "lower --min_val_tokens" in message and not out.exists()
+  path, docs = _paragraphs(tmp_path, n=600, name="big.txt")
+  message = _error(tmp_path, path, "byte", str(out), val_docs=3, min_val_tokens=2000)
+  k = int(np.searchsorted(np.cumsum([len(d.encode()) for d in docs]), 2000)) + 1
+  assert f"--val_docs=3: those documents hold fewer than --min_val_tokens=2,000" in message
+  assert f"use --val_docs={k} or more" in message and not out.exists()
+  assert "--min_val_tokens=-1" in _error(tmp_path, path, "byte", str(out), min_val_tokens=-1)
+
+
+def test_overwrite_replaces_an_earlier_prepare_only_when_asked_and_loses_nothing_on_failure(
+    tmp_path, monkeypatch):
+  (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n\nfour\n")
+  out = tmp_path / "out"
+  prepare(str(tmp_path / "c.txt"), "byte", str(out), val_docs=1, workers=1, progress=False)
+  before = tree_bytes(out)
+  message = _error(tmp_path, str(tmp_path / "c.txt"), "byte", str(out), val_docs=2)
+  assert "already holds a finished prepare" in message and "--overwrite" in message
+  assert tree_bytes(out) == before
+
+  real = shard_writer.write_shard
+
+  def fails(*args):
+    raise OSError("disk full")
+
+  monkeypatch.setattr(shard_writer, "write_shard", fails)
+  with pytest.raises(OSError, match="disk full"):
+    prepare(str(tmp_path / "c.txt"), "byte", str(out), val_docs=2, workers=1, progress=False,
+            overwrite=True)
+  assert tree_bytes(out) == before  # the failed replacement touched nothing of the earlier one
+  monkeypatch.setattr(shard_writer, "write_shard", real)
+  m = prepare(str(tmp_path / "c.txt"), "byte", str(out), val_docs=2, workers=1, progress=False,
+              overwrite=True)
+  assert m["settings"]["val_docs"] == 2 and mf.read_manifest(str(out)) == m
+  assert [bytes(d.astype(np.uint8)) for d in load(out, "val")[1]] == [b"one", b"two"]
+  assert sorted(os.listdir(tmp_path)) == ["c.txt", "out"]  # no staging folder left behind
+  (tmp_path / "mine").mkdir()
+  (tmp_path / "mine" / "notes.txt").write_text("not a prepare")
+  message = _error(tmp_path, str(tmp_path / "c.txt"), "byte", str(tmp_path / "mine"),
+                   val_docs=1, overwrite=True)
+  assert "holds no prepare" in message and (tmp_path / "mine" / "notes.txt").exists()
+
+
+def test_cli_overwrite_flag(tmp_path):
+  (tmp_path / "c.txt").write_text("one\n\ntwo\n\nthree\n")
+  command = [sys.executable, "-m", "tfjax.data.prepare", f"--input={tmp_path}/c.txt",
+             "--tokenizer=byte", f"--output={tmp_path}/out", "--val_docs=1",
+             "--min_val_tokens=0", "--progress=false", "--workers=1"]
+  env = dict(os.environ, PYTHONPATH=REPO)
+
+  def run(*extra):
+    return subprocess.run(command + list(extra), capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=60)
+
+  assert run().returncode == 0
+  again = run()
+  assert again.returncode == 2 and "--overwrite" in again.stderr.strip().splitlines()[-1]
+  assert run("--overwrite").returncode == 0

@@ -31,7 +31,7 @@ def corpus(tmp_path_factory):
     for d in docs:
       f.write(json.dumps({"text": d}) + "\n")
   prep.prepare(str(root / "c.jsonl"), "byte", str(root / "prepared"), val_docs=40,
-               shard_mb=0.002, workers=1, progress=False)
+               shard_mb=0.002, workers=1, progress=False, min_val_tokens=0)
   return str(root / "prepared"), docs
 
 

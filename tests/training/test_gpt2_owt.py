@@ -67,7 +67,7 @@ def prepared_corpus(tmp_path):
   (tmp_path / "tok" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
   prepared = str(tmp_path / "prepared")
   prep.prepare(str(tmp_path / "corpus.jsonl"), f"hf:{tmp_path}/tok", prepared, val_docs=20,
-               shard_mb=0.02, workers=1, progress=False)
+               shard_mb=0.02, workers=1, progress=False, min_val_tokens=0)
   return prepared
 
 

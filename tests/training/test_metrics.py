@@ -1,6 +1,7 @@
 """tfjax/training/metrics.py: metrics.jsonl, TensorBoard events and progress output."""
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -41,7 +42,36 @@ def test_tensorboard_writer_does_not_import_torch(tmp_path):
   [events] = os.listdir(workdir / "tensorboard")
   data = (workdir / "tensorboard" / events).read_bytes()
   assert b"train/loss" in data and b"To be" in data
-  assert json.loads((workdir / "metrics.jsonl").read_text()) == {"step": 1, "train/loss": 2.5}
+  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert rows == [{"step": 1, "train/loss": 2.5}, {"step": 1, "sample": "To be"}]
+
+
+def test_a_sample_is_one_short_log_line_and_whole_in_metrics_jsonl(tmp_path, caplog):
+  """An untrained model's sample can be dozens of blank lines: the log shows line breaks as \\n,
+  at most LOG_TEXT_LINES lines, and says where the rest is; metrics.jsonl keeps every character."""
+  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  sample = "\nFirst Citizen:\nBefore we proceed" + "\n" * 64 + "end"
+  writer = metrics.MetricsWriter(str(tmp_path), total_steps=10, progress=False)
+  with caplog.at_level(logging.INFO, logger="tfjax"):
+    writer.text(0, "sample", sample)
+  writer.close()
+  [message] = [r.getMessage() for r in caplog.records]
+  # 67 lines: "", "First Citizen:", "Before we proceed", 63 empty ones, "end"; 4 shown.
+  assert "\n" not in message
+  assert message == ("step 0 sample: \\nFirst Citizen:\\nBefore we proceed\\n [... 63 more lines; "
+                     "the whole text is in metrics.jsonl]")
+  rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert rows == [{"step": 0, "sample": sample}]
+
+
+def test_log_text_caps_lines_and_characters():
+  from tfjax.training.metrics import log_text  # pylint: disable=import-outside-toplevel
+  assert log_text("To be, or not") == "To be, or not"  # one line: as it is
+  assert log_text("a\r\nb", max_lines=2) == "a\\r\\nb"
+  assert log_text("\n" * 3, max_lines=2) == ("\\n [... 2 more lines; the whole text is in "
+                                             "metrics.jsonl]")
+  assert log_text("x" * 30, max_chars=10) == ("x" * 10 + " [... 20 more characters; the whole "
+                                              "text is in metrics.jsonl]")
 
 
 _PROGRESS = """

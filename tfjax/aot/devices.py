@@ -1,7 +1,7 @@
 """Compile-only devices of a target, from a host that has none of them.
 
-TPU: libtpu (`pip install 'tfjax[tpu-aot]'`) describes any slice; v4 and v5p chips are one
-megacore device each. GPU: the CUDA plugin (`pip install 'tfjax[cuda-aot]'`) builds devices from
+TPU: libtpu (`pip install -e ".[tpu-aot]"`) describes any slice; v4 and v5p chips are one
+megacore device each. GPU: the CUDA plugin (`pip install -e ".[cuda-aot]"`) builds devices from
 XLA's GpuTargetConfigProto of the GPU (tfjax/aot/specs). Neither needs the hardware; JAX must
 run with JAX_PLATFORMS=cpu so that it never tries to open a TPU or GPU (tfjax.aot.main sets it).
 """
@@ -34,7 +34,7 @@ def compile_only_devices(target: Target) -> list:
     extra = "tpu-aot" if target.platform == "tpu" else "cuda-aot"
     raise ValueError(
         f"--target={target.name}: cannot describe its devices without the hardware ({e}); "
-        f"install the compiler with pip install 'tfjax[{extra}]'") from e
+        f"install the compiler with pip install -e \".[{extra}]\" (in the tfjax clone)") from e
   devices = list(topology.devices)
   if len(devices) != target.devices:
     raise RuntimeError(f"{target.name}: the topology has {len(devices)} devices, expected "

@@ -59,7 +59,8 @@ def ptxas_path() -> str:
     path = os.path.join(root, "bin", "ptxas")
     if os.path.exists(path):
       return path
-  raise FileNotFoundError("ptxas: install the CUDA plugin with pip install 'tfjax[cuda-aot]'")
+  raise FileNotFoundError('ptxas: install the CUDA plugin with pip install -e ".[cuda-aot]" (in '
+                          "the tfjax clone)")
 
 
 def compile_with_resources(lowered, kernel_prefix: str = "", options: dict | None = None):

@@ -7,7 +7,7 @@ Prints a table (memory per device against HBM, compiler vs analytic FLOPs, colle
 the layout's minimum, a roofline step time and its MFU bound), then one JSON line. Exit status 0:
 fits; 1: does not fit (the line before the JSON names the largest buffers and the switch that
 helps); 2: a user error (unknown target, a mesh that does not divide its devices, ...).
-Needs `pip install 'tfjax[tpu-aot]'` for TPU targets, `'tfjax[cuda-aot]'` for GPU ones.
+Needs `pip install -e ".[tpu-aot]"` (from the clone) for TPU targets, `".[cuda-aot]"` for GPU ones.
 """
 
 import os

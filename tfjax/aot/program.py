@@ -3,7 +3,8 @@ or one KV-cache decode step, with the shardings training uses.
 
 The train and eval steps are exactly those of tfjax/training/experiment.py (`jit_train_step`,
 `jit_eval_step`) on `make_mesh(config.mesh, devices=<the target's devices>)`; only their inputs
-are ShapeDtypeStructs, so nothing is allocated. The CPU-only workarounds (cpu_fusion) are
+are ShapeDtypeStructs, so nothing is allocated, and the batch shapes come without reading the
+corpus (tfjax/aot/shapes.py). The CPU-only workarounds (cpu_fusion) are
 switched off: the target is not a CPU.
 """
 
@@ -18,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tfjax.aot import shapes
 from tfjax.inference import cached_model
 from tfjax.training import experiment, sharding, tasks
 
@@ -43,7 +45,9 @@ def build(config, devices: list, what: str = "train") -> Program:
   config = config.copy_and_resolve_references()
   config.mesh.cpu_devices = 0  # the target's devices, not the host's
   config.train.cpu_fusion = "off"  # a CPU-only fusion workaround (tfjax/training/cpu_fusion.py)
-  exp = experiment.prepare(config, num_devices=len(devices))
+  # Shapes only: the corpus is not read (tfjax/aot/shapes.py).
+  exp = experiment.prepare(config, num_devices=len(devices),
+                           dataset=shapes.stand_in_dataset(config))
   placement = sharding.BatchPlacement.create(sharding.make_mesh(config.mesh, devices=devices),
                                              sharding.rules(config))
   layout = experiment.state_layout(exp, placement)

@@ -98,13 +98,15 @@ class Report:
   kernel_sum: Optional[dict] = None  # kernel_model.kernel_sum (GPU targets with measured rates)
 
   def json_line(self) -> str:
+    """One JSON object. `flops_per_step` (per device) is the analytic count, the trusted one;
+    the compiler's HloCostAnalysis count is `xla_flops_per_step`: it counts a loop body once,
+    so a scanned layer stack (model.scan_layers) shows one layer's FLOPs of many."""
     by_kind = hlo.bytes_by_kind(self.measured.collectives)
     return json.dumps({
         "target": self.target.name, "fits": self.fits,
         "bytes_per_device": int(self.measured.memory["total"]),
         "hbm_bytes": int(self.target.peak.hbm_bytes),
-        "flops_per_step": self.measured.flops,
-        "analytic_flops_per_step": self.analytic_flops,
+        "flops_per_step": self.analytic_flops, "xla_flops_per_step": self.measured.flops,
         "est_step_s": self.roof.step_s, "mfu_bound": self.roof.mfu_bound,
         "est_step_kernel_sum_s": self.kernel_sum["step_s"] if self.kernel_sum else None,
         "kernel_sum_s_by_kind": self.kernel_sum["by_kind_s"] if self.kernel_sum else None,
@@ -238,8 +240,9 @@ def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
              f"[{message[:200]}]")
   line = json.dumps({
       "target": target.name, "fits": False, "bytes_per_device": int(inputs + temp),
-      "hbm_bytes": int(target.peak.hbm_bytes), "flops_per_step": None,
-      "analytic_flops_per_step": analytic_flops(program, target.devices), "est_step_s": None,
+      "hbm_bytes": int(target.peak.hbm_bytes),
+      "flops_per_step": analytic_flops(program, target.devices), "xla_flops_per_step": None,
+      "est_step_s": None,
       "mfu_bound": None, "collectives": None})
   return verdict, line
 

@@ -39,6 +39,15 @@ def parse_args(argv):
   p.add_argument("--val_fraction", type=float, default=0.0005, help="fraction of the documents "
                  "in the val split (nanoGPT's OpenWebText split)")
   p.add_argument("--val_docs", type=int, default=None, help="instead: the first N documents")
+  p.add_argument("--min_val_tokens", type=int, default=prepare_lib.MIN_VAL_TOKENS,
+                 help="the val split holds at least this many tokens: with --val_fraction the "
+                      "leading documents that hold them join it; too few --val_docs, or a corpus "
+                      "too small for it, is an error (default %(default)s = 8 windows of 1,025 "
+                      "tokens, for data.seq_len <= 1024; use >= 8 x (data.seq_len + 1) for longer "
+                      "rows; 0: no minimum)")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace an earlier prepare in --output (it is kept until the new one is "
+                      "finished; without this flag it is never touched)")
   p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
   p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
   p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
@@ -65,7 +74,8 @@ def main(argv=None) -> None:
                        workers=args.workers, val_fraction=args.val_fraction,
                        val_docs=args.val_docs, shard_mb=args.shard_mb, dtype=args.dtype,
                        bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
-                       append_eos=args.append_eos, progress=args.progress)
+                       append_eos=args.append_eos, progress=args.progress,
+                       min_val_tokens=args.min_val_tokens, overwrite=args.overwrite)
   except (ValueError, FileNotFoundError, NotADirectoryError) as e:
     if os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0"):
       raise

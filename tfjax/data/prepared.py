@@ -71,8 +71,10 @@ class _Split:
       self._windows_per_shard[width] = np.cumsum(per_shard)
     cumulative = self._windows_per_shard[width]
     if cumulative[-1] == 0:
+      again = (f", or prepare the corpus again with --min_val_tokens={8 * width} --overwrite"
+               if self.name == "val" else "")
       raise ValueError(f"{self.source}: no {self.name} shard holds {width} tokens (the longest "
-                       f"has {max(len(t) for t in self.tokens)}); lower data.seq_len")
+                       f"has {max(len(t) for t in self.tokens)}); lower data.seq_len{again}")
     picks = _randint(bits, int(cumulative[-1]))
     shard_ids = np.searchsorted(cumulative, picks, side="right")
     starts = picks - np.concatenate([[0], cumulative])[shard_ids]

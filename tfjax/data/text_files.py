@@ -16,11 +16,13 @@ TINYSHAKESPEARE_URL = (
 
 
 def _download(url: str, dest: str) -> None:
-  """Fetches url into dest (write-then-rename, so concurrent processes never see half a file)."""
+  """Fetches url into dest (write-then-rename, so concurrent processes never see half a file).
+  The folder is made only once the download has arrived: a failed one leaves nothing behind."""
+  with urllib.request.urlopen(url, timeout=60) as response:
+    data = response.read()
   os.makedirs(os.path.dirname(dest), exist_ok=True)
-  with urllib.request.urlopen(url, timeout=60) as response, files.replaced_atomically(
-      dest, "wb") as f:
-    f.write(response.read())
+  with files.replaced_atomically(dest, "wb") as f:
+    f.write(data)
 
 
 def tinyshakespeare_path() -> str:

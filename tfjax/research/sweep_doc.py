@@ -249,7 +249,8 @@ def aot_block(repo: str) -> str:
           f"| `{rec['config']}` | {rec['target']} | {'yes' if rec['fits'] else 'no'} | "
           f"{rec['bytes_per_device'] / 2 ** 30:.2f} of {rec['hbm_bytes'] / 2 ** 30:.1f} GiB | "
           f"{rec['est_step_s'] * 1e3:.2f} ms (MFU bound {rec['mfu_bound']:.0%}) | "
-          f"{_kernel_sum(rec)} | {rec['flops_per_step']:.3g} | `{rec['command']}`, `{rec['commit']}`, jax {rec['jax']} |")
+          f"{_kernel_sum(rec)} | {rec['xla_flops_per_step']:.3g} | `{rec['command']}`, "
+          f"`{rec['commit']}`, jax {rec['jax']} |")
   return "\n".join(lines)
 
 

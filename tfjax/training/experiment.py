@@ -44,17 +44,20 @@ class Experiment:
   schedule: optax.Schedule
 
 
-def prepare(config, workdir: str | None = None, num_devices: int | None = None) -> Experiment:
+def prepare(config, workdir: str | None = None, num_devices: int | None = None,
+            dataset=None) -> Experiment:
   """Validates the whole config and builds the data; raises ValueError naming any bad key.
 
   `num_devices` is the device count the mesh is checked against: the local devices by default,
-  a target's when compiling ahead of time for hardware that is not attached (tfjax.aot)."""
+  a target's when compiling ahead of time for hardware that is not attached (tfjax.aot), which
+  also passes a `dataset` of the right batch shapes that reads no corpus (tfjax/aot/shapes.py)."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
-  dataset = datasets.make_dataset(config.data, config.task,
-                              workdir=init_from.tokenizer_dir(config, existing))
+  if dataset is None:
+    dataset = datasets.make_dataset(config.data, config.task,
+                                    workdir=init_from.tokenizer_dir(config, existing))
   model_cfg = model_config(config, dataset)
   tasks.check_task(config.task, model_cfg.family)
   if model_cfg.vocab_size < dataset.vocab_size:

@@ -25,6 +25,7 @@ from tfjax.runtime import files, workarounds
 
 METRICS_FILE = "metrics.jsonl"
 SUPERSEDED_FILE = "metrics_superseded.jsonl"
+LOG_TEXT_LINES, LOG_TEXT_CHARS = 4, 400  # of a text (the run's sample) shown in the log
 TB_FLUSH_S = 1  # at most this many seconds of TensorBoard events are lost to a kill -9
 
 _log = logging.getLogger(__name__)
@@ -92,9 +93,13 @@ class MetricsWriter:
       self._bar.refresh()
 
   def text(self, step: int, tag: str, text: str) -> None:
+    """A text (the run's sample): whole in metrics.jsonl and TensorBoard, one short line in the
+    log (log_text)."""
     if not self.enabled:
       return
-    _log.info("step %d %s: %s", step, tag, text)
+    self._jsonl.write(json.dumps({"step": int(step), tag: text}) + "\n")
+    self._jsonl.flush()
+    _log.info("step %d %s: %s", step, tag, log_text(text))
     if self._tb is not None:
       self._tb.add_text(tag, text, step)
       self._tb.flush()
@@ -103,6 +108,22 @@ class MetricsWriter:
     for handle in (self._bar, self._tb, self._jsonl):
       if handle is not None:
         handle.close()
+
+
+def log_text(text: str, max_lines: int = LOG_TEXT_LINES,
+             max_chars: int = LOG_TEXT_CHARS) -> str:
+  """`text` as one log line: line breaks shown as \\n (an untrained model's sample can be dozens
+  of blank lines), at most `max_lines` lines and `max_chars` characters, then how much was left
+  out (the whole text is in metrics.jsonl)."""
+  lines = text.replace("\r", "\\r").split("\n")
+  shown = "\\n".join(lines[:max_lines])
+  cut_lines = max(len(lines) - max_lines, 0)
+  cut_chars = max(len(shown) - max_chars, 0)
+  shown = shown[:max_chars]
+  if cut_lines or cut_chars:
+    left = f"{cut_lines} more lines" if cut_lines else f"{cut_chars} more characters"
+    shown += f" [... {left}; the whole text is in {METRICS_FILE}]"
+  return shown
 
 
 def supersede_rows_after(path: str, step: int) -> int:
