@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 from tfjax.research import sweep as sweep_lib
 from tfjax.research.sweep import Point, Sweep
 
+_log = sweep_lib._log  # pylint: disable=protected-access  (one logger for the sweep's messages)
 PACKED_DIR = "packed"  # ROOT/packed/<group>/: the stacked checkpoints of each group
 AUTO = "auto"
 
@@ -121,7 +122,7 @@ def run_packed(sweep: Sweep, root: str, points: Sequence[Point], pack, *,
   size = pack
   if pack == AUTO:
     size, plan = auto_size(sweep, todo)
-    sweep_lib._log.info(  # pylint: disable=protected-access
+    _log.info(
         "--pack_seeds=auto: %d seed(s) per group (%.1f MiB each by the memory plan, %.1f MiB "
         "budget)", size, plan["per_seed_bytes"] / 2**20, plan["budget_bytes"] / 2**20)
   for members in groups(todo, max(int(size), 1)):
@@ -137,7 +138,7 @@ def run_packed(sweep: Sweep, root: str, points: Sequence[Point], pack, *,
 def _run_group(sweep, root, members, packed, stop_after_step) -> dict[str, str]:
   names = [p.name for p in members]
   workdirs = [os.path.join(root, n) for n in names]
-  sweep_lib._log.info("packed group of %d: %s", len(members), " | ".join(names))  # pylint: disable=protected-access
+  _log.info("packed group of %d: %s", len(members), " | ".join(names))
   running = {"host": socket.gethostname(), "pid": os.getpid(), "job": sweep_lib.job_id(),
              "started": time.strftime("%Y-%m-%d %H:%M:%S"), "packed": names}
   for workdir in workdirs:
@@ -164,5 +165,5 @@ def _run_group(sweep, root, members, packed, stop_after_step) -> dict[str, str]:
                                                  done_extra=done_extra)
     except Exception as e:  # pylint: disable=broad-except
       statuses[point.name] = "failed"
-      sweep_lib._log.error("point %s failed: %s: %s", point.name, type(e).__name__, e)  # pylint: disable=protected-access
+      _log.error("point %s failed: %s: %s", point.name, type(e).__name__, e)
   return statuses

@@ -37,7 +37,7 @@ import numpy as np
 
 from tfjax.data import datasets
 from tfjax.nn.models import build_model
-from tfjax.runtime import workdir_lock
+from tfjax.runtime import files, workdir_lock
 from tfjax.training import checkpoint, divergence, metrics, runs, steps
 from tfjax.training.experiment import Experiment, prepare, stack_batches, state_layout
 from tfjax.training.sharding import BatchPlacement
@@ -64,7 +64,8 @@ def check_packable(configs: Sequence[Any]) -> None:
   first = without_seeds(configs[0])
   for index, config in enumerate(configs[1:], 1):
     if without_seeds(config) != first:
-      a, b = runs._flat(first), runs._flat(without_seeds(config))  # pylint: disable=protected-access
+      # pylint: disable-next=protected-access
+      a, b = runs._flat(first), runs._flat(without_seeds(config))
       diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
       raise ValueError(f"packed configs 0 and {index} differ in more than {SEED_KEYS} "
                        f"({diff[:4]}); only seeds may differ within a packed group")
@@ -184,7 +185,7 @@ def _train_locked(exps, workdirs, group_dir, placement, stop_after_step) -> list
     writers = [metrics.MetricsWriter(w, train_cfg.num_steps, step, progress=False)
                for w in workdirs]
     try:
-      loop = _Loop(exps, placement, layouts[0], iterators, ckpt, writers, diverged_at)
+      loop = _Loop(exps, iterators, ckpt, writers, diverged_at)
       state, step, stopped = loop.run(state, step, stop_after_step)
       ckpt.wait()
     finally:
@@ -198,9 +199,9 @@ def _train_locked(exps, workdirs, group_dir, placement, stop_after_step) -> list
   if stopped:
     return [dict(last) for last in loop.last]
   _save_final_checkpoints(exps, workdirs, state, iterators, diverged_at, step)
-  saved = None  # each diverged seed's separate run would keep its own earlier checkpoint
+  # A diverged seed's workdir holds no checkpoint (its stacked ones are the group's): None.
   return [dict(last) if d is None else divergence.Diverged(
-      d, saved, float(exps[k].schedule(d - 1))) for k, (last, d) in enumerate(
+      d, None, float(exps[k].schedule(d - 1))) for k, (last, d) in enumerate(
           zip(loop.last, diverged_at))]
 
 
@@ -208,13 +209,12 @@ def _write_group_file(group_dir: str, workdirs: Sequence[str]) -> None:
   path = os.path.join(group_dir, GROUP_FILE)
   members = [os.path.abspath(w) for w in workdirs]
   if os.path.exists(path):
-    before = json.load(open(path, encoding="utf-8"))["workdirs"]
+    before = files.read_json(path)["workdirs"]
     if before != members:
       raise ValueError(f"{group_dir} is the packed group of {before}, not of {members}: its "
                        "checkpoints hold those seeds; use another group directory")
     return
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump({"workdirs": members}, f, indent=2)
+  files.write_json_atomic(path, {"workdirs": members}, indent=2)
 
 
 def _save_final_checkpoints(exps, workdirs, state, iterators, diverged_at, step) -> None:
@@ -234,9 +234,9 @@ def _save_final_checkpoints(exps, workdirs, state, iterators, diverged_at, step)
 class _Loop:
   """train.py's loop for a packed group: the same cadence, one writer per seed."""
 
-  def __init__(self, exps, placement, layout, iterators, ckpt, writers, diverged_at):
+  def __init__(self, exps, iterators, ckpt, writers, diverged_at):
     self.exps, self.iterators, self.ckpt, self.writers = exps, iterators, ckpt, writers
-    self.diverged_at, self.placement = diverged_at, placement
+    self.diverged_at = diverged_at
     self.train_cfg = exps[0].config.train
     self.eval_step = jax.jit(steps.make_eval_step(build_model(exps[0].model_config),
                                                   exps[0].config.task))
@@ -248,7 +248,6 @@ class _Loop:
     self.throughput = _Throughput(exps[0])
     self.last = [{} for _ in exps]
     self.skipped = np.zeros(len(exps), np.int64)
-    del layout
 
   def alive(self) -> np.ndarray:
     return np.array([d is None for d in self.diverged_at])
