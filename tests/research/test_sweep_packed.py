@@ -69,6 +69,23 @@ def test_pack_seeds_flag_errors_name_the_fix(tmp_path):
   base = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), f"--config={path}",
           f"--workdir={tmp_path / 'w'}"]
   for flags, message in ((["--pack_seeds=x"], "give a group size"),
-                         (["--pack_seeds=2", "--parallel=2"], "--parallel=1")):
+                         (["--pack_seeds=auto", "--parallel=2"], "give the group size"),
+                         (["--pack_seeds=2", "--launcher=slurm"], "--launcher=local")):
     result = subprocess.run(base + flags, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_packed_groups_in_child_processes(tmp_path):
+  """--parallel=2 --pack_seeds=2: one child per group; every member done with its records."""
+  path = write_sweep_module(tmp_path, POINTS[:3], steps=4)
+  root = tmp_path / "w"
+  cmd = [sys.executable, os.path.join(REPO, "experiments", "sweep.py"), f"--config={path}",
+         f"--workdir={root}", "--parallel=2", "--pack_seeds=2", "--compilation_cache=none"]
+  result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert result.returncode == 0, result.stderr[-3000:]
+  dones = {n: sweep.read_json(os.path.join(root, n, sweep.DONE_FILE))
+           for n in ("d_ff=32,seed=0", "d_ff=32,seed=1", "d_ff=32,seed=2")}
+  assert dones["d_ff=32,seed=0"]["packed"]["group"] == ["d_ff=32,seed=0", "d_ff=32,seed=1"]
+  assert "packed" not in dones["d_ff=32,seed=2"]  # a group of one trains as a separate run
+  for name in dones:
+    assert sorted(train_losses(os.path.join(root, name))) == [2, 4]

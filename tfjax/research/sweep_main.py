@@ -68,7 +68,8 @@ _RESULTS_COMMIT = flags.DEFINE_string(
 _PACK = flags.DEFINE_string(
     "pack_seeds", "", "Train the points of one variant that differ only in seed together as one "
     "program, K per group (an integer >= 2), or 'auto' (as many as the memory plan fits); "
-    "''/0: each point alone. Local launcher, --parallel=1 (tfjax/research/sweep_packed.py).")
+    "''/0: each point alone. Local launcher; with --parallel=N, one group per child "
+    "(tfjax/research/sweep_packed.py).")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
     "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
@@ -99,16 +100,16 @@ def main(argv):
     cache = _CACHE.value or os.path.join(root, ".jax_cache")
     cache = None if cache == "none" else cache
     try:
-      if pack is not None:
+      if _LAUNCHER.value == "local" and _PARALLEL.value > 1:
+        sweep_lib.write_sweep_file(sweep, root)
+        statuses = sweep_children.run_in_children(
+            sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points),
+            _PARALLEL.value, cache, pack=pack)
+      elif pack is not None:
         from tfjax.research import sweep_packed  # pylint: disable=import-outside-toplevel
         statuses = sweep_packed.run_packed(
             sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points), pack,
             compilation_cache=cache)
-      elif _LAUNCHER.value == "local" and _PARALLEL.value > 1:
-        sweep_lib.write_sweep_file(sweep, root)
-        statuses = sweep_children.run_in_children(
-            sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points),
-            _PARALLEL.value, cache)
       elif _LAUNCHER.value == "local":
         statuses = sweep_lib.run_sweep(sweep, root, only=only, compilation_cache=cache)
       else:
@@ -149,9 +150,12 @@ def _pack_setting():
     pack = sweep_packed.parse_pack(_PACK.value)
   except ValueError as e:
     cli.fail(str(e))
-  if pack is not None and (_LAUNCHER.value != "local" or _PARALLEL.value > 1):
-    cli.fail(f"--pack_seeds={_PACK.value} trains its groups in this process: use it with "
-             "--launcher=local --parallel=1 (a group already runs its seeds at once)")
+  if pack is not None and _LAUNCHER.value != "local":
+    cli.fail(f"--pack_seeds={_PACK.value} needs --launcher=local (groups run in this process, "
+             "or one group per child with --parallel=N)")
+  if pack == sweep_packed.AUTO and _PARALLEL.value > 1:
+    cli.fail("--pack_seeds=auto sizes one group for the whole device; with --parallel > 1 give "
+             "the group size, e.g. --pack_seeds=3")
   return pack
 
 

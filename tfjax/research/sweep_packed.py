@@ -110,7 +110,6 @@ def run_packed(sweep: Sweep, root: str, points: Sequence[Point], pack, *,
                stop_after_step: Optional[int] = None) -> dict[str, str]:
   """Runs `points` in packed groups (pack: a size or 'auto'); returns {name: status} as
   sweep.run_sweep does. A group of one point trains as a separate run."""
-  from tfjax.training import packed  # pylint: disable=import-outside-toplevel
   from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
   sweep_lib.write_sweep_file(sweep, root)
   if compilation_cache:
@@ -129,13 +128,16 @@ def run_packed(sweep: Sweep, root: str, points: Sequence[Point], pack, *,
     if len(members) == 1:
       statuses.update(sweep_lib.run_sweep(sweep, root, only=[members[0].name]))
     else:
-      statuses.update(_run_group(sweep, root, members, packed, stop_after_step))
+      statuses.update(run_group(sweep, root, members, stop_after_step))
     if "interrupted" in statuses.values():
       break
   return statuses
 
 
-def _run_group(sweep, root, members, packed, stop_after_step) -> dict[str, str]:
+def run_group(sweep: Sweep, root: str, members: Sequence[Point],
+              stop_after_step: Optional[int] = None) -> dict[str, str]:
+  """Trains `members` (unfinished points of one variant) as one packed group; {name: status}."""
+  from tfjax.training import packed  # pylint: disable=import-outside-toplevel
   names = [p.name for p in members]
   workdirs = [os.path.join(root, n) for n in names]
   _log.info("packed group of %d: %s", len(members), " | ".join(names))
