@@ -155,13 +155,13 @@ def train_packed(configs: Sequence[Any], workdirs: Sequence[str], group_dir: str
 
 def _train_locked(exps, workdirs, group_dir, placement, stop_after_step) -> list:
   num_seeds, train_cfg = len(exps), exps[0].config.train
+  _write_group_file(group_dir, workdirs)  # refuses another group's checkpoints first
   changes = [runs.config_changes(w, e.config) for w, e in zip(workdirs, exps)]
   for workdir, exp in zip(workdirs, exps):
     runs.prepare_workdir(workdir, exp.config)
     tokenizer = getattr(exp.dataset, "tokenizer", None)
     if tokenizer is not None:
       tokenizer.save(workdir)
-  _write_group_file(group_dir, workdirs)
   layouts = [state_layout(e, placement) for e in exps]
   iterators = [datasets.DataIterator(e.dataset, train_cfg.batch_size) for e in exps]
   stacked_abstract = jax.tree.map(
