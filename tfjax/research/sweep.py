@@ -307,10 +307,12 @@ def _default_train(config, workdir):
 
 
 def run_point(sweep: Sweep, point: Point, root: str,
-              train_fn: Callable[[Any, str], dict] = _default_train) -> str:
+              train_fn: Callable[[Any, str], dict] = _default_train,
+              done_extra: Mapping[str, Any] = ()) -> str:
   """Trains one point (resuming) and evaluates it; 'done' | 'skipped' | 'interrupted' |
   'diverged' (training stopped at a NaN/inf loss: a result, recorded in SWEEP_DONE.json with
-  `diverged_at_step`, not retried).
+  `diverged_at_step`, not retried). `done_extra` adds to (or replaces) SWEEP_DONE.json's keys:
+  a packed group's share of its time (tfjax/research/sweep_packed.py).
 
   Other exceptions propagate after SWEEP_FAILED.json is written.
   """
@@ -339,7 +341,7 @@ def run_point(sweep: Sweep, point: Point, root: str,
       write_json(os.path.join(workdir, DONE_FILE), {
           "overrides": point.overrides, "diverged_at_step": e.step, "error": str(e),
           **sweep_results.provenance(config), "seconds": round(time.time() - start, 1),
-          "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+          "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **dict(done_extra)})
       _log.warning("point %s: %s", point.name, e)
       return "diverged"
     if last_step(workdir) < config.train.num_steps:
@@ -356,7 +358,8 @@ def run_point(sweep: Sweep, point: Point, root: str,
   write_json(os.path.join(workdir, DONE_FILE), {
       "overrides": point.overrides, "final": final, "point_metrics": extra,
       **sweep_results.provenance(config),
-      "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+      "seconds": round(time.time() - start, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+      **dict(done_extra)})
   return "done"
 
 

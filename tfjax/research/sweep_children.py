@@ -1,6 +1,9 @@
 """A sweep's points as child processes: up to `parallel` at once, each
 `python -m tfjax.research.sweep_children --config=... --workdir=... --point=NAME`, logging to
-ROOT/<name>/sweep.log (tfjax.research.sweep.run_sweep with parallel > 1)."""
+ROOT/<name>/sweep.log (tfjax.research.sweep.run_sweep with parallel > 1). With `pack` (a group
+size, experiments/sweep.py --pack_seeds=K) each child trains one packed group of seeds
+(tfjax/research/sweep_packed.py), `--point` repeated per member, logging to its first member's
+sweep.log."""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ from tfjax.runtime import compile_cache
 _log = sweep_lib._log  # pylint: disable=protected-access  (one logger for the sweep's messages)
 
 
-def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) -> list[str]:
+def _child_command(sweep: Sweep, root: str, members: Sequence[Point],
+                   cache: Optional[str]) -> list[str]:
   cmd = [sys.executable, "-m", "tfjax.research.sweep_children", "--config", sweep.config_path,
-         "--workdir", root, "--point", point.name]
+         "--workdir", root]
+  for point in members:
+    cmd += ["--point", point.name]
   if sweep.scale is not None:
     cmd += ["--scale", sweep.scale]
   if cache:
@@ -30,35 +36,46 @@ def _child_command(sweep: Sweep, root: str, point: Point, cache: Optional[str]) 
   return cmd
 
 
-def run_in_children(sweep, root, points, parallel, cache) -> dict[str, str]:
-  """Up to `parallel` child processes at once, each logging to ROOT/<name>/sweep.log."""
+def run_in_children(sweep, root, points, parallel, cache,
+                    pack: Optional[int] = None) -> dict[str, str]:
+  """Up to `parallel` child processes at once, each logging to ROOT/<name>/sweep.log; with
+  `pack`, each child trains a packed group of up to `pack` seeds of one variant."""
   statuses = {p.name: "skipped" for p in points if is_done(os.path.join(root, p.name))}
-  queue = sweep_lib.seeds_last([p for p in points if p.name not in statuses])
-  running: dict[str, tuple[subprocess.Popen, Any]] = {}
+  todo = [p for p in points if p.name not in statuses]
+  if pack:
+    from tfjax.research import sweep_packed  # pylint: disable=import-outside-toplevel
+    queue = sweep_packed.groups(todo, pack)
+  else:
+    queue = [[p] for p in sweep_lib.seeds_last(todo)]
+  running: dict[str, tuple[subprocess.Popen, Any, list]] = {}
   try:
     while queue or running:
       while queue and len(running) < parallel:
-        point = queue.pop(0)
-        workdir = os.path.join(root, point.name)
+        members = queue.pop(0)
+        workdir = os.path.join(root, members[0].name)
         os.makedirs(workdir, exist_ok=True)
         log = open(os.path.join(workdir, LOG_FILE), "a", encoding="utf-8")
-        _log.info("start %s (%d waiting)", point.name, len(queue))
-        running[point.name] = (subprocess.Popen(_child_command(sweep, root, point, cache),
-                                                stdout=log, stderr=subprocess.STDOUT), log)
+        _log.info("start %s (%d waiting)", " | ".join(p.name for p in members), len(queue))
+        running[members[0].name] = (subprocess.Popen(
+            _child_command(sweep, root, members, cache), stdout=log,
+            stderr=subprocess.STDOUT), log, members)
       time.sleep(0.2)
-      for name, (proc, log) in list(running.items()):
+      for name, (proc, log, members) in list(running.items()):
         if proc.poll() is None:
           continue
         log.close()
         del running[name]
-        statuses[name] = _child_status(root, name, proc.returncode)
+        for point in members:  # a group's child: each member as its own files say
+          finished = len(members) > 1 and is_done(os.path.join(root, point.name))
+          statuses[point.name] = ("done" if finished else
+                                  _child_status(root, point.name, proc.returncode))
   except KeyboardInterrupt:
     # Children got the SIGINT too (same process group): they checkpoint and exit; wait for that.
     _log.warning("interrupted: waiting for %d running point(s) to checkpoint", len(running))
-    for name, (proc, log) in running.items():
+    for proc, log, members in running.values():
       proc.wait()
       log.close()
-      statuses[name] = "interrupted"
+      statuses.update({p.name: "interrupted" for p in members})
     raise
   return statuses
 
@@ -95,17 +112,25 @@ def _child_main(argv: Sequence[str]) -> int:
   parser.add_argument("--config", required=True)
   parser.add_argument("--scale", default=None)
   parser.add_argument("--workdir", required=True)
-  parser.add_argument("--point", required=True)
+  parser.add_argument("--point", required=True, action="append",
+                      help="repeated: the members of one packed group")
   parser.add_argument("--compilation_cache", default=None)
   args = parser.parse_args(argv)
   from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
   sweep = sweep_lib.load_sweep(args.config, args.scale)
-  sweep_lib._configure_cpu_devices(sweep.config_for(sweep.point(args.point)))
+  points = [sweep.point(name) for name in args.point]
+  sweep_lib._configure_cpu_devices(sweep.config_for(points[0]))
   if args.compilation_cache:
     compile_cache.enable(args.compilation_cache)
+  if len(points) > 1:
+    from tfjax.research import sweep_packed  # pylint: disable=import-outside-toplevel
+    statuses = set(sweep_packed.run_group(sweep, args.workdir, points).values())
+    if "failed" in statuses:
+      return 1
+    return EXIT_INTERRUPTED if "interrupted" in statuses else 0
   try:
-    status = sweep_lib.run_point(sweep, sweep.point(args.point), args.workdir)
+    status = sweep_lib.run_point(sweep, points[0], args.workdir)
   except Exception:  # pylint: disable=broad-except
     traceback.print_exc()
     return 1

@@ -3,6 +3,8 @@ aggregate its results.
 
   python experiments/sweep.py --config=configs/ablations/ffn.py --workdir=runs/ffn --scale=smoke
   python experiments/sweep.py ... --parallel=2        # points in 2 child processes at a time
+  python experiments/sweep.py ... --pack_seeds=auto  # each variant's seeds as one program
+                                                      # (tfjax/research/sweep_packed.py)
   python experiments/sweep.py ... --report_only       # rewrite results.* and plots, train nothing
   python experiments/sweep.py ... --list              # print the points and exit
   python experiments/sweep.py ... --launcher=slurm --slurm.partition=gpu --slurm.gpus_per_node=8
@@ -63,6 +65,11 @@ _RESULTS = flags.DEFINE_string(
 _RESULTS_COMMIT = flags.DEFINE_string(
     "results_commit", "", "With --results_jsonl: the commit of points whose SWEEP_DONE.json "
     "records none (finished by an older sweep runner).")
+_PACK = flags.DEFINE_string(
+    "pack_seeds", "", "Train the points of one variant that differ only in seed together as one "
+    "program, K per group (an integer >= 2), or 'auto' (as many as the memory plan fits); "
+    "''/0: each point alone. Local launcher; with --parallel=N, one group per child "
+    "(tfjax/research/sweep_packed.py).")
 _CACHE = flags.DEFINE_string(
     "compilation_cache", "", "Persistent XLA compilation cache (points differing only in seeds "
     "compile once). Default WORKDIR/.jax_cache; 'none' turns it off.")
@@ -87,6 +94,7 @@ def main(argv):
       print(f"{point.name}\t{point.overrides}")
     return
   only = sweep.select(_ONLY.value)
+  pack = _pack_setting()
   statuses = {}
   if not _REPORT_ONLY.value:
     cache = _CACHE.value or os.path.join(root, ".jax_cache")
@@ -96,7 +104,12 @@ def main(argv):
         sweep_lib.write_sweep_file(sweep, root)
         statuses = sweep_children.run_in_children(
             sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points),
-            _PARALLEL.value, cache)
+            _PARALLEL.value, cache, pack=pack)
+      elif pack is not None:
+        from tfjax.research import sweep_packed  # pylint: disable=import-outside-toplevel
+        statuses = sweep_packed.run_packed(
+            sweep, root, [sweep.point(n) for n in only] if only else list(sweep.points), pack,
+            compilation_cache=cache)
       elif _LAUNCHER.value == "local":
         statuses = sweep_lib.run_sweep(sweep, root, only=only, compilation_cache=cache)
       else:
@@ -128,6 +141,22 @@ def main(argv):
   if "interrupted" in statuses.values():
     print("interrupted; run the same command again to resume", file=sys.stderr)
     sys.exit(130)
+
+
+def _pack_setting():
+  """--pack_seeds as sweep_packed.parse_pack reads it; an error line where it cannot apply."""
+  from tfjax.research import sweep_packed  # pylint: disable=import-outside-toplevel
+  try:
+    pack = sweep_packed.parse_pack(_PACK.value)
+  except ValueError as e:
+    cli.fail(str(e))
+  if pack is not None and _LAUNCHER.value != "local":
+    cli.fail(f"--pack_seeds={_PACK.value} needs --launcher=local (groups run in this process, "
+             "or one group per child with --parallel=N)")
+  if pack == sweep_packed.AUTO and _PARALLEL.value > 1:
+    cli.fail("--pack_seeds=auto sizes one group for the whole device; with --parallel > 1 give "
+             "the group size, e.g. --pack_seeds=3")
+  return pack
 
 
 def _write_results(root, result, path) -> None:

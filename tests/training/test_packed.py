@@ -1,0 +1,112 @@
+"""tfjax/training/packed.py: K seeds in one program train as their K separate runs would (losses,
+eval, records, final checkpoints), diverge per seed, and resume exactly."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tfjax.training import divergence, packed, train
+from run_helpers import read_metrics, tiny_config, train_losses
+
+STEPS = 24
+
+
+def _decoder(seed, **train_overrides):
+  config = tiny_config(num_steps=STEPS, eval_every=12, checkpoint_every=12, **train_overrides)
+  config.model.dropout = 0.1  # the dropout stream must follow each seed's rng too
+  config.seed = seed
+  return config
+
+
+def _encoder_decoder(seed, **train_overrides):
+  config = _decoder(seed, **train_overrides)
+  config.task = "seq2seq"
+  config.data.update(name="reverse", form="seq2seq")
+  config.model.family = "encoder_decoder"
+  return config
+
+
+def _rows(workdir, key):
+  return {m["step"]: m[key] for m in read_metrics(workdir) if key in m}
+
+
+@pytest.mark.parametrize("make_config", [_decoder, _encoder_decoder])
+def test_packed_seeds_equal_separate_runs(tmp_path, make_config):
+  seeds = (0, 3)
+  configs = [make_config(s) for s in seeds]
+  configs[1].data.seed = 7  # a different data order too
+  separate = [str(tmp_path / f"separate{s}") for s in seeds]
+  for config, workdir in zip(configs, separate):
+    train.train_and_evaluate(config, workdir)
+  group = [str(tmp_path / f"packed{s}") for s in seeds]
+  outcomes = packed.train_packed(configs, group, str(tmp_path / "group"))
+  for k in range(len(seeds)):
+    want, got = train_losses(separate[k]), train_losses(group[k])
+    assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [want[s] for s in sorted(want)],
+                               rtol=2e-5, atol=1e-6)
+    want_eval, got_eval = _rows(separate[k], "eval/loss"), _rows(group[k], "eval/loss")
+    assert sorted(got_eval) == sorted(want_eval) == [12, 24]
+    np.testing.assert_allclose([got_eval[s] for s in (12, 24)],
+                               [want_eval[s] for s in (12, 24)], rtol=2e-5)
+    assert outcomes[k]["eval/loss"] == pytest.approx(want_eval[24], rel=2e-5)
+    # The records a separate run writes: its config.json, and its final checkpoint.
+    with open(os.path.join(group[k], "config.json")) as f, \
+        open(os.path.join(separate[k], "config.json")) as g:
+      assert json.load(f) == json.load(g)
+    assert os.listdir(os.path.join(group[k], "checkpoints")) == [str(STEPS)]
+  # The seeds really differ (different init, dropout and data): not one run copied K times.
+  assert train_losses(group[0])[STEPS] != train_losses(group[1])[STEPS]
+
+
+def test_a_diverging_seed_is_frozen_and_recorded_while_the_others_finish(tmp_path, monkeypatch):
+  configs = [_decoder(0), _decoder(1)]
+  separate = str(tmp_path / "separate0")
+  train.train_and_evaluate(configs[0], separate)
+  stack = packed.stack_seeds
+
+  def blown_up_second_seed(trees):  # huge but finite weights: its first loss overflows to inf
+    state = stack(trees)
+    params = jax.tree.map(lambda x: x.at[1].multiply(1e30), state.params)
+    return state.replace(params=params)
+  monkeypatch.setattr(packed, "stack_seeds", blown_up_second_seed)
+  group = [str(tmp_path / "packed0"), str(tmp_path / "packed1")]
+  outcomes = packed.train_packed(configs, group, str(tmp_path / "group"))
+  assert isinstance(outcomes[1], divergence.Diverged) and outcomes[1].step == 1
+  assert read_metrics(group[1]) == [{"step": 1, "train/diverged": 1}]
+  assert not os.path.exists(os.path.join(group[1], "checkpoints"))
+  assert isinstance(outcomes[0], dict)  # the other seed trained on, unaffected
+  want, got = train_losses(separate), train_losses(group[0])
+  np.testing.assert_allclose([got[s] for s in sorted(got)], [want[s] for s in sorted(want)],
+                             rtol=2e-5, atol=1e-6)
+  assert sorted(got) == list(range(1, STEPS + 1))
+
+
+def test_only_seeds_may_differ_in_a_group(tmp_path):
+  with pytest.raises(ValueError, match=r"differ in more than.*train.batch_size"):
+    packed.train_packed([_decoder(0), _decoder(1, batch_size=16)], ["a", "b"],
+                        str(tmp_path / "refused"))
+  assert not os.path.exists(tmp_path / "refused")
+
+
+def test_packed_group_killed_mid_run_resumes_exactly(tmp_path):
+  configs = [_decoder(0), _decoder(1)]
+  straight = [str(tmp_path / f"straight{k}") for k in range(2)]
+  packed.train_packed(configs, straight, str(tmp_path / "g_straight"))
+  resumed = [str(tmp_path / f"resumed{k}") for k in range(2)]
+  group = str(tmp_path / "g_resumed")
+  stopped = packed.train_packed(configs, resumed, group, stop_after_step=7)
+  assert all(isinstance(o, dict) for o in stopped)
+  assert sorted(os.listdir(os.path.join(group, "checkpoints"))) == ["7"]
+  assert not os.path.exists(os.path.join(resumed[0], "checkpoints"))  # only when finished
+  packed.train_packed(configs, resumed, group)
+  for k in range(2):
+    want, got = train_losses(straight[k]), train_losses(resumed[k])
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step in range(8, STEPS + 1):  # bitwise equal after the restart
+      assert got[step] == want[step], (k, step)
+  with pytest.raises(ValueError, match="packed group of"):  # another group's checkpoints
+    packed.train_packed(configs, [resumed[1], resumed[0]], group)
