@@ -20,7 +20,7 @@ from tfjax.nn.kernels import chunked_attention, flash_attention
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 
 # fp32 products at full precision: on a GPU both XLA and the Triton kernels default to TF32
-# (~1e-3 off the float64 NumPy oracle); the kernels follow the same setting (_matmul_precision).
+# (~1e-3 off the float64 NumPy oracle); the kernels follow the same setting (_common.matmul_precision).
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
