@@ -9,6 +9,7 @@ gradients pass a finite-difference check.
 """
 
 import functools
+import importlib.util
 
 import jax
 import jax.numpy as jnp
@@ -202,3 +203,18 @@ def test_triton_dropout_lowers_for_cuda(dtype):
           spec((2, 256, 8, 128), dtype), spec((2, 256, 2, 128), dtype),
           spec((2, 256, 2, 128), dtype), spec((), jnp.int32))
   assert exported.mlir_module().count("__gpu$xla.gpu.triton") == 3  # fwd, dk/dv, dq
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or jax.default_backend() != "cpu",
+                    reason="needs libtpu (pip install '.[tpu-aot]') on a CPU host")
+def test_auto_with_dropout_lowered_for_tpu_carries_the_mosaic_kernels():
+  """A CPU host lowering a dropout program for TPU (tfjax.aot) gets the Mosaic kernels, not xla:
+  dropout no longer keeps 'auto' off them."""
+  q = jax.ShapeDtypeStruct((1, 256, 4, 128), jnp.bfloat16)
+  loss = lambda q, k, v, key: jnp.sum(ops.dot_product_attention(
+      q, k, v, causal=True, implementation="auto", dropout_rate=0.1,
+      dropout_rng=key).astype(jnp.float32))
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q, key).lower(
+      lowering_platforms=("tpu",))
+  assert lowered.as_text().count("tpu_custom_call") == 3  # forward, dK/dV, dQ
