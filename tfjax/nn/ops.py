@@ -204,8 +204,8 @@ def dot_product_attention(
     scale: logits scale; 1/sqrt(E) if None.
     implementation: one of ATTENTION_IMPLS: 'xla' (this module), 'chunked',
       'pallas' (Triton kernels on GPU, Mosaic ones on TPU), 'cudnn' (tfjax/nn/kernels/) or
-      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla; a program
-      traced on CPU and lowered for TPU or GPU gets their pallas kernel).
+      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens (xla with dropout), else
+      xla; a program traced on CPU and lowered for TPU or GPU gets their pallas kernel).
     q_positions: int [B, T] absolute query positions, overriding the end-aligned default
       (KV-cache decoding needs them).
     kv_positions: int [B, S] absolute key positions.
