@@ -24,7 +24,8 @@ needs_libtpu = pytest.mark.skipif(
 GENERATION_TARGET = {"v4": "v4-8", "v5e": "v5e-1", "v5p": "v5p-8", "v6e": "v6e-1"}
 # Masking features, cycled over the rows so that each appears on several generations and sizes.
 FEATURES = [dict(causal=True), dict(window=700), dict(segments=True), dict(alibi=True),
-            dict(gqa=True, causal=True), dict(ragged=True, causal=True)]
+            dict(gqa=True, causal=True), dict(ragged=True, causal=True),
+            dict(dropout=True, causal=True)]
 
 
 def _device(generation):
@@ -44,18 +45,21 @@ def compile_kernel(generation, head_dim, dtype, features, length, backward):
           shape(1, length, kv_heads, head_dim)]
   ids = [shape(1, q_len, dt=jnp.int32), shape(1, length, dt=jnp.int32)]
   slopes = shape(heads, dt=jnp.float32)
+  seed = shape(dt=jnp.int32)  # the dropout seed, a traced scalar as in training
 
-  def attention(q, k, v, q_ids, kv_ids, alibi):
+  def attention(q, k, v, q_ids, kv_ids, alibi, seed):
     return tpu_kernels.flash_attention_tpu(
         q, k, v, causal=features.get("causal", False), window=features.get("window"),
         q_segment_ids=q_ids if features.get("segments") else None,
         kv_segment_ids=kv_ids if features.get("segments") else None,
-        alibi_slopes=alibi if features.get("alibi") else None, tilings=tilings, interpret=False)
+        alibi_slopes=alibi if features.get("alibi") else None, tilings=tilings, interpret=False,
+        dropout_rate=0.1 if features.get("dropout") else 0.0, dropout_seed=seed)
 
   fn = attention
   if backward:
     fn = jax.grad(lambda *a: attention(*a).astype(jnp.float32).sum(), argnums=(0, 1, 2))
-  compiled = jax.jit(fn).trace(*args, *ids, slopes).lower(lowering_platforms=("tpu",)).compile()
+  compiled = jax.jit(fn).trace(*args, *ids, slopes, seed).lower(
+      lowering_platforms=("tpu",)).compile()
   return compiled.as_text()
 
 
@@ -64,6 +68,15 @@ def test_a_tiling_compiles_forward_and_backward_for_v5e():
   """The default suite's one real compile: v5e bf16 head_dim 128, causal, small length."""
   text = compile_kernel("v5e", 128, jnp.bfloat16, dict(causal=True), 512, backward=True)
   assert text.count('custom_call_target="tpu_custom_call"') == 3  # forward, dK/dV, dQ
+
+
+@needs_libtpu
+def test_dropout_compiles_forward_and_backward_for_v5e():
+  """The in-kernel dropout hash (int32 multiply, xor, logical shift; keys read from SMEM) lowers
+  through Mosaic and libtpu, in the forward and both backward kernels."""
+  text = compile_kernel("v5e", 128, jnp.bfloat16, dict(causal=True, dropout=True), 512,
+                        backward=True)
+  assert text.count('custom_call_target="tpu_custom_call"') == 3
 
 
 @pytest.mark.skipif(jax.default_backend() == "tpu", reason="checks the host-without-TPU default")

@@ -345,7 +345,7 @@ def test_attention_dropout_with_a_fused_implementation_raises(monkeypatch):
   cfg = tiny_config(attention_dropout=0.1, attention_impl="chunked", deterministic=False)
   model, variables = init(cfg.replace(deterministic=True, attention_impl="xla"), tokens((1, 4)))
   with pytest.raises(ValueError, match="attention dropout is only supported by implementation="
-                                       "'xla', not 'chunked'"):
+                                       "'xla' or 'pallas', not 'chunked'"):
     build_model(cfg).apply(variables, tokens((1, 4)), rngs={"dropout": KEY})
   assert not calls
 

@@ -270,16 +270,42 @@ def test_attention_dropout_is_inverted_dropout_on_the_weights():
     assert 0.3 < frac_dropped < 0.7
 
 
-@pytest.mark.parametrize("backend", ["cpu", "gpu", "tpu"])
-def test_auto_with_attention_dropout_means_xla(monkeypatch, backend):
-  # The fused kernels refuse dropout, so 'auto' must not hand it to them on any backend (nanoGPT's
-  # GPU recipe, configs/shakespeare_char.py, trains with attention dropout 0.2 and 'auto').
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_auto_with_attention_dropout_keeps_the_pallas_kernel(monkeypatch, backend):
+  # The kernels apply dropout with xla's mask (tfjax/nn/dropout_hash.py), so 'auto' keeps them
+  # (nanoGPT's GPU recipe, configs/shakespeare_char.py, trains with attention dropout 0.2 and
+  # 'auto'). The backend's kernel is stood in for by the interpreted Triton one, which CPU runs.
+  from tfjax.nn.kernels import flash_attention, pallas  # pylint: disable=import-outside-toplevel
+  calls = []
+
+  def kernel_for(name):
+    def recording_kernel(q, k, v, **kw):
+      calls.append((name, kw["dropout_rate"], kw["dropout_seed"]))
+      return flash_attention(q, k, v, interpret=True, **kw)
+    return recording_kernel
+
+  monkeypatch.setattr(pallas, "pallas_kernel_for_backend", kernel_for)
   monkeypatch.setattr(jax, "default_backend", lambda: backend)
-  q, k, v = qkv(B=1, T=2048, S=2048)  # long enough that 'auto' would take 'chunked' on a CPU
-  assert ops._resolve("auto", 2048, 2048) != "xla"  # pylint: disable=protected-access
+  q, k, v = qkv(B=1, T=16, S=16, D=16)
+  key = jax.random.key(0, impl="rbg")
+  got = ops.dot_product_attention(q, k, v, causal=True, implementation="auto", dropout_rate=0.1,
+                                  dropout_rng=key)
+  monkeypatch.undo()
+  want = ops.dot_product_attention(q, k, v, causal=True, implementation="xla", dropout_rate=0.1,
+                                   dropout_rng=key)
+  assert [call[:2] for call in calls] == [(backend, 0.1)]
+  np.testing.assert_array_equal(np.asarray(calls[0][2]), np.asarray(
+      jax.lax.bitcast_convert_type(jax.random.bits(key, (), jnp.uint32), jnp.int32)))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+  assert np.any(np.asarray(got) != np.asarray(ops.dot_product_attention(q, k, v, causal=True)))
+
+
+def test_auto_with_attention_dropout_on_long_cpu_sequences_means_xla():
+  # 'chunked', auto's choice on CPU from 2048 tokens, has no dropout: auto takes xla there.
+  q, k, v = qkv(B=1, T=2048, S=2048)
+  assert ops._resolve("auto", 2048, 2048) == "chunked"  # pylint: disable=protected-access
   got = ops.dot_product_attention(q, k, v, causal=True, implementation="auto", dropout_rate=0.1,
                                   dropout_rng=jax.random.key(0, impl="rbg"))
-  monkeypatch.undo()
   want = ops.dot_product_attention(q, k, v, causal=True, implementation="xla", dropout_rate=0.1,
                                    dropout_rng=jax.random.key(0, impl="rbg"))
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

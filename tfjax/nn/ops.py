@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from tfjax.nn import dropout_hash
 from tfjax.nn.choices import one_of
 from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
 
@@ -143,12 +144,10 @@ def weighted_values(weights_BxHxTxS, v):
   return out.reshape(batch, q_len, heads, head_dim)
 
 
-def _xla_attention(q, k, v, *, dropout_rate=0.0, dropout_rng=None, **kwargs):
+def _xla_attention(q, k, v, *, dropout_rate=0.0, dropout_seed=None, **kwargs):
   weights = attention_weights(q, k, **kwargs)
-  if dropout_rate > 0.0:
-    if dropout_rng is None:
-      raise ValueError("attention dropout_rate > 0 needs a dropout_rng")
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+  if dropout_rate > 0.0:  # the kernels' mask (tfjax/nn/dropout_hash.py), so they match xla
+    keep = dropout_hash.keep_mask(dropout_seed, *weights.shape, dropout_rate)
     weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
   return weighted_values(weights, v).astype(q.dtype)
 
@@ -166,8 +165,9 @@ def _implementations() -> Mapping[str, Callable]:
 
 def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = False) -> str:
   """The implementation `auto` stands for on this backend and length (xla when an argument only
-  xla supports is given: a dense bias, soft-capping, dropout on the weights); any other name as
-  given."""
+  xla supports is given: a dense bias, soft-capping); any other name as given. Dropout on the
+  weights is no such argument: every Pallas kernel applies it (tfjax/nn/dropout_hash.py), and
+  on CPU, where 'chunked' lacks it, `dot_product_attention` takes xla instead."""
   one_of("attention implementation", implementation, ATTENTION_IMPLS)
   if implementation != "auto":
     return implementation
@@ -204,14 +204,15 @@ def dot_product_attention(
     scale: logits scale; 1/sqrt(E) if None.
     implementation: one of ATTENTION_IMPLS: 'xla' (this module), 'chunked',
       'pallas' (Triton kernels on GPU, Mosaic ones on TPU), 'cudnn' (tfjax/nn/kernels/) or
-      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens, else xla; a program
-      traced on CPU and lowered for TPU or GPU gets their pallas kernel).
+      'auto' (pallas on GPU and TPU, chunked on CPU from 2048 tokens (xla with dropout), else
+      xla; a program traced on CPU and lowered for TPU or GPU gets their pallas kernel).
     q_positions: int [B, T] absolute query positions, overriding the end-aligned default
       (KV-cache decoding needs them).
     kv_positions: int [B, S] absolute key positions.
-    dropout_rate: dropout on the attention weights (xla only: the fused implementations refuse
-      it rather than silently ignoring it).
-    dropout_rng: PRNG key for that dropout.
+    dropout_rate: dropout on the attention weights (xla and pallas; chunked and cudnn refuse it
+      rather than silently ignoring it). The keep mask hashes (seed, batch, head, query, key)
+      (tfjax/nn/dropout_hash.py), so xla and the kernels drop the same weights.
+    dropout_rng: PRNG key for that dropout; its int32 seed is `dropout_hash.seed_from_key`.
     softcap: soft-cap the scaled scores, softcap * tanh(s / softcap), before biases and masks
       (Gemma 2; xla only).
 
@@ -222,7 +223,9 @@ def dot_product_attention(
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
   name = _resolve(implementation, q.shape[1], k.shape[1],
-                  xla_only=bias is not None or softcap is not None or dropout_rate > 0.0)
+                  xla_only=bias is not None or softcap is not None)
+  if implementation == "auto" and name == "chunked" and dropout_rate > 0.0:
+    name = "xla"  # the plain-JAX chunked attention has no dropout
   fns = _implementations() if name != "xla" else {"xla": _xla_attention}
   if name not in fns:
     raise ValueError(
@@ -235,11 +238,15 @@ def dot_product_attention(
                 window=window, alibi_slopes=alibi_slopes, bias=bias, scale=scale,
                 q_positions=q_positions, kv_positions=kv_positions)
   if dropout_rate > 0.0:
-    if name != "xla":
+    if name not in ("xla", "pallas"):
       raise ValueError(
-          f"attention dropout is only supported by implementation='xla', not {name!r}; "
-          "set model.attention_dropout=0 or model.attention_impl='xla'")
-    kwargs.update(dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+          f"attention dropout is only supported by implementation='xla' or 'pallas', not "
+          f"{name!r}; set model.attention_dropout=0 or model.attention_impl='xla' (or 'auto')")
+    if dropout_rng is None:
+      raise ValueError("attention dropout_rate > 0 needs a dropout_rng")
+    # One int32 seed from the key: every implementation hashes it into the same mask.
+    kwargs.update(dropout_rate=dropout_rate,
+                  dropout_seed=dropout_hash.seed_from_key(dropout_rng))
   if softcap is not None:
     if name != "xla":
       raise ValueError(
@@ -247,7 +254,7 @@ def dot_product_attention(
           "set model.attention_impl='xla' (or 'auto')")
     kwargs.update(softcap=softcap)
   if implementation == "auto" and name in ("xla", "chunked") and jax.default_backend() == "cpu" \
-      and "softcap" not in kwargs and "dropout_rate" not in kwargs:
+      and "softcap" not in kwargs:
     # A CPU host may lower this program for TPU or GPU devices (tfjax.aot): 'auto' then means
     # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
     from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top

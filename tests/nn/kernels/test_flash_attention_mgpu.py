@@ -69,7 +69,8 @@ def test_gpu_forward_routes_to_mosaic_only_where_it_applies():
   assert _forward_kernels(None, causal=True) == {TRITON_FORWARD_NAME}  # GPU_FORWARD default
   # Out of scope: Triton, no error.
   for kw in (dict(alibi_slopes=jnp.ones(4)), dict(window=100), dict(kv_len=500),
-             dict(dtype=jnp.float32), dict(causal=True, kv_len=1024), dict(interpret=True)):
+             dict(dtype=jnp.float32), dict(causal=True, kv_len=1024), dict(interpret=True),
+             dict(dropout_rate=0.1, dropout_seed=0)):
     assert _forward_kernels("mosaic", **kw) == {TRITON_FORWARD_NAME}, kw
   # The Mosaic forward's (out, lse) feed the Triton backward of the same custom VJP.
   assert _forward_kernels("mosaic", causal=True, grad=True) == {MOSAIC_NAME, "tfjax_flash_dkdv"}

@@ -20,7 +20,7 @@ from tfjax.nn.kernels import chunked_attention, flash_attention
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 
 # fp32 products at full precision: on a GPU both XLA and the Triton kernels default to TF32
-# (~1e-3 off the float64 NumPy oracle); the kernels follow the same setting (_matmul_precision).
+# (~1e-3 off the float64 NumPy oracle); the kernels follow the same setting (_common.matmul_precision).
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -244,7 +244,9 @@ def test_registered_with_ops(impl):
     ("pallas", dict(q_positions=np.arange(8)[None]), "only supported by implementation"),
     ("cudnn", dict(alibi_slopes=[0.5, 0.5]), "only supported by implementation"),
     ("cudnn", dict(kv_positions=np.arange(8)[None]), "only supported by implementation"),
-    ("pallas", dict(dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0)), "dropout"),
+    # pallas applies dropout (test_dropout.py); the others refuse it.
+    ("chunked", dict(dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0)), "'xla' or 'pallas'"),
+    ("cudnn", dict(dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0)), "'xla' or 'pallas'"),
 ])
 def test_unsupported_combinations_raise(impl, kw, message):
   q, k, v, _ = random_qkv(7, batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=16)

@@ -49,6 +49,7 @@ class BlockConfig:
   groups: int  # query heads per kv head
   has_segments: bool
   has_alibi: bool
+  dropout_rate: float = 0.0  # on the weights; mask from tfjax/nn/dropout_hash.py
 
 
 def cdiv_nonneg(a, b: int):
@@ -132,25 +133,42 @@ def mask_and_bias(cfg: BlockConfig, s, rel, q_ids_col, kv_ids_row, slope, masked
   return s, neg_dist
 
 
+def dropout_weights(cfg: BlockConfig, p, keep):
+  """The dropped, rescaled weights p * keep / (1 - rate) of a tile (p itself without dropout)."""
+  if not cfg.dropout_rate:
+    return p
+  return jnp.where(keep, p * (1.0 / (1.0 - cfg.dropout_rate)), 0.0)
+
+
 def flash_with_vjp(forward, backward):
   """The FlashAttention-2 custom VJP both kernels use: `forward(cfg, q, k, v, q_ids, kv_ids,
-  slopes) -> (out, lse)` saves the log-sum-exp, and `backward(cfg, q, k, v, q_ids, kv_ids, slopes,
-  out, lse, d_out) -> (dq, dk, dv, d_slopes)` recomputes the probabilities from it. The result is
-  `f(cfg, q, k, v, slopes_BxH, (q_ids, kv_ids)) -> out`, differentiable in q, k, v and the slopes.
+  slopes, dropout_keys) -> (out, lse)` saves the log-sum-exp, and `backward(cfg, q, k, v, q_ids,
+  kv_ids, slopes, dropout_keys, out, lse, d_out) -> (dq, dk, dv, d_slopes)` recomputes the
+  probabilities (and the dropout mask, from the same hash) from it. The result is
+  `f(cfg, q, k, v, slopes_BxH, (q_ids, kv_ids, dropout_keys_BxH)) -> out`, differentiable in q,
+  k, v and the slopes.
+
+  With dropout (keep mask D, O = (P * D / (1 - rate)) V) the FlashAttention-2 backward keeps its
+  form: dV = Pd^T dO with Pd the dropped weights, dS = P * (dO V^T * D / (1 - rate) - delta), and
+  delta = rowsum(dO * O) still equals rowsum(P * dP) because O is the dropped output.
   """
 
   @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-  def flash(cfg, q, k, v, slopes_BxH, segment_ids):
-    return forward(cfg, q, k, v, *segment_ids, slopes_BxH)[0]
+  def flash(cfg, q, k, v, slopes_BxH, int_inputs):
+    *segment_ids, dropout_keys = int_inputs
+    return forward(cfg, q, k, v, *segment_ids, slopes_BxH, dropout_keys)[0]
 
-  def flash_fwd(cfg, q, k, v, slopes_BxH, segment_ids):
-    out, lse = forward(cfg, q, k, v, *segment_ids, slopes_BxH)
-    return out, (q, k, v, slopes_BxH, segment_ids, out, lse)
+  def flash_fwd(cfg, q, k, v, slopes_BxH, int_inputs):
+    *segment_ids, dropout_keys = int_inputs
+    out, lse = forward(cfg, q, k, v, *segment_ids, slopes_BxH, dropout_keys)
+    return out, (q, k, v, slopes_BxH, int_inputs, out, lse)
 
   def flash_bwd(cfg, residuals, d_out):
-    q, k, v, slopes_BxH, segment_ids, out, lse = residuals
-    dq, dk, dv, d_slopes = backward(cfg, q, k, v, *segment_ids, slopes_BxH, out, lse, d_out)
-    return dq, dk, dv, d_slopes, None  # No cotangent for integer segment ids.
+    q, k, v, slopes_BxH, int_inputs, out, lse = residuals
+    *segment_ids, dropout_keys = int_inputs
+    dq, dk, dv, d_slopes = backward(cfg, q, k, v, *segment_ids, slopes_BxH, dropout_keys, out,
+                                    lse, d_out)
+    return dq, dk, dv, d_slopes, None  # No cotangent for integer ids and dropout keys.
 
   flash.defvjp(flash_fwd, flash_bwd)
   return flash

@@ -7,12 +7,25 @@ contract into that rule, and uses kv id 0 to hide the keys added to pad kv_len t
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+from jax import lax
 
 
 def unsupported(feature: str, implementation: str, supported: str) -> ValueError:
   return ValueError(
       f"{feature} is only supported by implementation={supported}, not {implementation!r}")
+
+
+def check_dropout(rate, seed) -> float:
+  """The dropout rate as a float after checking it (in [0, 1), with a seed when > 0)."""
+  rate = float(rate)
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"dropout_rate must be in [0, 1), got {rate}")
+  if rate and seed is None:
+    raise ValueError("dropout_rate > 0 needs a dropout_seed (an int32 scalar, e.g. "
+                     "tfjax.nn.dropout_hash.seed_from_key(rng))")
+  return rate
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -51,3 +64,16 @@ def kernel_segment_ids(q_segment_ids, kv_segment_ids, *, batch, q_len, kv_len, q
   kv_ids = jnp.broadcast_to(jnp.asarray(kv_ids, jnp.int32), (batch, kv_len))
   # Padding gets id 0: padded keys are hidden from every query, padded queries see nothing.
   return pad_axis(q_ids, 1, q_len_padded), pad_axis(kv_ids, 1, kv_len_padded)
+
+
+# jax_default_matmul_precision values that ask for full fp32 products.
+_FP32_PRECISIONS = ("highest", "float32", "F32_F32_F32")
+
+
+def matmul_precision() -> lax.Precision:
+  """The precision of the kernels' dots, following `jax_default_matmul_precision` as XLA's own
+  matmuls do, so that 'pallas' and 'xla' compute the same function: by default Triton (like XLA
+  on NVIDIA GPUs) multiplies fp32 operands in TF32; under `jax.default_matmul_precision("highest")`
+  both use full fp32. bf16 / fp16 operands are unaffected."""
+  setting = jax.config.jax_default_matmul_precision
+  return lax.Precision.HIGHEST if setting in _FP32_PRECISIONS else lax.Precision.DEFAULT

@@ -19,7 +19,11 @@ The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU 
 flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
 bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, lengths that need
 no key padding, compiled (not interpreted); any other call (ALiBi, segment ids, padding masks,
-windows, fp32 or fp16, other head_dims or lengths) runs the Triton forward, with no error.
+windows, fp32 or fp16, other head_dims or lengths, dropout) runs the Triton forward, with no error.
+
+Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
+key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
+backward regenerates the forward's mask instead of storing it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from tfjax.nn import masks
+from tfjax.nn import dropout_hash, masks
 from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu
 
 F32 = jnp.float32
@@ -99,7 +103,7 @@ class _Config(_blocks.BlockConfig):
   forward: KernelTiling = None
   backward: KernelTiling = None
   interpret: bool = False
-  precision: lax.Precision = lax.Precision.DEFAULT  # of the fp32 dots (_matmul_precision)
+  precision: lax.Precision = lax.Precision.DEFAULT  # of the fp32 dots (_common.matmul_precision)
   gpu_forward: str = "triton"  # "mosaic" only where flash_attention_mgpu.supports the call
 
 
@@ -111,19 +115,6 @@ def _dot(a, b, contract=(1, 0), precision=lax.Precision.DEFAULT):
   """2-D matmul accumulating in fp32; contract=(1, 1) is a @ b.T, (0, 0) is a.T @ b."""
   return lax.dot_general(a, b, (((contract[0],), (contract[1],)), ((), ())),
                          precision=(precision, precision), preferred_element_type=F32)
-
-
-# jax_default_matmul_precision values that ask for full fp32 products.
-_FP32_PRECISIONS = ("highest", "float32", "F32_F32_F32")
-
-
-def _matmul_precision() -> lax.Precision:
-  """The precision of the kernels' dots, following `jax_default_matmul_precision` as XLA's own
-  matmuls do, so that 'pallas' and 'xla' compute the same function: by default Triton (like XLA
-  on NVIDIA GPUs) multiplies fp32 operands in TF32; under `jax.default_matmul_precision("highest")`
-  both use full fp32. bf16 / fp16 operands are unaffected."""
-  setting = jax.config.jax_default_matmul_precision
-  return lax.Precision.HIGHEST if setting in _FP32_PRECISIONS else lax.Precision.DEFAULT
 
 
 def _row_shifted_alibi(cfg) -> bool:
@@ -192,11 +183,21 @@ def _q_ranges(cfg, kv_block, block_q, block_k, num_q_blocks):
 
 
 def _split_refs(cfg, refs):
-  """(q_ids_ref, kv_ids_ref, slope_ref, *outputs), with None for absent optional inputs."""
+  """(q_ids_ref, kv_ids_ref, slope_ref, key_ref, *outputs); None for absent optional inputs."""
   refs = list(refs)
   ids = (refs.pop(0), refs.pop(0)) if cfg.has_segments else (None, None)
   slope = refs.pop(0) if cfg.has_alibi else None
-  return (*ids, slope, *refs)
+  dropout_key = refs.pop(0) if cfg.dropout_rate else None
+  return (*ids, slope, dropout_key, *refs)
+
+
+def _keep(cfg, key_ref, q_start, kv_start, block_q, block_k):
+  """The tile's dropout keep mask [bq, bk] (tfjax/nn/dropout_hash.py), or None without dropout."""
+  if not cfg.dropout_rate:
+    return None
+  rows, cols = (start + jnp.arange(n, dtype=jnp.int32) for start, n in
+                ((q_start, block_q), (kv_start, block_k)))
+  return dropout_hash.keep(key_ref[...], rows[:, None], cols[None, :], cfg.dropout_rate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ def _split_refs(cfg, refs):
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slope_ref, o_ref, lse_ref = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slope_ref, key_ref, o_ref, lse_ref = _split_refs(cfg, refs)
   block_q, block_k = cfg.forward.block_q, cfg.forward.block_k
   q_block = pl.program_id(0)
   q_start = q_block * block_q
@@ -226,7 +227,9 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     alpha = jnp.exp(m - m_new)
     p = jnp.exp(s - m_new[:, None])
     v = v_ref[keys, :]
-    acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v, (1, 0), cfg.precision)
+    keep = _keep(cfg, key_ref, q_start, kv_start, block_q, block_k)  # l sums all p, acc kept
+    p_kept = p if keep is None else jnp.where(keep, p, 0.0)  # (1 / (1 - rate): on the output)
+    acc = acc * alpha[:, None] + _dot(p_kept.astype(v.dtype), v, (1, 0), cfg.precision)
     return acc, m_new, l * alpha + p.sum(axis=1)
 
   ranges = _kv_ranges(cfg, q_block, block_q, block_k, k_ref.shape[0] // block_k)
@@ -234,14 +237,15 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
           jnp.zeros((block_q,), F32))
   acc, m, l = _masked_loop(ranges, body, init)
   seen = m > masks.MASK_VALUE / 2
-  out = jnp.where(seen[:, None], acc / jnp.where(seen, l, 1.0)[:, None], 0.0)
+  kept_l = jnp.where(seen, l, 1.0) * (1.0 - cfg.dropout_rate)
+  out = jnp.where(seen[:, None], acc / kept_l[:, None], 0.0)
   o_ref[...] = out.astype(o_ref.dtype)
   lse = m + jnp.log(l) - _alibi_row_shift(cfg, slope, block_q)
   lse_ref[...] = jnp.where(seen, lse, jnp.inf)  # exp(s - inf) = 0 in the backward
 
 
 def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slope_ref, dk_ref, dv_ref = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slope_ref, key_ref, dk_ref, dv_ref = _split_refs(cfg, refs)
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
   kv_block = pl.program_id(0)
   kv_start = kv_block * block_k
@@ -259,8 +263,11 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     lse = lse_ref[rows] + _alibi_row_shift(cfg, slope, block_q)
     p = jnp.exp(s - lse[:, None])
-    dv = dv + _dot(p.astype(do.dtype), do, (0, 0), cfg.precision)
-    ds = p * (_dot(do, v, (1, 1), cfg.precision) - delta_ref[rows][:, None])
+    keep = _keep(cfg, key_ref, q_start, kv_start, block_q, block_k)
+    dv = dv + _dot(_blocks.dropout_weights(cfg, p, keep).astype(do.dtype), do, (0, 0),
+                   cfg.precision)
+    dp = _blocks.dropout_weights(cfg, _dot(do, v, (1, 1), cfg.precision), keep)
+    ds = p * (dp - delta_ref[rows][:, None])
     dk = dk + _dot(ds.astype(q.dtype), q, (0, 0), cfg.precision)
     return dk, dv
 
@@ -272,7 +279,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slope_ref, dq_ref, *d_slope_rows_ref = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slope_ref, key_ref, dq_ref, *d_slope_rows_ref = _split_refs(cfg, refs)
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
   q_block = pl.program_id(0)
   q_start = q_block * block_q
@@ -290,7 +297,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
     s, neg_dist = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     p = jnp.exp(s - lse[:, None])
-    ds = p * (_dot(do, v_ref[keys, :], (1, 1), cfg.precision) - delta[:, None])
+    keep = _keep(cfg, key_ref, q_start, kv_start, block_q, block_k)
+    dp = _blocks.dropout_weights(cfg, _dot(do, v_ref[keys, :], (1, 1), cfg.precision), keep)
+    ds = p * (dp - delta[:, None])
     dq = dq + _dot(ds.astype(k.dtype), k, (1, 0), cfg.precision)
     if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j| (or its shift)
       d_slope = d_slope + (ds * neg_dist).sum(axis=1)
@@ -317,8 +326,9 @@ def _call(cfg, kernel, tiling, grid, in_specs, out_specs, out_shape, name):
                                               num_stages=tiling.num_stages))
 
 
-def _optional_specs(cfg, q_ids, kv_ids, slopes, q_rows, kv_rows, row_index, kv_index):
-  """BlockSpecs and operands for segment ids and ALiBi slopes, when present."""
+def _optional_specs(cfg, q_ids, kv_ids, slopes, dropout_keys, q_rows, kv_rows, row_index,
+                    kv_index):
+  """BlockSpecs and operands for segment ids, ALiBi slopes and dropout keys, when present."""
   specs, args = [], []
   if cfg.has_segments:
     specs += [pl.BlockSpec((None, q_rows), lambda n, b, h: (b, row_index(n))),
@@ -327,10 +337,13 @@ def _optional_specs(cfg, q_ids, kv_ids, slopes, q_rows, kv_rows, row_index, kv_i
   if cfg.has_alibi:
     specs.append(pl.BlockSpec((None, None), lambda n, b, h: (b, h)))
     args.append(slopes)
+  if cfg.dropout_rate:  # the [B, H] int32 keys of dropout_hash.head_keys, one scalar per program
+    specs.append(pl.BlockSpec((None, None), lambda n, b, h: (b, h)))
+    args.append(dropout_keys)
   return specs, args
 
 
-def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
+def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys):
   if cfg.gpu_forward == "mosaic":
     return flash_attention_mgpu.mosaic_forward(q, k, v, causal=cfg.causal, scale=cfg.scale)
   batch, q_len, heads, head_dim = q.shape
@@ -339,8 +352,8 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
   q_spec = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
   kv_spec = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, kv_head(h), 0))
   row_spec = pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))
-  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, kv_len,
-                                            lambda i: i, lambda i: 0)
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, dropout_keys,
+                                            block_q, kv_len, lambda i: i, lambda i: 0)
   return _call(
       cfg, _forward_kernel, cfg.forward, (q_len // block_q, batch, heads),
       [q_spec, kv_spec, kv_spec] + extra_specs, [q_spec, row_spec],
@@ -348,7 +361,7 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
       "tfjax_flash_forward")(q, k, v, *extra_args)
 
 
-def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
+def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys, out, lse, d_out):
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads, groups = k.shape[1], k.shape[2], cfg.groups
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
@@ -360,8 +373,8 @@ def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
   kv_tile = pl.BlockSpec((None, block_k, None, head_dim), lambda j, b, h: (b, j, kv_head(h), 0))
   rows_all = pl.BlockSpec((None, None, q_len), lambda j, b, h: (b, h, 0))
   per_head_tile = pl.BlockSpec((None, block_k, None, head_dim), lambda j, b, h: (b, j, h, 0))
-  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, q_len, block_k,
-                                            lambda j: 0, lambda j: j)
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, dropout_keys,
+                                            q_len, block_k, lambda j: 0, lambda j: j)
   # With groups > 1 each query head writes its own fp32 partial, summed over the group below.
   grad_dtype = lambda x: x.dtype if groups == 1 else F32
   dk, dv = _call(
@@ -379,8 +392,8 @@ def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
   q_tile = pl.BlockSpec((None, block_q, None, head_dim), lambda i, b, h: (b, i, h, 0))
   kv_all = pl.BlockSpec((None, kv_len, None, head_dim), lambda i, b, h: (b, 0, kv_head(h), 0))
   row_tile = pl.BlockSpec((None, None, block_q), lambda i, b, h: (b, h, i))
-  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, kv_len,
-                                            lambda i: i, lambda i: 0)
+  extra_specs, extra_args = _optional_specs(cfg, q_ids, kv_ids, slopes, dropout_keys,
+                                            block_q, kv_len, lambda i: i, lambda i: 0)
   out_specs, out_shape = [q_tile], [jax.ShapeDtypeStruct(q.shape, q.dtype)]
   if cfg.has_alibi:  # Per-row partial sums of the slope gradient.
     out_specs.append(row_tile)
@@ -421,7 +434,8 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
       has_alibi=cfg.has_alibi, window=cfg.window)
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
   wanted = requested == "mosaic" or (requested == "auto" and _on_hopper())
-  use_mosaic = wanted and not cfg.interpret and takes and aligned
+  # The Mosaic GPU forward has no dropout (and no interpreter to test one on CPU): Triton's.
+  use_mosaic = wanted and not cfg.interpret and takes and aligned and not cfg.dropout_rate
   return "mosaic" if use_mosaic else "triton"
 
 
@@ -435,13 +449,16 @@ def _clamp_tiling(tiling: KernelTiling, q_len: int, kv_len: int) -> KernelTiling
 def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
                     window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
                     kv_positions=None, tilings: Optional[Tilings] = None,
-                    interpret: Optional[bool] = None, gpu_forward: Optional[str] = None):
+                    interpret: Optional[bool] = None, gpu_forward: Optional[str] = None,
+                    dropout_rate: float = 0.0, dropout_seed=None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
   `gpu_forward` ("auto", "triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the forward
   kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the call and
   falls back to Triton elsewhere (module docstring). The backward is Triton's either way.
+  `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
+  the int32 `dropout_seed` (the same mask as implementation='xla'); it runs the Triton forward.
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -465,14 +482,17 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
       scale=float(head_dim ** -0.5 if scale is None else scale),
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
+      dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
       forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else interpret,
-      precision=_matmul_precision())
+      precision=_common.matmul_precision())
   cfg = dataclasses.replace(cfg, gpu_forward=_gpu_forward(
       cfg, gpu_forward, (batch, q_len_p, heads, head_dim_p), (batch, kv_len_p, kv_heads), q.dtype))
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)
 
-  out = _flash(cfg, pad(q, q_len_p), pad(k, kv_len_p), pad(v, kv_len_p), slopes, (q_ids, kv_ids))
+  keys = dropout_hash.head_keys(dropout_seed, batch, heads) if cfg.dropout_rate else None
+  out = _flash(cfg, pad(q, q_len_p), pad(k, kv_len_p), pad(v, kv_len_p), slopes,
+               (q_ids, kv_ids, keys))
   return out[:, :q_len, :, :head_dim]

@@ -23,27 +23,15 @@ axes are (sequence, head_dim), padded to the block sizes and head_dim to a multi
 (8, 128) vreg tiling; zero columns change no dot product). Per-row vectors (lse, delta, the
 running m / l, query segment ids) are [.., L, 1] columns and key segment ids a [.., 1, L] row, so
 that they broadcast against the (block_q, block_k) logits tile without relayouts. ALiBi slopes
-are a [B, heads] table in SMEM (scalar reads).
+and dropout keys (tfjax/nn/dropout_hash.py) are [B, heads] tables in SMEM (scalar reads); each
+kernel rebuilds a tile's dropout mask from its row and column indices.
 
-Block sizes (`TPU_TILINGS`, by TPU generation, padded head_dim and bytes per element), reasoning:
-  * block_k is a multiple of 128 (the logits tile's lane axis) and block_q of 8 (fp32) / 16 (bf16,
-    two rows per sublane): smaller tiles waste the vregs and the MXU.
-  * The MXU is 128 x 128 on v4 / v5e / v5p and 256 x 256 on v6e; tiles of 512+ rows amortise the
-    per-grid-step overhead (~0.35 us) and the MXU fill/drain, so the forward uses 512 x 512 (v6e:
-    512 x 1024, whose larger VMEM holds the bigger logits tile).
-  * VMEM: the default scoped limit is 16 MiB on v4 / v5e / v5p and 32 MiB on v6e. The working set
-    is two buffers of every input/output block, the fp32 scratch, and the fp32 (block_q, block_k)
-    temporaries (measured: docs/benchmarks.md); `vmem_bytes` estimates it and the
-    table keeps it under half the limit. So head_dim 256 halves block_k, fp32 halves block_q, and
-    the backward (more blocks, two accumulators) uses smaller tiles than the forward.
-These are starting points derived from those limits, not measured on hardware: time
-experiments/bench_attention.py on the target TPU and update the table.
+Block sizes: tfjax/nn/kernels/tpu_tilings.py (TPU_TILINGS, by TPU generation, and the VMEM
+estimate they are chosen against); its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import math
@@ -55,101 +43,15 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tfjax.nn import masks
+from tfjax.nn import dropout_hash, masks
 from tfjax.nn.kernels import _blocks, _common
+from tfjax.nn.kernels.tpu_tilings import (  # pylint: disable=unused-import
+    LANES, MAX_HEAD_DIM, TPU_TILINGS, VMEM_LIMIT_BYTES, TpuTiling, TpuTilings, compiling_for,
+    default_tilings, padded_head_dim, tpu_generation, vmem_bytes)
 
 F32 = jnp.float32
-LANES = 128  # minor (lane) axis of a TPU vreg
 SUPPORTED_DTYPES = ("float32", "bfloat16")
-MAX_HEAD_DIM = 256
 
-
-@dataclasses.dataclass(frozen=True)
-class TpuTiling:
-  block_q: int
-  block_k: int
-
-
-@dataclasses.dataclass(frozen=True)
-class TpuTilings:
-  forward: TpuTiling
-  backward: TpuTiling  # Shared by the dK/dV and the dQ kernels.
-
-
-def _row(fwd, bwd):
-  return TpuTilings(TpuTiling(*fwd), TpuTiling(*bwd))
-
-
-# (generation, padded head_dim, bytes per element) -> tilings; see the module docstring.
-TPU_TILINGS = {
-    **{(gen, 128, 2): _row((512, 512), (256, 512)) for gen in ("v4", "v5e", "v5p")},
-    **{(gen, 256, 2): _row((512, 256), (256, 256)) for gen in ("v4", "v5e", "v5p")},
-    **{(gen, 128, 4): _row((256, 512), (128, 512)) for gen in ("v4", "v5e", "v5p")},
-    **{(gen, 256, 4): _row((256, 256), (128, 256)) for gen in ("v4", "v5e", "v5p")},
-    ("v6e", 128, 2): _row((512, 1024), (512, 512)),
-    ("v6e", 256, 2): _row((512, 512), (256, 512)),
-    ("v6e", 128, 4): _row((256, 1024), (256, 512)),
-    ("v6e", 256, 4): _row((256, 512), (128, 512)),
-}
-VMEM_LIMIT_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20}
-_DEVICE_KINDS = (("v6", "v6e"), ("v5 lite", "v5e"), ("v5e", "v5e"), ("v5", "v5p"), ("v4", "v4"))
-
-
-_COMPILING_FOR: contextvars.ContextVar = contextvars.ContextVar("tpu_generation", default=None)
-
-
-@contextlib.contextmanager
-def compiling_for(generation: str):
-  """Inside, kernels traced on a host without TPUs take `generation`'s TPU_TILINGS row: a
-  program compiled ahead of time for that TPU (tfjax.aot) gets the tiles it would get there."""
-  token = _COMPILING_FOR.set(generation)
-  try:
-    yield
-  finally:
-    _COMPILING_FOR.reset(token)
-
-
-def tpu_generation(device_kind: Optional[str] = None) -> str:
-  """'v4' / 'v5e' / 'v5p' / 'v6e' from a device_kind such as 'TPU v5 lite' (the first device's
-  when None, or the generation of `compiling_for`; off TPU, or for an unknown kind, 'v5e': the
-  smallest VMEM, so the safe choice)."""
-  if device_kind is None and _COMPILING_FOR.get() is not None:
-    return _COMPILING_FOR.get()
-  if device_kind is None:
-    device = jax.devices()[0]
-    device_kind = device.device_kind if device.platform == "tpu" else ""
-  kind = device_kind.lower()
-  return next((gen for key, gen in _DEVICE_KINDS if key in kind), "v5e")
-
-
-def padded_head_dim(head_dim: int) -> int:
-  return _common.round_up(head_dim, LANES)
-
-
-def default_tilings(head_dim: int, dtype, generation: Optional[str] = None) -> TpuTilings:
-  if head_dim > MAX_HEAD_DIM:
-    raise _common.unsupported(f"head_dim {head_dim} (> {MAX_HEAD_DIM})", "'pallas' on TPU",
-                              "'xla' or 'chunked'")
-  key = (generation or tpu_generation(), padded_head_dim(head_dim),
-         2 if jnp.dtype(dtype).itemsize <= 2 else 4)
-  return TPU_TILINGS[key]
-
-
-def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str) -> int:
-  """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'), on any TPU generation: two
-  buffers of every block the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k)
-  logits temporaries (columns pad to 128 lanes), counted as one tile: libtpu's need, measured by
-  tfjax.aot.tpu_vmem, is within 1.5x of this on every generation (docs/benchmarks.md)."""
-  bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
-  column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
-  tiles = bq * bk * 4
-  if kernel == "forward":  # blocks q, o; k, v; lse -- scratch acc, m, l
-    return 2 * ((2 * bq * d + 2 * bk * d) * itemsize + column) + bq * d * 4 + 2 * column + tiles
-  if kernel == "dkdv":  # blocks q, dO; k, v, dK, dV; lse, delta -- scratch dK, dV
-    return 2 * ((2 * bq * d + 4 * bk * d) * itemsize + 2 * column) + 2 * bk * d * 4 + tiles
-  if kernel == "dq":  # blocks q, dO, dQ; k, v; lse, delta -- scratch dQ
-    return 2 * ((3 * bq * d + 2 * bk * d) * itemsize + 2 * column) + bq * d * 4 + tiles
-  raise ValueError(f"kernel must be 'forward', 'dkdv' or 'dq', not {kernel!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,11 +103,22 @@ def _clamp(block, bounds):
 
 
 def _split_refs(cfg, refs):
-  """(q_ids_ref, kv_ids_ref, slopes_ref, *rest), with None for absent optional inputs."""
+  """(q_ids_ref, kv_ids_ref, slopes_ref, keys_ref, *rest); None for absent optional inputs."""
   refs = list(refs)
   ids = (refs.pop(0), refs.pop(0)) if cfg.has_segments else (None, None)
   slopes = refs.pop(0) if cfg.has_alibi else None
-  return (*ids, slopes, *refs)
+  keys = refs.pop(0) if cfg.dropout_rate else None
+  return (*ids, slopes, keys, *refs)
+
+
+def _keep(cfg, keys_ref, b, h, q_start, kv_start, shape):
+  """The tile's dropout keep mask (tfjax/nn/dropout_hash.py), or None without dropout; the row
+  and column indices are a [bq, 1] column and a [1, bk] row of 2-D iotas."""
+  if not cfg.dropout_rate:
+    return None
+  rows = q_start + lax.broadcasted_iota(jnp.int32, (shape[0], 1), 0)
+  cols = kv_start + lax.broadcasted_iota(jnp.int32, (1, shape[1]), 1)
+  return dropout_hash.keep(keys_ref[b, h], rows, cols, cfg.dropout_rate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +127,8 @@ def _split_refs(cfg, refs):
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slopes_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slopes_ref, keys_ref, o_ref, lse_ref, *scratch = _split_refs(cfg, refs)
+  m_ref, l_ref, acc_ref = scratch
   block_q, block_k = cfg.forward.block_q, cfg.forward.block_k
   b, h, i, j = (pl.program_id(n) for n in range(4))
   num_kv_blocks = pl.num_programs(3)
@@ -239,7 +153,10 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     p = jnp.exp(s - m_new)
     v = v_ref[...]
     l_ref[...] = l_ref[...] * alpha + p.sum(axis=1, keepdims=True)
-    acc_ref[...] = acc_ref[...] * alpha + _dot(p.astype(v.dtype), v)
+    # Dropout: l sums every p, acc only the kept ones; 1 / (1 - rate) is applied to the output.
+    keep = _keep(cfg, keys_ref, b, h, i * block_q, j * block_k, s.shape)
+    p_kept = p if keep is None else jnp.where(keep, p, 0.0)
+    acc_ref[...] = acc_ref[...] * alpha + _dot(p_kept.astype(v.dtype), v)
     m_ref[...] = m_new
 
   _when_visible(cfg, j, _blocks.kv_block_range(cfg, i, block_q, block_k, num_kv_blocks), compute)
@@ -248,12 +165,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
   def _finish():
     m, l = m_ref[...], l_ref[...]
     seen = m > masks.MASK_VALUE / 2
-    o_ref[...] = jnp.where(seen, acc_ref[...] / jnp.where(seen, l, 1.0), 0.0).astype(o_ref.dtype)
+    kept_l = jnp.where(seen, l, 1.0) * (1.0 - cfg.dropout_rate)
+    o_ref[...] = jnp.where(seen, acc_ref[...] / kept_l, 0.0).astype(o_ref.dtype)
     lse_ref[...] = jnp.where(seen, m + jnp.log(l), jnp.inf)  # exp(s - inf) = 0 in the backward
 
 
 def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slopes_ref, dk_ref, dv_ref, dk_acc, dv_acc = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slopes_ref, keys_ref, *refs = _split_refs(cfg, refs)
+  dk_ref, dv_ref, dk_acc, dv_acc = refs
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
   b, kv_head, j, g, i = (pl.program_id(n) for n in range(5))
   num_q_blocks = pl.num_programs(4)
@@ -270,8 +189,10 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     q, do = q_ref[...], do_ref[...]
     s, _ = _logits(cfg, q, k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope, masked)
     p = jnp.exp(s - lse_ref[...])
-    dv_acc[...] += _dot(p.astype(do.dtype), do, (0, 0))
-    ds = p * (_dot(do, v_ref[...], (1, 1)) - delta_ref[...])
+    keep = _keep(cfg, keys_ref, b, kv_head * cfg.groups + g, i * block_q, j * block_k, s.shape)
+    dv_acc[...] += _dot(_blocks.dropout_weights(cfg, p, keep).astype(do.dtype), do, (0, 0))
+    dp = _blocks.dropout_weights(cfg, _dot(do, v_ref[...], (1, 1)), keep)
+    ds = p * (dp - delta_ref[...])
     dk_acc[...] += _dot(ds.astype(q.dtype), q, (0, 0))
 
   _when_visible(cfg, i, _blocks.q_block_range(cfg, j, block_q, block_k, num_q_blocks), compute)
@@ -283,7 +204,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
-  q_ids_ref, kv_ids_ref, slopes_ref, dq_ref, *rest = _split_refs(cfg, refs)
+  q_ids_ref, kv_ids_ref, slopes_ref, keys_ref, dq_ref, *rest = _split_refs(cfg, refs)
   d_slope_ref, dq_acc, d_slope_acc = rest if cfg.has_alibi else (None, *rest, None)
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
   b, h, i, j = (pl.program_id(n) for n in range(4))
@@ -303,7 +224,9 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     s, neg_dist = _logits(cfg, q_ref[...], k, i * block_q, j * block_k, q_ids, kv_ids, slope,
                           masked)
     p = jnp.exp(s - lse_ref[...])
-    ds = p * (_dot(do_ref[...], v_ref[...], (1, 1)) - delta_ref[...])
+    keep = _keep(cfg, keys_ref, b, h, i * block_q, j * block_k, s.shape)
+    ds = p * (_blocks.dropout_weights(cfg, _dot(do_ref[...], v_ref[...], (1, 1)), keep)
+              - delta_ref[...])
     dq_acc[...] += _dot(ds.astype(k.dtype), k)
     if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
       d_slope_acc[...] += (ds * neg_dist).sum(axis=1, keepdims=True)
@@ -330,9 +253,9 @@ def _call(cfg, kernel, grid, in_specs, out_specs, out_shape, scratch, semantics,
       compiler_params=pltpu.CompilerParams(dimension_semantics=semantics))
 
 
-def _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, block_k, q_index, kv_index):
-  """BlockSpecs and operands for segment ids and ALiBi slopes, when present; q_index/kv_index map
-  the grid indices to the (batch, q block) / (batch, kv block) to read."""
+def _optional_specs(cfg, q_ids, kv_ids, slopes, keys, block_q, block_k, q_index, kv_index):
+  """BlockSpecs and operands for segment ids, ALiBi slopes and dropout keys, when present;
+  q_index/kv_index map the grid indices to the (batch, q block) / (batch, kv block) to read."""
   specs, args = [], []
   if cfg.has_segments:
     specs += [pl.BlockSpec((None, block_q, 1), lambda *g: (*q_index(*g), 0)),
@@ -341,13 +264,16 @@ def _optional_specs(cfg, q_ids, kv_ids, slopes, block_q, block_k, q_index, kv_in
   if cfg.has_alibi:
     specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
     args.append(slopes)
+  if cfg.dropout_rate:  # the [B, H] int32 keys of dropout_hash.head_keys, read as scalars
+    specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
+    args.append(keys)
   return specs, args
 
 
 _QUERY_MAJOR = ("parallel", "parallel", "parallel", "arbitrary")
 
 
-def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
+def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, keys):
   batch, heads, q_len, head_dim = q.shape
   kv_len = k.shape[2]
   bq, bk = cfg.forward.block_q, cfg.forward.block_k
@@ -358,7 +284,7 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
                          lambda b, h, i, j: (b, lax.div(h, cfg.groups), kv_block(i, j), 0))
   row_spec = pl.BlockSpec((None, None, bq, 1), lambda b, h, i, j: (b, h, i, 0))
   extra_specs, extra_args = _optional_specs(
-      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, h, i, j: (b, i),
+      cfg, q_ids, kv_ids, slopes, keys, bq, bk, lambda b, h, i, j: (b, i),
       lambda b, h, i, j: (b, kv_block(i, j)))
   scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, head_dim), F32)]
   return _call(
@@ -369,7 +295,7 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes):
       scratch, _QUERY_MAJOR, "tfjax_flash_tpu_forward")(q, k, v, *extra_args)
 
 
-def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
+def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, keys, out, lse, d_out):
   batch, heads, q_len, head_dim = q.shape
   kv_heads, kv_len, groups = k.shape[1], k.shape[2], cfg.groups
   bq, bk = cfg.backward.block_q, cfg.backward.block_k
@@ -384,7 +310,7 @@ def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
                           lambda b, kh, j, g, i: (b, kh * groups + g, q_block(j, i), 0))
   kv_spec = pl.BlockSpec((None, None, bk, head_dim), lambda b, kh, j, g, i: (b, kh, j, 0))
   extra_specs, extra_args = _optional_specs(
-      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, kh, j, g, i: (b, q_block(j, i)),
+      cfg, q_ids, kv_ids, slopes, keys, bq, bk, lambda b, kh, j, g, i: (b, q_block(j, i)),
       lambda b, kh, j, g, i: (b, j))
   dk, dv = _call(
       cfg, _dkdv_kernel, (batch, kv_heads, nk, groups, nq),
@@ -401,7 +327,7 @@ def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, out, lse, d_out):
   kv_spec = pl.BlockSpec((None, None, bk, head_dim),
                          lambda b, h, i, j: (b, lax.div(h, groups), kv_block(i, j), 0))
   extra_specs, extra_args = _optional_specs(
-      cfg, q_ids, kv_ids, slopes, bq, bk, lambda b, h, i, j: (b, i),
+      cfg, q_ids, kv_ids, slopes, keys, bq, bk, lambda b, h, i, j: (b, i),
       lambda b, h, i, j: (b, kv_block(i, j)))
   out_specs, out_shape = [q_spec], [jax.ShapeDtypeStruct(q.shape, q.dtype)]
   scratch = [pltpu.VMEM((bq, head_dim), F32)]
@@ -454,11 +380,13 @@ def _clamp_tiling(tiling: TpuTiling, q_len: int, kv_len: int, dtype) -> TpuTilin
 def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
                         window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
                         kv_positions=None, tilings: Optional[TpuTilings] = None,
-                        interpret: Optional[bool] = None):
+                        interpret: Optional[bool] = None, dropout_rate: float = 0.0,
+                        dropout_seed=None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Mosaic TPU kernels (default positions).
 
   `tilings` overrides the `TPU_TILINGS` row of this TPU generation; `interpret` defaults to True
-  on CPU (TPU interpret mode) and False on TPU.
+  on CPU (TPU interpret mode) and False on TPU. `dropout_rate` > 0 drops attention weights with
+  the keep mask of tfjax/nn/dropout_hash.py for the int32 `dropout_seed` (as 'xla' does).
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -489,12 +417,15 @@ def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment
       scale=float(head_dim ** -0.5 if scale is None else scale),
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
+      dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
       forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else bool(interpret))
+
+  keys = dropout_hash.head_keys(dropout_seed, batch, heads) if cfg.dropout_rate else None
 
   def to_kernel_layout(x, length):  # [B, L, N, D] -> [B, N, Lp, Dp]
     return jnp.swapaxes(_common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p), 1, 2)
 
   out = _flash(cfg, to_kernel_layout(q, q_len_p), to_kernel_layout(k, kv_len_p),
-               to_kernel_layout(v, kv_len_p), slopes, (q_ids, kv_ids))
+               to_kernel_layout(v, kv_len_p), slopes, (q_ids, kv_ids, keys))
   return jnp.swapaxes(out, 1, 2)[:, :q_len, :, :head_dim]
