@@ -217,10 +217,42 @@ class StepRunner:
   program's arguments as shapes with shardings, to compile it ahead of the first call.
 
   train.steps_per_call = 1: one train-step call per batch; K > 1: one multi-step call on K
-  stacked batches. The training loop and the benchmarks both step through it."""
+  stacked batches. The training loop and the benchmarks both step through it.
+
+  `prefetch(n)` prepares the batches of the next `run(state, n)` and starts their copy to the
+  devices now (the loop calls it right after dispatching a call, so the host builds and copies
+  batch k+1 while step k runs); `data_state()` is the iterator state after the batches `run`
+  consumed, not counting a prefetched one: what a checkpoint must save for an exact resume."""
   run: Callable[[TrainState, int], tuple[TrainState, dict]]
   program: Any
   abstract_args: tuple
+  prefetch: Callable[[int], None] = lambda num_steps: None
+  data_state: Callable[[], dict] | None = None
+
+
+class _Prefetched:
+  """At most one call's batches, placed on the devices ahead of the call that consumes them."""
+
+  def __init__(self, iterator: datasets.DataIterator, make: Callable[[int], Any]):
+    self._iterator, self._make = iterator, make
+    self._ahead = None  # (num_steps, placed batches, iterator state before them)
+
+  def prefetch(self, num_steps: int) -> None:
+    if self._ahead is None:
+      before = self._iterator.state()
+      self._ahead = (num_steps, self._make(num_steps), before)
+
+  def take(self, num_steps: int):
+    """The placed batches of the next `num_steps` steps: the prefetched ones, else made now."""
+    ahead, self._ahead = self._ahead, None
+    if ahead is not None and ahead[0] == num_steps:
+      return ahead[1]
+    if ahead is not None:  # prefetched for another step count: give its batches back
+      self._iterator.restore(ahead[2])
+    return self._make(num_steps)
+
+  def data_state(self) -> dict:
+    return self._iterator.state() if self._ahead is None else self._ahead[2]
 
 
 def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: StateLayout,
@@ -231,18 +263,24 @@ def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: 
 
   if per_call == 1:
     train_step = jit_train_step(experiment, placement, layout.shardings)
+    ahead = _Prefetched(iterator, lambda num_steps: placement.put(iterator.next()))
 
     def run_one(state, num_steps):
       assert num_steps == 1, num_steps
-      return train_step(state, placement.put(iterator.next()))
+      return train_step(state, ahead.take(1))
     return StepRunner(run_one, train_step,
-                      (layout.abstract, placement.abstract(one_row, train_cfg.batch_size)))
+                      (layout.abstract, placement.abstract(one_row, train_cfg.batch_size)),
+                      ahead.prefetch, ahead.data_state)
 
   multi_step = jit_multi_step(experiment, placement, layout.shardings)
 
-  def run_stacked(state, num_steps):
+  def stacked(num_steps):
     batches = stack_batches([iterator.next() for _ in range(num_steps)], per_call)
-    return multi_step(state, placement.put_stacked(batches), np.int32(num_steps))
+    return placement.put_stacked(batches)
+  ahead = _Prefetched(iterator, stacked)
+
+  def run_stacked(state, num_steps):
+    return multi_step(state, ahead.take(num_steps), np.int32(num_steps))
   return StepRunner(run_stacked, multi_step, (
       layout.abstract, placement.abstract(one_row, train_cfg.batch_size, stacked=per_call),
-      jax.ShapeDtypeStruct((), jnp.int32)))
+      jax.ShapeDtypeStruct((), jnp.int32)), ahead.prefetch, ahead.data_state)
