@@ -24,10 +24,11 @@ from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
 from tfjax.data import datasets
 from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
-from tfjax.nn.config import ModelConfig
+from tfjax.nn import ops
+from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
-from tfjax.training.run_config import model_config
+from tfjax.training.run_config import model_config, resolve_platform_defaults
 from tfjax.training.sharding import BatchPlacement
 from tfjax.training.steps import TrainState
 
@@ -44,18 +45,22 @@ class Experiment:
   schedule: optax.Schedule
 
 
-def prepare(config, workdir: str | None = None, num_devices: int | None = None) -> Experiment:
+def prepare(config, workdir: str | None = None, num_devices: int | None = None,
+            platform: str | None = None) -> Experiment:
   """Validates the whole config and builds the data; raises ValueError naming any bad key.
 
-  `num_devices` is the device count the mesh is checked against: the local devices by default,
-  a target's when compiling ahead of time for hardware that is not attached (tfjax.aot)."""
+  `num_devices` is the device count the mesh is checked against and `platform` the one model
+  'auto' values are resolved for (run_config.resolve_platform_defaults): the local devices' by
+  default, a target's when compiling ahead of time for hardware that is not attached (tfjax.aot).
+  The returned config holds the resolved values."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
+  config = resolve_platform_defaults(config, platform)
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
   dataset = datasets.make_dataset(config.data, config.task,
                               workdir=init_from.tokenizer_dir(config, existing))
-  model_cfg = model_config(config, dataset)
+  model_cfg = model_config(config, dataset, platform=platform)
   tasks.check_task(config.task, model_cfg.family)
   if model_cfg.vocab_size < dataset.vocab_size:
     raise ValueError(
@@ -69,6 +74,21 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None) 
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_cfg.d_model)
   return Experiment(config, model_cfg, dataset, optimizer, schedule)
+
+
+def execution_summary(experiment: Experiment, platform: str | None = None) -> str:
+  """One line saying how the model computes on `platform` (None: this process's): its compute
+  dtype and the attention implementation, with the reason when an 'auto' choice is not the
+  platform's kernel. The loop prints it at start; config.json holds the same values."""
+  cfg, kind = experiment.model_config, platform_kind(platform)
+  impl = cfg.attention_impl
+  if impl == AUTO:  # only left 'auto' where an xla-only feature is on (resolve_auto)
+    reason = xla_only_attention(cfg.to_flat())
+    seq_len = cfg.max_len
+    # pylint: disable-next=protected-access  (tfjax.nn.ops' own auto rule, not a copy of it)
+    impl = f"{ops._resolve(AUTO, seq_len, seq_len, xla_only=reason is not None)} ({reason})"
+  return (f"model on {kind}: compute {cfg.dtype}, params and optimizer state float32; "
+          f"attention: {impl}")
 
 
 def _check_cpu_devices(config) -> None:

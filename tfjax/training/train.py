@@ -26,8 +26,8 @@ from tfjax.training import checkpoint, divergence, flops, init_from, metrics, ru
 from tfjax.data import datasets
 from tfjax.runtime import workarounds, stop_signals, workdir_lock
 from tfjax.inference import sampling
-from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
-                              state_layout)
+from tfjax.training.experiment import (Experiment, StateLayout, execution_summary, jit_eval_step,
+                                      make_step_runner, prepare, state_layout)
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
   placement = BatchPlacement.for_config(config)
   _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
             jax.default_backend())
+  _log.info("%s", execution_summary(experiment))
   layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
