@@ -23,6 +23,12 @@ def test_auto_resolves_per_platform(platform, dtype, impl):
   assert model["dtype"] == "auto" and model["attention_impl"] == "auto"  # the defaults
   resolved = resolve_auto(model, platform)
   assert (resolved["dtype"], resolved["attention_impl"]) == (dtype, impl)
+  assert resolve_auto(model, platform, num_devices=1) == resolved  # a platform: one device
+
+
+def test_several_devices_keep_xla_attention_until_the_kernels_take_a_sharded_batch():
+  resolved = resolve_auto(dict(base_config().model), "tpu", num_devices=4)
+  assert (resolved["dtype"], resolved["attention_impl"]) == ("bfloat16", "xla")
 
 
 def test_explicit_values_and_xla_only_features_are_kept():

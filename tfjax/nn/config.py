@@ -278,21 +278,27 @@ def xla_only_attention(items: dict) -> Optional[str]:
   return None
 
 
-def resolve_auto(items: dict, platform: Optional[str] = None) -> dict:
+def resolve_auto(items: dict, platform: Optional[str] = None,
+                 num_devices: Optional[int] = None) -> dict:
   """The flat model keys `items` with dtype / attention_impl 'auto' made concrete for `platform`
-  (None: this process's; tfjax.aot passes its target's). The one place they are resolved.
+  and `num_devices` (None: this process's; tfjax.aot passes its target's). The one place they
+  are resolved.
 
   GPU and TPU: bfloat16 compute (params and optimizer state stay float32: nanoGPT's autocast
-  precision) and the Pallas attention kernels; where an xla-only attention feature is on
+  precision) and the Pallas attention kernels on one device. On several devices attention is
+  xla: the kernels are not wrapped for a sharded batch yet (XLA cannot partition a Mosaic kernel:
+  tests/aot/test_aot.py's v5e-4 train step). Where an xla-only attention feature is on
   (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks per call (its rule
   says which implementation takes that feature). CPU: float32 and xla, the values CPU results
   were measured with before 'auto' was the default, so they stay comparable."""
   kind = platform_kind(platform)
+  if num_devices is None:
+    num_devices = jax.device_count() if platform is None else 1
   out = dict(items)
   if out.get("dtype") == AUTO:
     out["dtype"] = "float32" if kind == "cpu" else "bfloat16"
   if out.get("attention_impl") == AUTO and (kind == "cpu" or xla_only_attention(out) is None):
-    out["attention_impl"] = "xla" if kind == "cpu" else "pallas"
+    out["attention_impl"] = "pallas" if kind != "cpu" and num_devices == 1 else "xla"
   return out
 
 

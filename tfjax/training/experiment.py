@@ -54,7 +54,8 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
   default, a target's when compiling ahead of time for hardware that is not attached (tfjax.aot).
   The returned config holds the resolved values."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
-  config = resolve_platform_defaults(config, platform)
+  config = resolve_platform_defaults(
+      config, platform, jax.device_count() if num_devices is None else num_devices)
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
@@ -82,6 +83,9 @@ def execution_summary(experiment: Experiment, platform: str | None = None) -> st
   platform's kernel. The loop prints it at start; config.json holds the same values."""
   cfg, kind = experiment.model_config, platform_kind(platform)
   impl = cfg.attention_impl
+  devices = jax.device_count() if platform is None else None
+  if impl == "xla" and kind != "cpu" and (devices or 1) > 1:
+    impl = f"xla ({devices} devices: the Pallas kernels do not take a sharded batch yet)"
   if impl == AUTO:  # only left 'auto' where an xla-only feature is on (resolve_auto)
     reason = xla_only_attention(cfg.to_flat())
     seq_len = cfg.max_len

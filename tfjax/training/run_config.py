@@ -53,10 +53,12 @@ def model_config(config, dataset=None, *, workdir: str | None = None,
   return ModelConfig.from_config(model, platform)
 
 
-def resolve_platform_defaults(config, platform: str | None = None):
-  """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` (a
-  copy when any was 'auto'), so config.json records what the run used."""
-  resolved = resolve_auto(dict(config.model), platform)
+def resolve_platform_defaults(config, platform: str | None = None,
+                              num_devices: int | None = None):
+  """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` and
+  `num_devices` (tfjax.nn.config.resolve_auto; a copy when any was 'auto'), so config.json
+  records what the run used."""
+  resolved = resolve_auto(dict(config.model), platform, num_devices)
   changed = {k: v for k, v in resolved.items() if config.model[k] != v}
   if not changed:
     return config
