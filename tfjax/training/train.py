@@ -64,8 +64,9 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   `stop_after_step` behaves like a SIGTERM arriving during that step (checkpoint, then return): it
   is how tests and the sweep launcher interrupt a run deterministically.
 
-  A NaN/inf loss or gradient norm raises divergence.Diverged naming the step (after closing the
-  run's files; nothing is checkpointed after it), or with train.skip_nonfinite=True skips that
+  A NaN/inf loss or gradient norm raises divergence.Diverged naming the first such step, at the
+  next log, eval or checkpoint step (after closing the run's files; nothing is checkpointed
+  after it), or with train.skip_nonfinite=True skips that
   update and counts it in train/skipped_steps (tfjax/training/divergence.py). One process
   trains a workdir at a time: a second one raises ValueError (tfjax/runtime/workdir_lock.py).
   """
