@@ -13,6 +13,12 @@ def get_config(arg=None):
     (jax.eval_shape only: nothing is allocated)
 
   Expected last line: "total: 6738415616".
+
+  Training: float32 params, gradients and Adam state take ~100 GiB per device when replicated
+  (`--mesh=8,1,1`: 101 GiB), more than an 80 GB H100 holds, so the mesh shards them over all
+  devices (FSDP, ZeRO-3): `python -m tfjax.params --config=configs/llama2_7b.py --mesh=1,8,1`
+  plans 13.2 GiB per device on 8. Attention: model.attention_impl 'auto' (the Pallas kernel on
+  GPU/TPU).
   """
   refuse_argument("configs/llama2_7b.py", arg)
   config = base_config()
@@ -21,4 +27,5 @@ def get_config(arg=None):
       d_ff=11008, ffn="swiglu", ffn_bias=False, attention_bias=False, norm="rmsnorm",
       norm_eps=1e-5, norm_placement="pre", position="rope", rope_base=10000.0, max_len=4096,
       tie_embeddings=False, scan_layers=True, remat="full", dtype="bfloat16")
+  config.mesh.update(data=1, fsdp=-1, tensor=1)  # replicated it does not fit (docstring)
   return config

@@ -25,6 +25,10 @@
 #              at the recipe's and GPT-2 small's shapes) and copy bandwidth (the kernel-sum
 #              model's efficiencies, tfjax/aot/kernel_model.py)
 #   nanogpt    nanoGPT's shakespeare-char recipe in PyTorch on the same GPU (gpu_phase_nanogpt.sh)
+#   asshipped  issue 41's side by side with nanoGPT's own train.py / bench.py (a checkout carried
+#              as $NANOGPT_DIR, default .gpu/nanoGPT), tfjax's configs as shipped
+#              (gpu_phase_asshipped.sh; limits T_RECIPE=240 s per recipe run, T_BENCH=150 s per
+#              bench, 7 runs in all)
 #   mgpu       the Mosaic GPU forward kernel: its GPU tests and a forward bench (gpu_phase_mgpu.sh)
 #   sweeps     ablation sweeps ($SWEEPS, default "ffn heads"; scale $SWEEP_SCALE, default medium)
 #              on the GPU, $SWEEP_PARALLEL (8) points at a time, each its own process; float32
@@ -153,7 +157,7 @@ import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESU
           ${RESULTS_COMMIT:+--results_commit=$RESULTS_COMMIT} >>"$RESULTS/sweep_$name.log" 2>&1
         tail -n 2 "$RESULTS/sweep_$name.log"; checkpoint
       done ;;
-    nanogpt|mgpu)
+    nanogpt|mgpu|asshipped)
       RESULTS=$RESULTS PY=$PY bash "scripts/gpu_phase_$p.sh"; checkpoint ;;
     *) echo "unknown phase $p" ;;
   esac

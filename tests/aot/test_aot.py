@@ -163,7 +163,11 @@ def _compile_default(target_name: str, what: str = "train"):
   from tfjax.aot import devices, program, report  # pylint: disable=import-outside-toplevel
   from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
   target = targets.parse_target(target_name)
-  prog = program.build(defaults.get_config(), devices.compile_only_devices(target), what)
+  config = defaults.get_config()
+  # float32 compute: the collectives checked below are then the float32 params' bytes (model.dtype
+  # 'auto' is bfloat16 on a TPU/GPU target, whose gradients XLA all-reduces in bfloat16)
+  config.model.dtype = "float32"
+  prog = program.build(config, devices.compile_only_devices(target), what)
   compiled = program.compile_for(prog, target.platform, target.generation)
   measured = report.measure(compiled, target.platform, target.devices)
   return prog, report.build_report(prog, measured, target)

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import tiny_config
-from tfjax.nn.config import FAMILIES, FLAT_KEYS, SECTIONS, ModelConfig, default_model_config
+from tfjax.nn.config import (FAMILIES, FLAT_KEYS, SECTIONS, ModelConfig, default_model_config,
+                             resolve_auto)
 from tfjax.nn.models import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,4 +119,5 @@ def test_every_config_files_model_keys_reach_their_owners(name):
   model = dict(module.get_config().model)
   model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
   built = ModelConfig.from_config(model)
-  assert {k: getattr(built, k) for k in model} == model
+  # dtype / attention_impl 'auto' read back as this platform's values (test_platform_defaults)
+  assert {k: getattr(built, k) for k in model} == resolve_auto(model)

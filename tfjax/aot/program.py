@@ -45,8 +45,9 @@ def build(config, devices: list, what: str = "train") -> Program:
   config = config.copy_and_resolve_references()
   config.mesh.cpu_devices = 0  # the target's devices, not the host's
   config.train.cpu_fusion = "off"  # a CPU-only fusion workaround (tfjax/training/cpu_fusion.py)
-  # Shapes only: the corpus is not read (tfjax/aot/shapes.py).
-  exp = experiment.prepare(config, num_devices=len(devices),
+  # Shapes only: the corpus is not read (tfjax/aot/shapes.py). Model 'auto' values resolve for
+  # the target's platform, not this host's CPU.
+  exp = experiment.prepare(config, num_devices=len(devices), platform=devices[0].platform,
                            dataset=shapes.stand_in_dataset(config))
   placement = sharding.BatchPlacement.create(sharding.make_mesh(config.mesh, devices=devices),
                                              sharding.rules(config))

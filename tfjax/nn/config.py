@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 
 from tfjax.nn.attention import QK_NORMS, AttentionConfig
@@ -36,6 +37,7 @@ POSITIONS = tuple(POSITION_KINDS)
 INITS = ("normal", "xavier_uniform")
 REMATS = ("none", "full", "dots")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+AUTO = "auto"  # config.model.dtype / attention_impl: chosen for the platform (resolve_auto)
 # The sections of ModelConfig and their classes.
 SECTIONS = {"attention": AttentionConfig, "feed_forward": FfnConfig, "norms": NormConfig,
             "positions": PositionConfig}
@@ -76,7 +78,8 @@ class ModelConfig:
   scan_layers: bool = False          # nn.scan over layers: compile time flat in depth
   remat: str = "none"                # none | full | dots (save matmul outputs only)
   attention_impl: str = "xla"        # xla | chunked | pallas | cudnn | auto (tfjax.nn.ops)
-  dtype: str = "float32"             # compute dtype; params stay float32
+  dtype: str = "float32"             # compute dtype; params stay float32. config.model default:
+                                     # 'auto' (resolve_auto: bfloat16 on GPU/TPU, float32 on CPU)
   deterministic: bool = True         # False enables dropout (needs a 'dropout' rng)
   decode: bool = False               # KV-cache decoding (see tfjax/inference/decode.py)
   # ---- the blocks' sections (flat keys in each class's KEYS) ----
@@ -159,10 +162,11 @@ class ModelConfig:
     return ModelConfig.from_flat({**base.to_flat(), **kwargs}).validated()
 
   @classmethod
-  def from_config(cls, model_config: Any) -> "ModelConfig":
-    """Builds from an ml_collections ConfigDict (or a dict) of flat keys, rejecting unknown keys."""
+  def from_config(cls, model_config: Any, platform: Optional[str] = None) -> "ModelConfig":
+    """Builds from an ml_collections ConfigDict (or a dict) of flat keys, rejecting unknown keys;
+    dtype / attention_impl 'auto' are resolved for `platform` (resolve_auto)."""
     items = dict(model_config.items()) if hasattr(model_config, "items") else dict(model_config)
-    return cls.from_flat(items).validated()
+    return cls.from_flat(resolve_auto(items, platform)).validated()
 
   def validated(self) -> "ModelConfig":
     one_of("model.family", self.family, FAMILIES)
@@ -255,6 +259,49 @@ for _section in SECTIONS.values():
   _OPTIONAL_FIELDS.update(_section.optional_types())
 
 
+def platform_kind(platform: Optional[str] = None) -> str:
+  """'gpu', 'tpu' or 'cpu' for a JAX platform or compile target name ('cuda', 'rocm', 'tpu',
+  'cpu', ...); None: the platform this process runs on."""
+  platform = (platform or jax.default_backend()).lower()
+  return "gpu" if platform in ("gpu", "cuda", "rocm") else ("tpu" if platform == "tpu" else "cpu")
+
+
+def xla_only_attention(items: dict) -> Optional[str]:
+  """Why attention must (today) run on xla for these flat model keys, or None: what
+  tfjax.nn.ops passes as its `xla_only` (attention dropout, soft-capping, a dense T5 bias)."""
+  if (items.get("attention_dropout") or 0.0) > 0.0:
+    return "attention dropout > 0"
+  if items.get("attention_softcap") is not None:
+    return "attention soft-capping"
+  if items.get("position") == "t5_bias":
+    return "position='t5_bias' (a dense bias)"
+  return None
+
+
+def resolve_auto(items: dict, platform: Optional[str] = None,
+                 num_devices: Optional[int] = None) -> dict:
+  """The flat model keys `items` with dtype / attention_impl 'auto' made concrete for `platform`
+  and `num_devices` (None: this process's; tfjax.aot passes its target's). The one place they
+  are resolved.
+
+  GPU and TPU: bfloat16 compute (params and optimizer state stay float32: nanoGPT's autocast
+  precision) and the Pallas attention kernels on one device. On several devices attention is
+  xla: the kernels are not wrapped for a sharded batch yet (XLA cannot partition a Mosaic kernel:
+  tests/aot/test_aot.py's v5e-4 train step). Where an xla-only attention feature is on
+  (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks per call (its rule
+  says which implementation takes that feature). CPU: float32 and xla, the values CPU results
+  were measured with before 'auto' was the default, so they stay comparable."""
+  kind = platform_kind(platform)
+  if num_devices is None:
+    num_devices = jax.device_count() if platform is None else 1
+  out = dict(items)
+  if out.get("dtype") == AUTO:
+    out["dtype"] = "float32" if kind == "cpu" else "bfloat16"
+  if out.get("attention_impl") == AUTO and (kind == "cpu" or xla_only_attention(out) is None):
+    out["attention_impl"] = "pallas" if kind != "cpu" and num_devices == 1 else "xla"
+  return out
+
+
 def default_model_config(**overrides):
   """`config.model` as an ml_collections ConfigDict holding every flat key.
 
@@ -265,7 +312,9 @@ def default_model_config(**overrides):
   unknown = sorted(set(overrides) - set(FLAT_KEYS))
   if unknown:
     raise ValueError(f"unknown model config key(s) {unknown}")
-  values = {**ModelConfig().to_flat(), **overrides}
+  # dtype and attention_impl default to 'auto' (resolve_auto: the platform's fast path); a
+  # ModelConfig built directly keeps its concrete float32 / xla defaults.
+  values = {**ModelConfig().to_flat(), "dtype": AUTO, "attention_impl": AUTO, **overrides}
   cfg = config_dict.ConfigDict()
   for key, value in values.items():
     if key in _OPTIONAL_FIELDS and value is None:

@@ -1,4 +1,4 @@
-"""A run whose loss or gradient norm stops being finite: noticed at once, never checkpointed.
+"""A run whose loss or gradient norm stops being finite: named exactly, never checkpointed.
 
 The train step (steps.make_train_step) never applies a non-finite update: when the loss or the
 global gradient norm is NaN/inf, params and optimizer state stay as they were and the step
@@ -6,7 +6,9 @@ reports `train/nonfinite` = 1. The loop (train.py) then either
 
 * stops (default): writes `{"step": N, "train/diverged": 1}` to metrics.jsonl and raises
   `Diverged` naming step N; no checkpoint is written after it, so the newest checkpoint is the
-  last one written before, with finite values; or
+  last one written before, with finite values. The flags stay on the device between the loop's
+  sync points (a log, eval or checkpoint step, the end: train.NonfiniteWatch), so the host never
+  waits on a step to check it; the stop comes at the first sync point after step N; or
 * with `train.skip_nonfinite=True`, goes on with the next batch (the update was skipped) and
   counts the skipped steps in `train/skipped_steps`.
 

@@ -24,10 +24,11 @@ from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
 from tfjax.data import datasets
 from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
-from tfjax.nn.config import ModelConfig
+from tfjax.nn import ops
+from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
-from tfjax.training.run_config import model_config
+from tfjax.training.run_config import model_config, resolve_platform_defaults
 from tfjax.training.sharding import BatchPlacement
 from tfjax.training.steps import TrainState
 
@@ -45,20 +46,24 @@ class Experiment:
 
 
 def prepare(config, workdir: str | None = None, num_devices: int | None = None,
-            dataset=None) -> Experiment:
+            platform: str | None = None, dataset=None) -> Experiment:
   """Validates the whole config and builds the data; raises ValueError naming any bad key.
 
-  `num_devices` is the device count the mesh is checked against: the local devices by default,
-  a target's when compiling ahead of time for hardware that is not attached (tfjax.aot), which
-  also passes a `dataset` of the right batch shapes that reads no corpus (tfjax/aot/shapes.py)."""
+  `num_devices` is the device count the mesh is checked against and `platform` the one model
+  'auto' values are resolved for (run_config.resolve_platform_defaults): the local devices' by
+  default, a target's when compiling ahead of time for hardware that is not attached (tfjax.aot),
+  which also passes a `dataset` of the right batch shapes that reads no corpus
+  (tfjax/aot/shapes.py). The returned config holds the resolved values."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
+  config = resolve_platform_defaults(
+      config, platform, jax.device_count() if num_devices is None else num_devices)
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
   if dataset is None:
     dataset = datasets.make_dataset(config.data, config.task,
                                     workdir=init_from.tokenizer_dir(config, existing))
-  model_cfg = model_config(config, dataset)
+  model_cfg = model_config(config, dataset, platform=platform)
   tasks.check_task(config.task, model_cfg.family)
   if model_cfg.vocab_size < dataset.vocab_size:
     raise ValueError(
@@ -72,6 +77,24 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
                                        model_cfg.d_model)
   return Experiment(config, model_cfg, dataset, optimizer, schedule)
+
+
+def execution_summary(experiment: Experiment, platform: str | None = None) -> str:
+  """One line saying how the model computes on `platform` (None: this process's): its compute
+  dtype and the attention implementation, with the reason when an 'auto' choice is not the
+  platform's kernel. The loop prints it at start; config.json holds the same values."""
+  cfg, kind = experiment.model_config, platform_kind(platform)
+  impl = cfg.attention_impl
+  devices = jax.device_count() if platform is None else None
+  if impl == "xla" and kind != "cpu" and (devices or 1) > 1:
+    impl = f"xla ({devices} devices: the Pallas kernels do not take a sharded batch yet)"
+  if impl == AUTO:  # only left 'auto' where an xla-only feature is on (resolve_auto)
+    reason = xla_only_attention(cfg.to_flat())
+    seq_len = cfg.max_len
+    # pylint: disable-next=protected-access  (tfjax.nn.ops' own auto rule, not a copy of it)
+    impl = f"{ops._resolve(AUTO, seq_len, seq_len, xla_only=reason is not None)} ({reason})"
+  return (f"model on {kind}: compute {cfg.dtype}, params and optimizer state float32; "
+          f"attention: {impl}")
 
 
 def _check_cpu_devices(config) -> None:
@@ -220,10 +243,42 @@ class StepRunner:
   program's arguments as shapes with shardings, to compile it ahead of the first call.
 
   train.steps_per_call = 1: one train-step call per batch; K > 1: one multi-step call on K
-  stacked batches. The training loop and the benchmarks both step through it."""
+  stacked batches. The training loop and the benchmarks both step through it.
+
+  `prefetch(n)` prepares the batches of the next `run(state, n)` and starts their copy to the
+  devices now (the loop calls it right after dispatching a call, so the host builds and copies
+  batch k+1 while step k runs); `data_state()` is the iterator state after the batches `run`
+  consumed, not counting a prefetched one: what a checkpoint must save for an exact resume."""
   run: Callable[[TrainState, int], tuple[TrainState, dict]]
   program: Any
   abstract_args: tuple
+  prefetch: Callable[[int], None] = lambda num_steps: None
+  data_state: Callable[[], dict] | None = None
+
+
+class _Prefetched:
+  """At most one call's batches, placed on the devices ahead of the call that consumes them."""
+
+  def __init__(self, iterator: datasets.DataIterator, make: Callable[[int], Any]):
+    self._iterator, self._make = iterator, make
+    self._ahead = None  # (num_steps, placed batches, iterator state before them)
+
+  def prefetch(self, num_steps: int) -> None:
+    if self._ahead is None:
+      before = self._iterator.state()
+      self._ahead = (num_steps, self._make(num_steps), before)
+
+  def take(self, num_steps: int):
+    """The placed batches of the next `num_steps` steps: the prefetched ones, else made now."""
+    ahead, self._ahead = self._ahead, None
+    if ahead is not None and ahead[0] == num_steps:
+      return ahead[1]
+    if ahead is not None:  # prefetched for another step count: give its batches back
+      self._iterator.restore(ahead[2])
+    return self._make(num_steps)
+
+  def data_state(self) -> dict:
+    return self._iterator.state() if self._ahead is None else self._ahead[2]
 
 
 def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: StateLayout,
@@ -234,18 +289,24 @@ def make_step_runner(experiment: Experiment, placement: BatchPlacement, layout: 
 
   if per_call == 1:
     train_step = jit_train_step(experiment, placement, layout.shardings)
+    ahead = _Prefetched(iterator, lambda num_steps: placement.put(iterator.next()))
 
     def run_one(state, num_steps):
       assert num_steps == 1, num_steps
-      return train_step(state, placement.put(iterator.next()))
+      return train_step(state, ahead.take(1))
     return StepRunner(run_one, train_step,
-                      (layout.abstract, placement.abstract(one_row, train_cfg.batch_size)))
+                      (layout.abstract, placement.abstract(one_row, train_cfg.batch_size)),
+                      ahead.prefetch, ahead.data_state)
 
   multi_step = jit_multi_step(experiment, placement, layout.shardings)
 
-  def run_stacked(state, num_steps):
+  def stacked(num_steps):
     batches = stack_batches([iterator.next() for _ in range(num_steps)], per_call)
-    return multi_step(state, placement.put_stacked(batches), np.int32(num_steps))
+    return placement.put_stacked(batches)
+  ahead = _Prefetched(iterator, stacked)
+
+  def run_stacked(state, num_steps):
+    return multi_step(state, ahead.take(num_steps), np.int32(num_steps))
   return StepRunner(run_stacked, multi_step, (
       layout.abstract, placement.abstract(one_row, train_cfg.batch_size, stacked=per_call),
-      jax.ShapeDtypeStruct((), jnp.int32)))
+      jax.ShapeDtypeStruct((), jnp.int32)), ahead.prefetch, ahead.data_state)

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from ml_collections import config_dict
 
 from tfjax.data import datasets
-from tfjax.nn.config import ModelConfig
+from tfjax.nn.config import ModelConfig, resolve_auto
 from tfjax.runtime import files
 from tfjax.training.defaults import base_config
 
@@ -43,9 +43,25 @@ def load_config(workdir: str) -> config_dict.ConfigDict:
   return config_from_json(files.read_json(path))
 
 
-def model_config(config, dataset=None, *, workdir: str | None = None) -> ModelConfig:
+def model_config(config, dataset=None, *, workdir: str | None = None,
+                 platform: str | None = None) -> ModelConfig:
   """The validated ModelConfig of an experiment config, vocab_size=0 resolved from the data
-  (datasets.resolve_vocab_size: from `dataset` if built, else without building it)."""
+  (datasets.resolve_vocab_size: from `dataset` if built, else without building it), dtype /
+  attention_impl 'auto' for `platform` (tfjax.nn.config.resolve_auto; None: this process's)."""
   model = dict(config.model)
   model["vocab_size"] = datasets.resolve_vocab_size(config, dataset, workdir=workdir)
-  return ModelConfig.from_config(model)
+  return ModelConfig.from_config(model, platform)
+
+
+def resolve_platform_defaults(config, platform: str | None = None,
+                              num_devices: int | None = None):
+  """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` and
+  `num_devices` (tfjax.nn.config.resolve_auto; a copy when any was 'auto'), so config.json
+  records what the run used."""
+  resolved = resolve_auto(dict(config.model), platform, num_devices)
+  changed = {k: v for k, v in resolved.items() if config.model[k] != v}
+  if not changed:
+    return config
+  config = config.copy_and_resolve_references()
+  config.model.update(changed)
+  return config

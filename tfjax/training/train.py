@@ -18,6 +18,7 @@ import shutil
 import signal
 
 import jax
+import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import numpy as np
 
@@ -25,8 +26,8 @@ from tfjax.training import checkpoint, divergence, flops, init_from, metrics, ru
 from tfjax.data import datasets
 from tfjax.runtime import workarounds, stop_signals, workdir_lock
 from tfjax.inference import sampling
-from tfjax.training.experiment import (Experiment, StateLayout, jit_eval_step, make_step_runner, prepare,
-                              state_layout)
+from tfjax.training.experiment import (Experiment, StateLayout, execution_summary, jit_eval_step,
+                                      make_step_runner, prepare, state_layout)
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
@@ -63,8 +64,9 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   `stop_after_step` behaves like a SIGTERM arriving during that step (checkpoint, then return): it
   is how tests and the sweep launcher interrupt a run deterministically.
 
-  A NaN/inf loss or gradient norm raises divergence.Diverged naming the step (after closing the
-  run's files; nothing is checkpointed after it), or with train.skip_nonfinite=True skips that
+  A NaN/inf loss or gradient norm raises divergence.Diverged naming the first such step, at the
+  next log, eval or checkpoint step (after closing the run's files; nothing is checkpointed
+  after it), or with train.skip_nonfinite=True skips that
   update and counts it in train/skipped_steps (tfjax/training/divergence.py). One process
   trains a workdir at a time: a second one raises ValueError (tfjax/runtime/workdir_lock.py).
   """
@@ -94,6 +96,7 @@ def _train_locked(experiment: Experiment, workdir: str, stop_after_step: int | N
   placement = BatchPlacement.for_config(config)
   _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
             jax.default_backend())
+  _log.info("%s", execution_summary(experiment))
   layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
@@ -158,7 +161,8 @@ def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, itera
   config_json = json.loads(config.to_json_best_effort())
   host_lead, last = workarounds.HostLeadLimiter(), {}
   _last_stop["signal"] = _last_stop["step"] = None
-  skipped, diverged_at = 0, None  # skipped: a device scalar once a step was run (no sync)
+  diverged_at = None
+  watch = NonfiniteWatch()  # the non-finite flags stay on the device until a sync point reads them
   with placement.axis_rules(), _StopRequested() as stop, sampler or contextlib.nullcontext():
     for future in compiling_eval:  # each is done before its function is first called (a call
       future.result()               # meanwhile would compile again); re-raises compile errors
@@ -167,35 +171,49 @@ def _loop(experiment, stop_after_step, placement, eval_step, eval_batches, itera
     compiling_train.result()
     stop_signals.raise_if_pending()
     _progress["loop"] = True
+    num_steps = _steps_this_call(step, train_cfg, stop_after_step)
     while step < train_cfg.num_steps:
-      num_steps = _steps_this_call(step, train_cfg, stop_after_step)
-      state, step_metrics = runner.run(state, num_steps)
-      nonfinite = step_metrics.pop(steps.NONFINITE)
-      first_nonfinite = step_metrics.pop(steps.FIRST_NONFINITE)
+      done = num_steps
+      state, step_metrics = runner.run(state, done)
+      step += done
+      if step < train_cfg.num_steps:  # the next call's batches go to the devices while this runs
+        num_steps = _steps_this_call(step, train_cfg, stop_after_step)
+        runner.prefetch(num_steps)
+      watch.add(step_metrics.pop(steps.NONFINITE), step_metrics.pop(steps.FIRST_NONFINITE))
       host_lead.wait_if_ahead(step_metrics)
-      if train_cfg.skip_nonfinite:
-        skipped = skipped + nonfinite  # stays on the device until a log reads it
-      elif int(nonfinite):  # one scalar per call read back: a divergence stops the run at once
-        diverged_at = int(first_nonfinite)
-        writer.write(diverged_at, {"train/diverged": 1})
-        break
-      step += num_steps
-      throughput.add_steps(num_steps)
+      throughput.add_steps(done)
       ckpt.check_for_errors()  # a background save that failed (e.g. a full disk) stops the run now
-      if _due(step, train_cfg.log_every, train_cfg):
+      log_now, eval_now = (_due(step, train_cfg.log_every, train_cfg),
+                           _due(step, train_cfg.eval_every, train_cfg))
+      # Nothing is read back from the devices on other steps: a sync point (log, eval,
+      # checkpoint, the end) first reads the first non-finite step so far, and stops there.
+      if (log_now or eval_now) and not train_cfg.skip_nonfinite:
+        diverged_at = watch.first_bad()
+        if diverged_at is not None:
+          break
+      if log_now:
         if train_cfg.skip_nonfinite:
-          step_metrics["train/skipped_steps"] = skipped
+          step_metrics["train/skipped_steps"] = watch.count
         last.update(_log_train_metrics(writer, step, step_metrics, throughput))
-      if _due(step, train_cfg.eval_every, train_cfg):
+      if eval_now:
         last.update(evaluate(state, step))
         throughput.reset()
       stop.decide(at_stop_after_step=stop_after_step is not None and step >= stop_after_step)
       if _due(step, train_cfg.checkpoint_every, train_cfg) or stop.signum is not None:
-        ckpt.save(step, state, iterator.state(), config_json, force=stop.signum is not None)
+        if not train_cfg.skip_nonfinite:  # never a checkpoint after a non-finite step
+          diverged_at = watch.first_bad()
+          if diverged_at is not None:
+            break
+        data_state = runner.data_state() if runner.data_state else iterator.state()
+        ckpt.save(step, state, data_state, config_json, force=stop.signum is not None)
       if stop.signum is not None:
         _log.warning("signal %d: checkpoint saved at step %d, exiting", stop.signum, step)
         _last_stop["signal"], _last_stop["step"] = stop.signal, step
         break
+    if diverged_at is None and not train_cfg.skip_nonfinite:
+      diverged_at = watch.first_bad()  # the last steps, when the end is no sync point
+    if diverged_at is not None:
+      writer.write(diverged_at, {"train/diverged": 1})
   return last, diverged_at
 
 
@@ -259,6 +277,36 @@ def _steps_this_call(step: int, train_cfg, stop_after_step: int | None) -> int:
   if stop_after_step is not None:
     ends.append(max(stop_after_step, step + 1))
   return max(1, min(min(ends) - step, train_cfg.steps_per_call))
+
+
+@jax.jit
+def _note_nonfinite(count, first, call_count, call_first):
+  """(steps so far with a non-finite loss or grad norm, the first such step or -1), updated with
+  one call's flags: one small device program per call, nothing read back."""
+  return count + call_count, jnp.where(first >= 0, first, call_first)
+
+
+class NonfiniteWatch:
+  """The non-finite steps of a run, kept on the device: `add` each call's flags (steps.NONFINITE,
+  steps.FIRST_NONFINITE) without waiting; `first_bad()` reads the first bad step back (one host
+  read, at a sync point: it waits for the calls added so far); `count` is the device scalar of
+  how many there were (train/skipped_steps)."""
+
+  def __init__(self):
+    self.count = None
+    self._first = None
+
+  def add(self, call_count, call_first) -> None:
+    if self.count is None:
+      self.count, self._first = call_count, call_first
+    else:
+      self.count, self._first = _note_nonfinite(self.count, self._first, call_count, call_first)
+
+  def first_bad(self) -> int | None:
+    if self._first is None:
+      return None
+    first = int(self._first)
+    return first if first >= 0 else None
 
 
 class _Throughput:
