@@ -26,8 +26,8 @@ def get_config(arg=None):
   Expected (GPU): nanoGPT publishes best val loss 1.4697; tfjax 1.4736 at step 1750 (seed 0, one
   H200, 5000 steps in 2.9 min with its evaluations, float32 and xla attention;
   docs/benchmarks.md#gpu). On GPU/TPU it now computes in bfloat16 with float32 params
-  (model.dtype 'auto', nanoGPT's autocast precision), not yet measured; attention 'auto' (the
-  start-up line names the implementation: xla while attention dropout > 0 needs it). The cpu
+  (model.dtype 'auto', nanoGPT's autocast precision), not yet measured; attention 'auto' (our
+  Pallas kernels, attention dropout applied inside them; the start-up line names it). The cpu
   variant pins float32 and xla, the values its expected loss was measured with.
   Expected (cpu): final val loss 1.91 at step 2000 (seed 0: 1.913 on the 20 eval batches; whole
   validation split 1.906 mean of seeds 0-4, PyTorch's recipe 1.907). nanoGPT's published "~1.88"

@@ -35,10 +35,13 @@ def test_explicit_values_and_xla_only_features_are_kept():
   model = dict(base_config().model, dtype="float16", attention_impl="chunked")
   assert resolve_auto(model, "gpu")["dtype"] == "float16"
   assert resolve_auto(model, "gpu")["attention_impl"] == "chunked"
-  # attention dropout: tfjax.nn.ops' auto rule chooses per call on GPU (today xla)
+  # soft-capping (xla only): tfjax.nn.ops' auto rule chooses per call on GPU (today xla)
+  softcap = dict(base_config().model, attention_softcap=30.0)
+  assert resolve_auto(softcap, "gpu")["attention_impl"] == "auto"
+  assert resolve_auto(softcap, "cpu")["attention_impl"] == "xla"
+  # attention dropout is applied inside the kernels: the platform's kernel
   dropout = dict(base_config().model, attention_dropout=0.2)
-  assert resolve_auto(dropout, "gpu")["attention_impl"] == "auto"
-  assert resolve_auto(dropout, "cpu")["attention_impl"] == "xla"
+  assert resolve_auto(dropout, "gpu", num_devices=1)["attention_impl"] == "pallas"
 
 
 def test_gpu_target_computes_in_bfloat16_with_float32_params_and_optimizer_state():
@@ -75,11 +78,19 @@ def test_config_json_and_the_start_line_record_the_resolved_values(tmp_path, cap
 
 def test_the_start_line_says_why_attention_is_not_the_kernel():
   config = tiny_config()
-  config.model.attention_dropout = 0.1
+  config.model.attention_softcap = 50.0
   exp = experiment.prepare(config, platform="gpu")
   assert exp.config.model.attention_impl == "auto"
   line = experiment.execution_summary(exp, platform="gpu")
-  assert "compute bfloat16" in line and "attention: xla (attention dropout > 0)" in line
+  assert "compute bfloat16" in line and "attention: xla (attention soft-capping)" in line
+
+
+def test_attention_dropout_stays_on_the_kernels():
+  # The Pallas kernels apply dropout themselves (tfjax/nn/dropout_hash.py): no xla detour.
+  config = tiny_config()
+  config.model.attention_dropout = 0.1
+  exp = experiment.prepare(config, platform="gpu", num_devices=1)
+  assert exp.config.model.attention_impl == "pallas"
 
 
 def test_cpu_variant_of_the_shakespeare_recipe_stays_float32_everywhere():

@@ -268,9 +268,8 @@ def platform_kind(platform: Optional[str] = None) -> str:
 
 def xla_only_attention(items: dict) -> Optional[str]:
   """Why attention must (today) run on xla for these flat model keys, or None: what
-  tfjax.nn.ops passes as its `xla_only` (attention dropout, soft-capping, a dense T5 bias)."""
-  if (items.get("attention_dropout") or 0.0) > 0.0:
-    return "attention dropout > 0"
+  tfjax.nn.ops passes as its `xla_only` (soft-capping, a dense T5 bias). Attention dropout is
+  not among them: the Pallas kernels apply it (tfjax/nn/dropout_hash.py)."""
   if items.get("attention_softcap") is not None:
     return "attention soft-capping"
   if items.get("position") == "t5_bias":
