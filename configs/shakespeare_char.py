@@ -24,13 +24,13 @@ def get_config(arg=None):
         --workdir=runs/shakespeare_cpu
 
   Expected (GPU): nanoGPT publishes best val loss 1.4697; tfjax 1.4736 at step 1750 (seed 0, one
-  H200, 5000 steps in 2.9 min with its evaluations; docs/benchmarks.md#gpu). Unlike nanoGPT, which
+  H200, 5000 steps in 2.9 min with its evaluations; docs/benchmarks/gpu.md). Unlike nanoGPT, which
   autocasts to bfloat16 and uses PyTorch's fused attention, this computes in float32 with `xla`
   attention (the model defaults; the fused kernels take no attention dropout).
   Expected (cpu): final val loss 1.91 at step 2000 (seed 0: 1.913 on the 20 eval batches; whole
   validation split 1.906 mean of seeds 0-4, PyTorch's recipe 1.907). nanoGPT's published "~1.88"
   is one 20-batch draw, whose seed-to-seed std is ~0.02. Run times and seeds:
-  docs/benchmarks.md.
+  docs/benchmarks/cpu_training.md.
   """
   if arg not in (None, "", "cpu"):
     raise ValueError(f"configs/shakespeare_char.py takes no argument or 'cpu', got {arg!r}")
@@ -57,5 +57,5 @@ def get_config(arg=None):
   if cpu:  # one XLA device per core, batch split over them (tfjax.training.sharding.configure_cpu_devices)
     config.mesh.cpu_devices = -1
     config.train.steps_per_call = 50  # one jitted call per logged step: less host dispatch and
-                                      # one batch copy per call (docs/benchmarks.md)
+                                      # one batch copy per call (docs/benchmarks/cpu_training.md)
   return config
