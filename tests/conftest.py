@@ -123,14 +123,6 @@ def compilation_cache_shared_by_the_workers(tmp_path_factory):
 
 
 @pytest.fixture
-def no_persistent_compilation_cache():
-  """For a test that counts XLA compilations: a cache hit compiles nothing."""
-  previous = jax.config.jax_enable_compilation_cache
-  jax.config.update("jax_enable_compilation_cache", False)
-  yield
-  jax.config.update("jax_enable_compilation_cache", previous)
-
-@pytest.fixture
 def full_precision_matmuls():
   """Float32 matmuls at full precision (GPUs default to TF32, ~1e-3 off the NumPy references).
   A no-op on CPU. Modules comparing against NumPy use it via `pytestmark`."""

@@ -48,7 +48,6 @@ def test_host_lead_limiter_keeps_two_cpu_devices_from_deadlocking():
   assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
 
 
-@pytest.mark.usefixtures("no_persistent_compilation_cache")
 @pytest.mark.parametrize("per_call,program", [(1, "train_step"), (2, "multi_step")])
 def test_steps_compile_once_in_background_and_serve_the_first_calls(tmp_path, caplog, per_call,
                                                                      program):
