@@ -25,14 +25,14 @@ def get_config(arg=None):
 
   Expected (GPU): nanoGPT publishes best val loss 1.4697; tfjax 1.4736 at step 1750 (seed 0, one
   H200, 5000 steps in 2.9 min with its evaluations, float32 and xla attention;
-  docs/benchmarks.md#gpu). On GPU/TPU it now computes in bfloat16 with float32 params
+  docs/benchmarks/gpu.md). On GPU/TPU it now computes in bfloat16 with float32 params
   (model.dtype 'auto', nanoGPT's autocast precision), not yet measured; attention 'auto' (our
   Pallas kernels, attention dropout applied inside them; the start-up line names it). The cpu
   variant pins float32 and xla, the values its expected loss was measured with.
   Expected (cpu): final val loss 1.91 at step 2000 (seed 0: 1.913 on the 20 eval batches; whole
   validation split 1.906 mean of seeds 0-4, PyTorch's recipe 1.907). nanoGPT's published "~1.88"
   is one 20-batch draw, whose seed-to-seed std is ~0.02. Run times and seeds:
-  docs/benchmarks.md.
+  docs/benchmarks/cpu_training.md.
   """
   if arg not in (None, "", "cpu"):
     raise ValueError(f"configs/shakespeare_char.py takes no argument or 'cpu', got {arg!r}")
@@ -61,5 +61,5 @@ def get_config(arg=None):
   if cpu:  # one XLA device per core, batch split over them (tfjax.training.sharding.configure_cpu_devices)
     config.mesh.cpu_devices = -1
     config.train.steps_per_call = 50  # one jitted call per logged step: less host dispatch and
-                                      # one batch copy per call (docs/benchmarks.md)
+                                      # one batch copy per call (docs/benchmarks/cpu_training.md)
   return config

@@ -1,5 +1,5 @@
-"""The fit table of docs/scaling.md: every shipped config compiled ahead of time for TPU slices and
-an 8xH100 node from this CPU host (python -m tfjax.aot per row), with its verdict.
+"""The fit table of docs/scaling/aot.md: every shipped config compiled ahead of time for TPU
+slices and an 8xH100 node from this CPU host (python -m tfjax.aot per row), with its verdict.
 
   python experiments/aot_fit_table.py [--only=REGEX] [--out=aot_results] [--write_docs]
 
@@ -7,7 +7,7 @@ Each row runs `python -m tfjax.aot` in its own process and keeps its JSON line; 
 accumulate in OUT/fit_table.json (a rerun replaces only the rows it ran), so the table can be
 built a few rows at a time. A row that does not fit is compiled again with its `fix` overrides,
 and the table shows whether that fixed it. --write_docs renders every recorded row (and the rows
-not yet run) into docs/scaling.md between the aot-fit-table markers. Needs the tpu-aot and
+not yet run) into docs/scaling/aot.md between the aot-fit-table markers. Needs the tpu-aot and
 cuda-aot extras; TFJAX_DATA_DIR for the text configs.
 """
 
@@ -25,7 +25,7 @@ from tfjax.training import cli
 
 _ONLY = flags.DEFINE_string("only", "", "Run only rows whose key matches this regex.")
 _OUT = flags.DEFINE_string("out", "aot_results", "Output directory (fit_table.json, .md).")
-_WRITE_DOCS = flags.DEFINE_bool("write_docs", False, "Render the table into docs/scaling.md.")
+_WRITE_DOCS = flags.DEFINE_bool("write_docs", False, "Render the table into docs/scaling/aot.md.")
 _TIMEOUT = flags.DEFINE_integer("timeout", 1800, "Seconds per compile.")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +135,7 @@ def markdown(results: dict) -> str:
 
 def write_docs(table: str) -> None:
   from tfjax.aot import report  # pylint: disable=import-outside-toplevel
-  report.replace_marked_block(os.path.join(REPO, "docs", "scaling.md"), MARKERS, table)
+  report.replace_marked_block(os.path.join(REPO, "docs", "scaling", "aot.md"), MARKERS, table)
 
 
 def main(argv):

@@ -1,12 +1,12 @@
-"""The flash-attention kernels' resource table of docs/benchmarks.md, compiled ahead of time from
-this CPU host: Triton kernels for H100 (registers, spills, shared memory, occupancy) and the
-Mosaic kernels for each TPU generation (compiles or not; each kernel's scoped VMEM, measured by
-tfjax.aot.tpu_vmem, against the `vmem_bytes` estimate and the scoped limit).
+"""The flash-attention kernels' resource table of docs/benchmarks/kernels.md, compiled ahead of
+time from this CPU host: Triton kernels for H100 (registers, spills, shared memory, occupancy)
+and the Mosaic kernels for each TPU generation (compiles or not; each kernel's scoped VMEM,
+measured by tfjax.aot.tpu_vmem, against the `vmem_bytes` estimate and the scoped limit).
 
   python experiments/aot_kernel_table.py [--out=aot_results] [--write_docs] [--skip_tpu|--skip_gpu]
 
 Needs the cuda-aot and tpu-aot extras. Writes OUT/kernel_table.json and .md; --write_docs puts
-the tables into docs/benchmarks.md between the aot-kernel-table markers.
+the tables into docs/benchmarks/kernels.md between the aot-kernel-table markers.
 """
 
 import os
@@ -30,7 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tfjax.training import cli
 
 _OUT = flags.DEFINE_string("out", "aot_results", "Output directory.")
-_WRITE_DOCS = flags.DEFINE_bool("write_docs", False, "Render the tables into docs/benchmarks.md.")
+_WRITE_DOCS = flags.DEFINE_bool("write_docs", False,
+                                 "Render the tables into docs/benchmarks/kernels.md.")
 _SKIP_TPU = flags.DEFINE_bool("skip_tpu", False, "Only the GPU table.")
 _SKIP_GPU = flags.DEFINE_bool("skip_gpu", False, "Only the TPU table (keeps the GPU rows of "
                               "OUT/kernel_table.json).")
@@ -177,7 +178,8 @@ def markdown(result) -> str:
 
 def write_docs(table: str) -> None:
   from tfjax.aot import report  # pylint: disable=import-outside-toplevel
-  report.replace_marked_block(os.path.join(REPO, "docs", "benchmarks.md"), MARKERS, table)
+  doc = os.path.join(REPO, "docs", "benchmarks", "kernels.md")
+  report.replace_marked_block(doc, MARKERS, table)
 
 
 def main(argv):

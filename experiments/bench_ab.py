@@ -4,8 +4,9 @@
       --b=model.attention_impl=chunked [--a=KEY=VALUE,...] [--rounds=30] [--out=bench_results]
 
 Why: on a shared machine the speed of the same program drifts over minutes by more than the few
-percent a code change makes (docs/benchmarks.md), so two runs one after the other cannot resolve
-it. Here both variants are compiled in one process, then timed in alternation, one call
+percent a code change makes (docs/benchmarks/cpu_training.md), so two runs one after the other
+cannot resolve it.
+Here both variants are compiled in one process, then timed in alternation, one call
 (train.steps_per_call steps) of A, one of B, `rounds` times; the median of the paired ratios B/A
 cancels the drift.
 Batches are made and copied inside the timed calls, as in training. Writes OUT/bench_ab.json

@@ -1,9 +1,10 @@
-"""The GPU section's tables of docs/benchmarks.md, generated from the committed results.
+"""The tables of docs/benchmarks/gpu.md, generated from the committed results.
 
   python scripts/gpu_tables.py docs/gpu > /tmp/gpu_tables.md
 
 Reads docs/gpu/*_h200*.json and shakespeare_char_h200_*metrics.jsonl (copied from
-scripts/gpu_session.sh runs) and prints the markdown block that docs/benchmarks.md carries between its `<!-- gpu-tables -->` markers
+scripts/gpu_session.sh runs) and prints the markdown block that docs/benchmarks/gpu.md carries
+between its `<!-- gpu-tables -->` markers
 (tests/scripts/test_gpu_tables.py checks that the doc holds exactly this output).
 """
 

@@ -92,7 +92,34 @@ def fast_jit(fn):
   jitted = jax.jit(fn)
   if jax.default_backend() != "cpu":
     return jitted
-  return lambda *args: jitted.lower(*args).compile(FAST_COMPILE)(*args)
+  compiled = {}  # one program per argument structure, shapes and dtypes, as jax.jit keeps
+
+  def call(*args):
+    key = str(jax.tree.map(lambda a: (np.shape(a), str(getattr(a, "dtype", type(a)))), args))
+    if key not in compiled:
+      compiled[key] = jitted.lower(*args).compile(FAST_COMPILE)
+    return compiled[key](*args)
+
+  return call
+
+
+
+@pytest.fixture(autouse=True, scope="session")
+def compilation_cache_shared_by_the_workers(tmp_path_factory):
+  """JAX's persistent compilation cache in this session's tmp folder, shared by the xdist workers.
+  Why: many tests train the same tiny configs, and each train_and_evaluate compiles its programs
+  afresh (new closures); a hit loads the same executable (values unchanged) instead of compiling
+  again, which was most of those tests' time."""
+  from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
+  base = tmp_path_factory.getbasetemp()  # with xdist: <session tmp>/popen-gwN
+  root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+  previous = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs,
+              jax.config.jax_persistent_cache_min_entry_size_bytes)
+  yield compile_cache.enable(str(root / "xla-cache"))
+  jax.config.update("jax_compilation_cache_dir", previous[0])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", previous[2])
 
 
 @pytest.fixture

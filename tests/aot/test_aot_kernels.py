@@ -199,11 +199,11 @@ def test_bench_attention_prunes_tilings_that_do_not_fit_an_h100():
 
 
 def test_the_docs_gpu_kernel_table_shows_the_current_tilings():
-  """docs/benchmarks.md's H100 kernel table (experiments/aot_kernel_table.py) lists every
+  """docs/benchmarks/kernels.md's H100 kernel table (experiments/aot_kernel_table.py) lists every
   GPU_TILINGS row with the tiling the code uses, so a retuned table cannot leave it stale."""
   import os, re  # pylint: disable=import-outside-toplevel,multiple-imports
   gpu = importlib.import_module("tfjax.nn.kernels.flash_attention")
-  with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+  with open(os.path.join(REPO, "docs", "benchmarks", "kernels.md")) as f:
     table = f.read().split("<!-- aot-kernel-table:start -->")[1].split("TPU, Mosaic kernels")[0]
   rows = re.findall(r"^\| (\d+) \| (bfloat16|float32) \| (forward|dkdv|dq) \| (\d+)x(\d+) w(\d+) "
                     r"s(\d+) \|", table, re.M)

@@ -1,4 +1,4 @@
-"""docs/benchmarks.md's GPU tables are what scripts/gpu_tables.py prints from the committed
+"""docs/benchmarks/gpu.md's tables are what scripts/gpu_tables.py prints from the committed
 results (docs/gpu/*.json), and those results say what the tables claim."""
 
 import json
@@ -13,7 +13,7 @@ def test_doc_tables_are_generated_from_committed_results():
   printed = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "gpu_tables.py"),
                             os.path.join(REPO, "docs", "gpu")], capture_output=True, text=True,
                            check=True).stdout
-  doc = open(os.path.join(REPO, "docs", "benchmarks.md")).read()
+  doc = open(os.path.join(REPO, "docs", "benchmarks", "gpu.md")).read()
   block = doc.split("<!-- gpu-tables -->\n")[1].split("<!-- /gpu-tables -->")[0]
   assert block == printed
 

@@ -8,6 +8,7 @@ import numpy as np
 from tfjax.training import experiment, tasks
 from tfjax.nn.models import build_model
 from run_helpers import one_device_placement, tiny_config
+from conftest import fast_jit
 
 
 
@@ -21,7 +22,9 @@ def test_state_init_draws_flax_init_params():
   args, kwargs = tasks.model_inputs(exp.dataset.train_batch(0, 1), config.task)
   params_rng = jax.random.split(jax.random.PRNGKey(7))[0]
   model = build_model(exp.model_config)
-  expected = nn.meta.unbox(model.init(params_rng, *args, **kwargs)["params"])
+  # One compiled program, not ~100 eager ops each compiled on its own (most of the time).
+  init = fast_jit(lambda rng: model.init(rng, *args, **kwargs)["params"])
+  expected = nn.meta.unbox(init(params_rng))
   assert jax.tree.structure(state.params) == jax.tree.structure(expected)
   for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected)):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -9,6 +9,7 @@ import numpy as np
 from tfjax.training import cpu_fusion, experiment, sharding, steps
 from tfjax.nn.models import build_model
 from run_helpers import one_device_placement, tiny_config
+from conftest import fast_jit  # these tests compare values: unoptimized programs compile faster
 
 
 
@@ -21,14 +22,14 @@ def test_multi_step_equals_single_steps_and_ignores_padding():
   step_fn = steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.0, 1)
   state = experiment.state_layout(exp, one_device_placement(config)).init()
   batches = [exp.dataset.train_batch(i, 8) for i in range(5)]
-  single = jax.jit(step_fn)
+  single = fast_jit(step_fn)
   expected = state
   for batch in batches:
     expected, expected_metrics = single(expected, batch)
   stacked = experiment.stack_batches(batches, 8)
   for key in stacked:  # other batches in the padding must not matter
     stacked[key][5:] = np.asarray(batches[0][key])[::-1]
-  got, got_metrics = jax.jit(steps.make_multi_step(step_fn))(state, stacked, np.int32(5))
+  got, got_metrics = fast_jit(steps.make_multi_step(step_fn))(state, stacked, np.int32(5))
   assert int(got.step) == 5
   for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(expected.params)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -44,15 +45,15 @@ def test_gradient_accumulation_equals_one_big_batch():
   mesh = placement.mesh
   state = experiment.state_layout(exp, placement).init()
   batch = {k: jnp.asarray(v) for k, v in exp.dataset.train_batch(0, 8).items()}
-  one = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 1))
-  four = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4))
+  one = fast_jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 1))
+  four = fast_jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4))
   # Rows carry different numbers of answer tokens, so a mean of micro-batch means would differ.
   weights = np.asarray(batch["weights"]).sum(1)
   assert len(set(weights.tolist())) > 1
   # The same four micro-batches, summed by cpu_fusion.summed_over_shards' flat all-reduce.
   flat = functools.partial(cpu_fusion.summed_over_shards, mesh=mesh,
                            batch_spec=placement.sharding.spec)
-  four_flat = jax.jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4,
+  four_flat = fast_jit(steps.make_train_step(model, exp.optimizer, exp.schedule, "lm", 0.1, 4,
                                             flat))
   state_one, metrics_one = one(state, batch)
   for state_four, metrics_four in (four(state, batch), four_flat(state, batch)):

@@ -209,7 +209,7 @@ def table(report: Report, program, header: str, kernels=()) -> str:
                    f"{k.shared_bytes / 1024:12.0f}{k.threads:9d}{100 * k.occupancy(info):10.1f}%")
   elif pallas and t.platform == "tpu":
     lines += ["", "Pallas kernels: Mosaic; libtpu reports no VMEM per kernel (each tiling's, "
-              "measured by tfjax.aot.tpu_vmem against its estimate: docs/benchmarks.md)"]
+              "measured by tfjax.aot.tpu_vmem against its estimate: docs/benchmarks/kernels.md)"]
   if report.verdict:
     lines += ["", report.verdict]
   return "\n".join(lines)
@@ -249,7 +249,8 @@ def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
 
 def replace_marked_block(path: str, markers, block: str) -> None:
   """Rewrites the text between a doc's (start, end) marker lines with `block` (the generated
-  tables of docs/scaling.md and docs/benchmarks.md), leaving the rest of the file as it is."""
+  tables of docs/scaling/aot.md and docs/benchmarks/kernels.md), leaving the rest of the file as
+  it is."""
   start, end = markers
   with open(path) as f:
     text = f.read()

@@ -151,8 +151,8 @@ def _generate(params, prompt_BxP, prompt_lengths_B, encoder_BxS, encoder_lengths
 
 
 _generate_jit = jax.jit(_generate, static_argnames=("cfg", "plan"))
-# XLA's backend optimizations off: a shorter compile for a slower decode (docs/benchmarks.md), the
-# right trade for a training run's occasional short sample.
+# XLA's backend optimizations off: a shorter compile for a slower decode
+# (docs/benchmarks/cpu_training.md), the right trade for a training run's occasional short sample.
 _generate_jit_fast_compile = jax.jit(_generate, static_argnames=("cfg", "plan"),
                                      compiler_options=workarounds.UNOPTIMIZED)
 

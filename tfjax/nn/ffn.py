@@ -30,7 +30,7 @@ def gelu(x, approximate: bool = False):
 
   approximate=False: exact, x/2 * (1 + erf(x / sqrt 2)); written with erf, not jax.nn.gelu's erfc
     form (the same function to < 1e-7 absolute): erf is one vectorized polynomial, erfc adds an
-    exp and divisions (docs/benchmarks.md). BERT, and `model.ffn='gelu'`.
+    exp and divisions (docs/benchmarks/cpu_training.md). BERT, and `model.ffn='gelu'`.
   approximate=True: the tanh approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))),
     which GPT-2 (`gelu_new`), Gemma and T5 v1.1 (`gelu_pytorch_tanh`) were trained with.
   """

@@ -135,7 +135,7 @@ def weighted_values(weights_BxHxTxS, v):
   if heads == kv_heads:
     # Multi-head attention (G = 1) is written without the group axis: the same products, but a
     # size-1 axis in the batched products makes XLA:CPU lay them and their gradients out with
-    # extra transposes (docs/benchmarks.md, "no group axis of size 1").
+    # extra transposes (docs/benchmarks/cpu_training.md, "no group axis of size 1").
     return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS.astype(v.dtype), v,
                       preferred_element_type=jnp.float32)
   w_BxKxGxTxS = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)

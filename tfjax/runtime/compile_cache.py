@@ -1,7 +1,7 @@
 """The persistent XLA compilation cache shared by the entry points (train, sweep, benchmarks).
 
 Why: a run compiles its state init, train step, eval step and sampler from scratch, a large share
-of a short run's time (docs/benchmarks.md). JAX keys each program
+of a short run's time (docs/benchmarks/cpu_training.md). JAX keys each program
 by its HLO, compile options, devices and JAX version, so a rerun, a resume, or a sweep point that
 differs only in seed loads them instead. Values are never affected: a hit returns the same
 executable.

@@ -1,8 +1,9 @@
 """Startup and runtime workarounds of the training system, in one place, each with its reason.
 
 None of them changes a value a run computes; they change when programs compile, how far the host
-runs ahead of the devices, and what Python keeps around. docs/benchmarks.md has the measurements
-behind each one. (The CPU fusion boundary of the backward pass is tfjax/training/cpu_fusion.py; splitting
+runs ahead of the devices, and what Python keeps around. docs/benchmarks/cpu_training.md has the
+measurements behind each one.
+(The CPU fusion boundary of the backward pass is tfjax/training/cpu_fusion.py; splitting
 the CPU into several XLA devices is tfjax.training.sharding.configure_cpu_devices.)
 """
 

@@ -309,8 +309,9 @@ def _one_replica(state: Any) -> Any:
   """In a single-process run, each array replicated over several devices as its copy on one.
 
   Why: orbax splits the write of a replicated array among its replicas and compiles a slicing
-  program per array shape for that (a cost on a run's first save; docs/benchmarks.md), but one
-  process writes every slice anyway. The values written are the same, and restoring places
+  program per array shape for that (a cost on a run's first save;
+  docs/benchmarks/cpu_training.md), but one process
+  writes every slice anyway. The values written are the same, and restoring places
   them by the target's shardings, not the saved ones. Multi-process runs keep orbax's split
   across hosts."""
   if jax.process_count() > 1:

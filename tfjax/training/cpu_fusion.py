@@ -7,8 +7,9 @@ gradient (LayerNorm's backward plus the skip-connection sum) into the transposes
 weight-gradient matmuls dW = x^T g, and such transpose fusions run scalar and strided. XLA:CPU
 drops `optimization_barrier`, but cannot fuse across a data-dependent `lax.cond`, so routing the
 cotangent through one makes it be written once, vectorized, and the transpose becomes a plain
-copy. docs/benchmarks.md ("Where XLA's CPU backward lost the time") has the profile and the
-measurements. (The same boundary on the activation derivatives does not pay; it is not applied.)
+copy. docs/benchmarks/cpu_training.md ("Where XLA's CPU backward lost the time") has the profile
+and the measurements.
+(The same boundary on the activation derivatives does not pay; it is not applied.)
 
 How it is applied, and why this way. The blocks (tfjax/nn/layers.py) are the published math only.
 A Flax method interceptor (`interceptor`) wraps the residual-stream input `x` of every
@@ -165,7 +166,7 @@ def summed_over_shards(fn, mesh, batch_spec):
 
   Why: XLA:CPU all-reduces a tuple of buffers one rendezvous per buffer (~50 per step for a
   4-layer GPT), and each rendezvous waits for the slower device; one flat buffer makes it one
-  (docs/benchmarks.md, "One flat gradient all-reduce"). The sums equal GSPMD's to float
+  (docs/benchmarks/cpu_training.md, "One flat gradient all-reduce"). The sums equal GSPMD's to float
   rounding: tests/training/test_sharding.py (8 devices vs 1) and tests/training/test_train.py (with gradient
   accumulation)."""
   axes = batch_spec[0]

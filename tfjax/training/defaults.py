@@ -85,7 +85,7 @@ def get_config(arg=None) -> config_dict.ConfigDict:
   Expected at step 600: eval/exact_match@8 1.00 and @16 0.97-1.00 (float rounding changes the
   trajectory between versions: the non-finite-update guard's select moved it from 0.996 to 0.984),
   @24 and @32 0.
-  Run times: docs/benchmarks.md.
+  Run times: docs/benchmarks/cpu_training.md.
   """
   refuse_argument("configs/default.py", arg)
   config = base_config()

@@ -16,7 +16,7 @@ Multi-process (multi-host) runs start the same command on every process. Under S
 Open MPI (`mpirun`) nothing else is needed (jax.distributed auto-detects them); elsewhere give
 --coordinator_address=HOST:PORT (process 0's host), --num_processes and --process_id, or the
 JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID environment variables. See
-docs/scaling.md.
+docs/scaling/multihost.md.
 """
 
 import datetime

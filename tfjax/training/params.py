@@ -10,7 +10,7 @@ The last line printed is `total: N`.
 
 also prints, before that line, the per-device bytes of parameters, gradients, optimizer state and
 activations when training on that mesh (simulated from the mesh sizes and the sharding rules; no
-devices needed; tfjax/training/memory_plan.py and docs/scaling.md).
+devices needed; tfjax/training/memory_plan.py and docs/scaling/meshes.md).
 """
 
 from __future__ import annotations

@@ -102,7 +102,8 @@ def configure_cpu_devices(config) -> int:
 
   Why: on a few cores, XLA:CPU runs each of a small model's matmuls on about one core, while the
   ops of one step form a chain that leaves little to run side by side. One device per core with
-  the batch split over the 'data' axis keeps every core busy (measurements: docs/benchmarks.md).
+  the batch split over the 'data' axis keeps every core busy
+  (measurements: docs/benchmarks/cpu_training.md).
   Sets --xla_force_host_platform_device_count in XLA_FLAGS, unless the environment already sets
   it (the user's value wins). Only the CPU platform is affected: on a GPU host the mesh still
   uses the GPUs. Returns the count requested (0: nothing to do).

@@ -101,8 +101,8 @@ def make_multi_step(train_step: Callable) -> Callable:
   `batches` stacks K batches ([K, B, ...] leaves); a lax.fori_loop runs `train_step` on the first
   `num_steps` <= K of them inside one program. Why: one call and one host-to-device copy per K
   steps instead of per step removes a per-step dispatch, device synchronization and copy, which
-  matter for small models on CPU (docs/benchmarks.md). The step math is the same; `num_steps` is
-  traced, so one program serves every count."""
+  matter for small models on CPU (docs/benchmarks/cpu_training.md). The step math is the same;
+  `num_steps` is traced, so one program serves every count."""
 
   # Why jit: the metrics' shapes come from tracing the step once (eval_shape), and a jitted
   # function keeps that trace, so the loop body reuses it instead of tracing the model again.

@@ -294,8 +294,8 @@ def test_benchmark_tpu_peers_lower_for_tpu():
 
 
 def test_benchmarks_doc_table_is_the_tiling_table():
-  """docs/benchmarks.md prints TPU_TILINGS for readers; it must say what the code uses."""
-  doc = open(os.path.join(REPO, "docs", "benchmarks.md")).read()
+  """docs/benchmarks/kernels.md prints TPU_TILINGS for readers; it must say what the code uses."""
+  doc = open(os.path.join(REPO, "docs", "benchmarks", "kernels.md")).read()
   section = doc.split("## TPU (not measured yet)")[1].split("\n## ")[0]
   printed = {}
   for line in section.splitlines():

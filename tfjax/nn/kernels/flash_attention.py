@@ -47,7 +47,7 @@ GPU_FORWARDS = ("auto", "triton", "mosaic")
 # The forward kernel `flash_attention` uses on GPU when its `gpu_forward` argument is None. "auto":
 # the Mosaic GPU kernel where it applies and the device is a Hopper GPU (its wgmma instructions
 # exist on compute capability 9.x only), faster than the Triton forward in every case measured
-# (docs/benchmarks.md#gpu); Triton elsewhere. "mosaic" asks for it wherever it applies (a program
+# (docs/benchmarks/gpu.md); Triton elsewhere. "mosaic" asks for it wherever it applies (a program
 # compiled for an H100 from a CPU host); "triton" never uses it.
 GPU_FORWARD = "auto"
 
@@ -75,7 +75,7 @@ class Tilings:
 
 # Triton tilings by (padded head_dim, bytes per element). The bf16 rows for head_dim 64 and 128
 # are the fastest candidates of `experiments/bench_attention.py --tune` (causal, L 4096) on an
-# NVIDIA H200 with jax 0.11.2 (docs/benchmarks.md, "GPU"): 128x64 forward tiles with 8 warps and
+# NVIDIA H200 with jax 0.11.2 (docs/benchmarks/gpu.md): 128x64 forward tiles with 8 warps and
 # 3 stages, 64x64 backward tiles with 4 warps. The other rows are starting points in the range of
 # the published FlashAttention-2 Triton configs (fp32 halves the tiles to fit shared memory),
 # not yet tuned on hardware.

@@ -8,7 +8,7 @@ re-exports these names), by TPU generation, padded head_dim and bytes per elemen
     512 x 1024, whose larger VMEM holds the bigger logits tile).
   * VMEM: the default scoped limit is 16 MiB on v4 / v5e / v5p and 32 MiB on v6e. The working set
     is two buffers of every input/output block, the fp32 scratch, and the fp32 (block_q, block_k)
-    temporaries (measured: docs/benchmarks.md); `vmem_bytes` estimates it and the
+    temporaries (measured: docs/benchmarks/kernels.md); `vmem_bytes` estimates it and the
     table keeps it under half the limit. So head_dim 256 halves block_k, fp32 halves block_q, and
     the backward (more blocks, two accumulators) uses smaller tiles than the forward.
 These are starting points derived from those limits, not measured on hardware: time
@@ -106,7 +106,7 @@ def vmem_bytes(tiling: TpuTiling, head_dim_p: int, itemsize: int, kernel: str) -
   """Scoped VMEM of one step of `kernel` ('forward', 'dkdv' or 'dq'), on any TPU generation: two
   buffers of every block the pipeline moves, the fp32 scratch, and the fp32 (block_q, block_k)
   logits temporaries (columns pad to 128 lanes), counted as one tile: libtpu's need, measured by
-  tfjax.aot.tpu_vmem, is within 1.5x of this on every generation (docs/benchmarks.md)."""
+  tfjax.aot.tpu_vmem, is within 1.5x of this on every generation (docs/benchmarks/kernels.md)."""
   bq, bk, d = tiling.block_q, tiling.block_k, head_dim_p
   column = bq * LANES * 4  # an fp32 [bq, 1] column in VMEM
   tiles = bq * bk * 4
