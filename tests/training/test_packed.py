@@ -33,7 +33,9 @@ def _rows(workdir, key):
   return {m["step"]: m[key] for m in read_metrics(workdir) if key in m}
 
 
-@pytest.mark.parametrize("make_config", [_decoder, _encoder_decoder])
+# The encoder-decoder case takes ~40 s on 2 cores: -m slow (the decoder case runs by default).
+@pytest.mark.parametrize("make_config", [
+    _decoder, pytest.param(_encoder_decoder, marks=pytest.mark.slow)])
 def test_packed_seeds_equal_separate_runs(tmp_path, make_config):
   seeds = (0, 3)
   configs = [make_config(s) for s in seeds]

@@ -241,7 +241,9 @@ def check_points(sweep: Sweep) -> None:
       config = sweep.config_for(point)
       model = dict(config.model)
       model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
-      ModelConfig.from_config(model)
+      # 'auto' values resolved for a CPU only to validate: asking JAX for its platform would
+      # start its backends before a point's mesh.cpu_devices could still apply.
+      ModelConfig.from_config(model, platform="cpu")
     except (ValueError, TypeError) as e:
       problems.append(f"  {point.name}: {e}")
   if problems:

@@ -144,8 +144,8 @@ def train_packed(configs: Sequence[Any], workdirs: Sequence[str], group_dir: str
         f"packed seeds train on one device, but config.mesh gives {placement.mesh.size} "
         f"({dict(placement.mesh.shape)}); set mesh.cpu_devices=0 on CPU (or mesh.data=1), or "
         "train without --pack_seeds")
-  for config, workdir in zip(configs, workdirs):
-    runs.check_same_run(workdir, config)
+  for exp, workdir in zip(exps, workdirs):
+    runs.check_same_run(workdir, exp.config)  # the resolved config, as config.json holds it
   with contextlib.ExitStack() as locks:
     for path in [group_dir, *workdirs]:
       os.makedirs(path, exist_ok=True)
