@@ -25,6 +25,7 @@ import sys
 import time
 
 from absl import app, flags
+import jax
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG = flags.DEFINE_string("config", "configs/ablations/ffn.py", "Ablation sweep module.")
@@ -95,6 +96,7 @@ def main(argv):
   result = {"config": _CONFIG.value, "scale": _SCALE.value, "points": names,
             "steps": _STEPS.value, "device": sweep_results.device_name(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "jax": jax.__version__, "command": " ".join(["python", *sys.argv]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "memory_plan": plan, "modes": {}}
   for mode, flags_ in modes.items():
@@ -123,7 +125,8 @@ def _markdown(result: dict, group_size: int) -> str:
   lines = [f"{result['config']} --scale={result['scale']}, {len(result['points'])} seeds of one "
            f"variant, {result['steps']} steps each, {result['device']}, {result['date']}; load "
            f"average before/after {result['load_average_before_after'][0][0]:.1f}/"
-           f"{result['load_average_before_after'][1][0]:.1f} (a shared machine)", "",
+           f"{result['load_average_before_after'][1][0]:.1f} (a shared machine); jax "
+           f"{result.get('jax', '?')}", "", f"`{result.get('command', '')}`", "",
            "| mode | wall s | points/hour | steady tokens/s per seed | peak RSS MiB |",
            "|---|---:|---:|---:|---:|"]
   for mode, m in result["modes"].items():
