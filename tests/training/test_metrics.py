@@ -146,6 +146,10 @@ def test_a_resume_supersedes_the_killed_segment_in_metrics_and_tensorboard(tmp_p
   while time.time() < deadline and len(read_events(event_file)) < 6:
     time.sleep(0.05)
   assert [s for s, tag, _, _ in read_events(event_file) if tag == "train/loss"] == [1, 2, 3, 4, 5, 6]
+  # A real resume is a new process, seconds later. Event files are named by the whole second
+  # they were opened in, so a writer opened in the same second would reuse the killed one's
+  # file name (a flake of this test on a fast machine): open it in the next second.
+  time.sleep(1.0 - time.time() % 1.0 + 0.01)
   resumed = metrics.MetricsWriter(workdir, total_steps=8, initial_step=4, progress=False)
   for step in range(5, 9):
     resumed.write(step, {"train/loss": 20.0 + step})
