@@ -82,12 +82,17 @@ def test_failure_counts_use_fisher():
   assert verdicts.verdict(equal, claim)["word"] == "tie"
 
 
+def _mrr_row(task, arm, seed, at4, at12):
+  return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
+          "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
+
+
+_MRR_SPEC = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
+                 learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+
+
 def test_mrr_claims_rank_only_tasks_every_arm_learned():
-  def row(task, arm, seed, at4, at12):
-    return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
-            "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
-  spec = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
-              learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+  row, spec = _mrr_row, dict(_MRR_SPEC)
   claim = {"kind": "mrr", "mrr": spec, "a": {"model.position": "none", "metric": "mrr"},
            "b": {"model.position": "rope", "metric": "mrr"}, "expect": "greater"}
   # copy: both learned, NoPE generalizes on every seed; sort: rope never learned it.
@@ -206,11 +211,7 @@ def test_holm_adjusts_p_within_a_section():
 
 
 def test_mrr_leaves_out_tasks_where_no_arm_generalizes_and_is_untestable_without_any():
-  def row(task, arm, seed, at4, at12):
-    return {"overrides": {"data.name": task, "model.position": arm, "seed": seed},
-            "status": "done", "metrics": {"eval/exact_match@4": at4, "eval/exact_match@12": at12}}
-  spec = dict(metric="eval/exact_match", arms="model.position", setting="data.name", min_n=5,
-              learned_max_n=4, learned_min=0.9, all_arms=("none", "rope"))
+  row, spec = _mrr_row, dict(_MRR_SPEC)
   control = {"metric": "eval/exact_match", "min_n": 5, "min": 0.5, "any": True,
              "what": "some arm generalizes past N = 4"}
   claim = {"kind": "mrr", "mrr": spec, "mrr_controls": [control],
