@@ -47,7 +47,8 @@ def _show_tracebacks() -> bool:
 
 def message_of(error: BaseException) -> str:
   """The user-facing text of a user error (a KeyError's str() is the repr of its message)."""
-  if len(error.args) == 1 and isinstance(error.args[0], BaseException):  # one error wrapping another
+  # one error wrapping another
+  if len(error.args) == 1 and isinstance(error.args[0], BaseException):
     return message_of(error.args[0])
   if isinstance(error, (KeyError, AttributeError)) and len(error.args) == 1 and isinstance(
       error.args[0], str):
@@ -151,8 +152,8 @@ def print_help(program: str) -> None:
   from absl import flags  # pylint: disable=import-outside-toplevel
   main = sys.modules.get("__main__")
   summary = ((getattr(main, "__doc__", None) or "").strip().splitlines() or [""])[0]
-  print(f"usage: {os.path.basename(program)} [--flag=value ...]" + (f"\n{summary}" if summary
-                                                                     else ""))
+  print(f"usage: {os.path.basename(program)} [--flag=value ...]"
+        + (f"\n{summary}" if summary else ""))
   print("flags (--helpfull: also absl's own):")
   rows = []
   for module, module_flags in flags.FLAGS.flags_by_module_dict().items():

@@ -166,9 +166,9 @@ def summed_over_shards(fn, mesh, batch_spec):
 
   Why: XLA:CPU all-reduces a tuple of buffers one rendezvous per buffer (~50 per step for a
   4-layer GPT), and each rendezvous waits for the slower device; one flat buffer makes it one
-  (docs/benchmarks/cpu_training.md, "One flat gradient all-reduce"). The sums equal GSPMD's to float
-  rounding: tests/training/test_sharding.py (8 devices vs 1) and tests/training/test_train.py (with gradient
-  accumulation)."""
+  (docs/benchmarks/cpu_training.md, "One flat gradient all-reduce"). The sums equal GSPMD's to
+  float rounding: tests/training/test_sharding.py (8 devices vs 1) and
+  tests/training/test_train.py (with gradient accumulation)."""
   axes = batch_spec[0]
 
   def local(params, batch, rng):

@@ -7,7 +7,7 @@ reports `train/nonfinite` = 1. The loop (train.py) then either
 * stops (default): writes `{"step": N, "train/diverged": 1}` to metrics.jsonl and raises
   `Diverged` naming step N; no checkpoint is written after it, so the newest checkpoint is the
   last one written before, with finite values. The flags stay on the device between the loop's
-  sync points (a log, eval or checkpoint step, the end: train.NonfiniteWatch), so the host never
+  sync points (a log, eval or checkpoint step, the end: NonfiniteWatch), so the host never
   waits on a step to check it; the stop comes at the first sync point after step N; or
 * with `train.skip_nonfinite=True`, goes on with the next batch (the update was skipped) and
   counts the skipped steps in `train/skipped_steps`.
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tfjax.training import cli
@@ -68,3 +69,33 @@ def nonfinite_leaves(tree: Any, limit: int = 3) -> list[str]:
       if len(bad) >= limit:
         break
   return bad
+
+
+@jax.jit
+def _note_nonfinite(count, first, call_count, call_first):
+  """(steps so far with a non-finite loss or grad norm, the first such step or -1), updated with
+  one call's flags: one small device program per call, nothing read back."""
+  return count + call_count, jnp.where(first >= 0, first, call_first)
+
+
+class NonfiniteWatch:
+  """The non-finite steps of a run, kept on the device: `add` each call's flags (steps.NONFINITE,
+  steps.FIRST_NONFINITE) without waiting; `first_bad()` reads the first bad step back (one host
+  read, at a sync point: it waits for the calls added so far); `count` is the device scalar of
+  how many there were (train/skipped_steps)."""
+
+  def __init__(self):
+    self.count = None
+    self._first = None
+
+  def add(self, call_count, call_first) -> None:
+    if self.count is None:
+      self.count, self._first = call_count, call_first
+    else:
+      self.count, self._first = _note_nonfinite(self.count, self._first, call_count, call_first)
+
+  def first_bad(self) -> int | None:
+    if self._first is None:
+      return None
+    first = int(self._first)
+    return first if first >= 0 else None

@@ -2,8 +2,9 @@
 train state, and jit the steps with their shardings.
 
 Everything here happens before a run touches its workdir, so a bad config fails with nothing
-written. The loop (tfjax/training/train.py), the benchmarks and the tests all set up through this module;
-reading a finished run back (tfjax/training/runs.py) uses only `model_config` and `state_layout`.
+written. The loop (tfjax/training/train.py), the benchmarks and the tests all set up through this
+module; reading a finished run back (tfjax/training/runs.py) uses only `model_config` and
+`state_layout`.
 """
 
 from __future__ import annotations
@@ -104,9 +105,9 @@ def _check_cpu_devices(config) -> None:
       jax.local_device_count() != wanted):
     _log.warning("config.mesh.cpu_devices asks for %d CPU devices but JAX has %d: it must be "
                  "applied before JAX starts (experiments/train.py does; elsewhere call "
-                 "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). Results "
-                 "are the same up to float rounding, only slower", wanted, jax.local_device_count(),
-                 sharding.HOST_DEVICES_FLAG, wanted)
+                 "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). "
+                 "Results are the same up to float rounding, only slower", wanted,
+                 jax.local_device_count(), sharding.HOST_DEVICES_FLAG, wanted)
 
 
 def _check_loop_counts(train_cfg) -> None:

@@ -9,7 +9,8 @@ continues a prompt.
 The run's own config.json, tokenizer and newest readable checkpoint are used; how --prompt is read
 is tfjax/inference/generate.py. --prompt_ids="1 4 5" gives raw ids instead.
 Any --max_new_tokens works: past the model's max_len the context slides
-(tfjax/inference/decode_window.py). A bad flag, workdir or prompt ends in one `error:` line (tfjax/training/cli.py).
+(tfjax/inference/decode_window.py). A bad flag, workdir or prompt ends in one `error:` line
+(tfjax/training/cli.py).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from tfjax.training.metrics import setup_logging
 
 
 def parse_args(argv):
-  parser = cli.ArgumentParser(prog="tfjax-generate",
-                              description="Continue a prompt with a trained run's newest checkpoint.")
+  parser = cli.ArgumentParser(
+      prog="tfjax-generate",
+      description="Continue a prompt with a trained run's newest checkpoint.")
   parser.add_argument("--workdir", required=True, help="a training run directory")
   parser.add_argument("--prompt", default="", help="text in the run's tokenizer / alphabet")
   parser.add_argument("--prompt_ids", default=None, help="raw token ids, e.g. '1 4 5' (overrides)")
@@ -48,7 +50,8 @@ def parse_args(argv):
 
 
 def generate_from_run(args) -> list[dict]:
-  """Restores the newest checkpoint of args.workdir and continues the prompt (`generate_for_run`)."""
+  """Restores the newest checkpoint of args.workdir and continues the prompt
+  (`generate_for_run`)."""
   return generate_for_run(runs.restore_run(args.workdir), args)
 
 

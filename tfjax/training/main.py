@@ -2,8 +2,8 @@
 
   python experiments/train.py --config=configs/NAME.py[:arg] --workdir=DIR [--config.key=value ...]
 
-With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a fresh
-workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
+With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a
+fresh workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
 
 Exit status: 0 finished (last line `done: DIR eval/...`); 2 a user's mistake (one `error:` line,
 nothing written); 4 diverged (a NaN/inf loss, tfjax/training/divergence.py); 5 a checkpoint
@@ -22,7 +22,6 @@ docs/scaling/multihost.md.
 import datetime
 import logging
 import os
-import signal
 import sys
 
 from absl import flags
@@ -30,8 +29,8 @@ from absl import flags
 from tfjax.training import cli, defaults
 from tfjax.runtime import stop_signals
 
-# The default run ships inside the package (tfjax/training/defaults.py's get_config), so an installed
-# `tfjax-train` works from any directory; configs/default.py is the same config.
+# The default run ships inside the package (tfjax/training/defaults.py's get_config), so an
+# installed `tfjax-train` works from any directory; configs/default.py is the same config.
 DEFAULT_CONFIG = defaults.__file__
 
 _CONFIG = cli.define_config_file(
@@ -95,13 +94,13 @@ def main(argv):
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
   logging.getLogger("tfjax").info("workdir: %s", workdir)
-  workarounds.freeze_startup_objects()  # after the imports, before tracing (see tfjax/runtime/workarounds.py)
+  # after the imports, before tracing (see tfjax/runtime/workarounds.py)
+  workarounds.freeze_startup_objects()
   final = train.train_and_evaluate(_CONFIG.value, workdir)
-  stopped = train.stop_message()
-  if stopped is not None:  # a preempted run must not look like a finished one
+  if final.stopped is not None:  # a preempted run must not look like a finished one
     if jax.process_index() == 0:
-      print(stopped, flush=True)
-    sys.exit(128 + train.stop_signal())
+      print(final.stopped.message, flush=True)
+    sys.exit(final.stopped.exit_status)
   summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
   if jax.process_index() == 0:
     print(f"done: {workdir} {summary}")
@@ -113,19 +112,8 @@ def run():
   Until the training loop takes over the stop signals (checkpoint, then stop), SIGTERM / SIGINT
   end the start-up: one line, exit 128 + N, and a workdir this start created is removed
   (train.train_and_evaluate), so nothing is left behind (tfjax/runtime/stop_signals.py)."""
-  stop_signals.install()
-  try:
+  with stop_signals.exits_on_stop():
     cli.run_absl(main)
-  except (stop_signals.StoppedBeforeTraining, KeyboardInterrupt) as e:
-    signum = e.signum if isinstance(e, stop_signals.StoppedBeforeTraining) else signal.SIGINT
-    train = sys.modules.get("tfjax.training.train")
-    if train is not None and train.reached_loop():  # e.g. while the last save finishes
-      print(f"stopped by {signal.Signals(signum).name} after training began; resume with the "
-            "same command", file=sys.stderr, flush=True)
-    else:
-      print(f"stopped by {signal.Signals(signum).name} before the first step; nothing was "
-            "written", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

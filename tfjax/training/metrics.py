@@ -3,8 +3,8 @@
 Only process 0 writes (multi-host runs call every method on every process).
 
 History survives a killed run: every row is flushed to metrics.jsonl as it is written, and to
-the event file within TB_FLUSH_S seconds. A run resumed from checkpoint step S logs the steps after S again, so the rows a
-killed run wrote past S are superseded: they move from metrics.jsonl to
+the event file within TB_FLUSH_S seconds. A run resumed from checkpoint step S logs the steps
+after S again, so the rows a killed run wrote past S are superseded: they move from metrics.jsonl to
 metrics_superseded.jsonl (kept, never deleted), leaving one row per (step, key), and the new
 event file starts with TensorBoard's purge_step = S + 1, so TensorBoard drops the old events
 past S and shows the whole history once.
@@ -62,7 +62,7 @@ class MetricsWriter:
       # flush_secs: tensorboardX writes events from a queue on its own thread, and its flush()
       # does not wait for the queue, so the thread's periodic flush is what bounds a kill's loss.
       self._tb = workarounds.summary_writer_class()(os.path.join(workdir, "tensorboard"),
-                                                purge_step=purge, flush_secs=TB_FLUSH_S)
+                                                    purge_step=purge, flush_secs=TB_FLUSH_S)
     except ImportError:  # pragma: no cover - tensorboardX is a dependency
       _log.warning("tensorboardX missing: no TensorBoard events")
     use_bar = sys.stderr.isatty() if progress is None else progress

@@ -9,10 +9,10 @@ terms of the 1-based update number `step = count + 1`, which makes
 Relative to nanoGPT's `get_lr(it)` (0-based `it`, warmup `lr * it / warmup_iters`, which spends the
 first update at lr = 0) this is `get_lr(it + 1)`: the same curve shifted one update earlier.
 
-Gradient accumulation (`grad_accum_steps = k`) is not an optimizer wrapper: the jitted train step
-(tfjax/training/train.py) sums the gradients of the summed loss over k micro-batches under lax.scan and
-divides once by the total weight, then calls `update` once. That is exact even when micro-batches
-carry different numbers of non-padding tokens, and `count` stays in optimizer updates.
+Gradient accumulation (`grad_accum_steps = k`) is not an optimizer wrapper: the train step
+(tfjax/training/steps.py) sums the gradients of the summed loss over k micro-batches under lax.scan
+and divides once by the total weight, then calls `update` once. That is exact even when
+micro-batches carry different numbers of non-padding tokens, and `count` stays in optimizer updates.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def make_optimizer(opt_config, total_steps: int, d_model: Optional[int] = None,
   if params is not None:
     flags = jax.tree_util.tree_leaves(mask_fn(params))
     _log.info("weight decay applies to %d of %d parameter arrays (excluded: %s)",
-                 sum(flags), len(flags), exclude)
+              sum(flags), len(flags), exclude)
 
   decay = optax.add_decayed_weights(c.weight_decay, mask_fn) if c.weight_decay else None
   steps = [

@@ -37,14 +37,12 @@ import numpy as np
 
 from tfjax.data import datasets
 from tfjax.nn.models import build_model
-from tfjax.runtime import files, workdir_lock
-from tfjax.training import checkpoint, divergence, metrics, runs, steps
+from tfjax.runtime import files, stop_signals, workdir_lock
+# cadence: the loop's cadence, shared so a packed group logs, evaluates, checkpoints and stops at
+# the same steps as train.py
+from tfjax.training import cadence, checkpoint, divergence, metrics, runs, steps
 from tfjax.training.experiment import Experiment, prepare, stack_batches, state_layout
 from tfjax.training.sharding import BatchPlacement
-# The loop's cadence and stop handling, shared so a packed group logs, evaluates, checkpoints and
-# stops at the same steps as train.py (pylint: these are module-private there).
-from tfjax.training.train import (  # pylint: disable=protected-access
-    _due, _steps_this_call, _StopRequested, _Throughput)
 
 _log = logging.getLogger(__name__)
 SEED_KEYS = ("seed", "data.seed")  # what the packed configs may differ in
@@ -245,7 +243,7 @@ class _Loop:
         cfg.eval_batch_size, cfg.eval_batches)] for e in exps]
     self.trained_lengths = getattr(exps[0].dataset, "train_lengths", None)
     self.packed_step = make_packed_step(exps[0], stop_on_nonfinite=not cfg.skip_nonfinite)
-    self.throughput = _Throughput(exps[0])
+    self.throughput = cadence.Throughput.for_experiment(exps[0])
     self.last = [{} for _ in exps]
     self.skipped = np.zeros(len(exps), np.int64)
 
@@ -262,11 +260,11 @@ class _Loop:
   def run(self, state, step, stop_after_step):
     cfg = self.train_cfg
     configs = [json.loads(e.config.to_json_best_effort()) for e in self.exps]
-    with _StopRequested() as stop:
+    with stop_signals.StopRequest() as stop:
       if step == 0 and cfg.eval_at_start:
         self.evaluate(state, 0)
       while step < cfg.num_steps and self.alive().any():
-        num_steps = _steps_this_call(step, cfg, stop_after_step)
+        num_steps = cadence.steps_this_call(step, cfg, stop_after_step)
         batches = stack_batches([stack_batches([it.next() for it in self.iterators],
                                                len(self.iterators))
                                  for _ in range(num_steps)], cfg.steps_per_call)
@@ -286,13 +284,13 @@ class _Loop:
         step += num_steps
         self.throughput.add_steps(num_steps)
         self.ckpt.check_for_errors()
-        if _due(step, cfg.log_every, cfg):
+        if cadence.due(step, cfg.log_every, cfg):
           self._log_train(step, out, alive)
-        if _due(step, cfg.eval_every, cfg):
+        if cadence.due(step, cfg.eval_every, cfg):
           self.evaluate(state, step)
           self.throughput.reset()
         stop.decide(at_stop_after_step=stop_after_step is not None and step >= stop_after_step)
-        if _due(step, cfg.checkpoint_every, cfg) or stop.signum is not None:
+        if cadence.due(step, cfg.checkpoint_every, cfg) or stop.signum is not None:
           data = {"seeds": [it.state() for it in self.iterators],
                   "diverged_at": list(self.diverged_at)}
           self.ckpt.save(step, state, data, {"packed": configs},

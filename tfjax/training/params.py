@@ -1,7 +1,8 @@
 """Parameter accounting (its command line, `python -m tfjax.params --config=configs/NAME.py`, is
 tfjax/training/params_main.py).
 
-FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan is tfjax/training/memory_plan.py.
+FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan is
+tfjax/training/memory_plan.py.
 Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
 on a laptop) and are checked against `analytic_count`, a closed-form count from the config alone.
 The last line printed is `total: N`.

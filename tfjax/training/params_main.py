@@ -34,8 +34,9 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
 
 def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
   dataset = None
-  if config.model.get("vocab_size") in (0, None) and config.data.name in datasets.TEXT_DATASETS and (
-      config.data.tokenizer != "byte"):  # a char/BPE vocabulary is known once the text is read
+  # a char/BPE vocabulary is known once the text is read
+  text_data = config.data.name in datasets.TEXT_DATASETS and config.data.tokenizer != "byte"
+  if config.model.get("vocab_size") in (0, None) and text_data:
     dataset = datasets.make_dataset(config.data, config.task)
   cfg = experiment.model_config(config, dataset)
   text = params.report(cfg)
@@ -51,7 +52,7 @@ def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
                                    enc_len=enc_len)
     body, last = text.rsplit("\n", 1)
     text = "\n".join([body, memory_plan.format_plan(plan, sizes, config.train.batch_size,
-                                                     seq_len, accum, cfg.remat),
+                                                    seq_len, accum, cfg.remat),
                       last])  # `total: N` stays the last line
   print(text)
 

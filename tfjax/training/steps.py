@@ -1,8 +1,9 @@
 """The step math: the train state, the train step, K steps in one call, the eval step, evaluation.
 
-Pure functions of (state, batch); tfjax/training/experiment.py jits them with shardings and tfjax/training/train.py
-loops over them. Resuming is exact because nothing here depends on the call history: dropout keys
-are fold_in(rng, step), and the batch is a pure function of (seed, step) (tfjax/data/datasets.py).
+Pure functions of (state, batch); tfjax/training/experiment.py jits them with shardings and
+tfjax/training/train.py loops over them. Resuming is exact because nothing here depends on the call
+history: dropout keys are fold_in(rng, step), and the batch is a pure function of (seed, step)
+(tfjax/data/datasets.py).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     # A NaN/inf loss or gradient is never applied: params and optimizer state stay as they were
     # (tfjax/training/divergence.py; the loop stops or skips on train/nonfinite).
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    keep_finite = lambda new, old: jnp.where(finite, new, old)  # pylint: disable=unnecessary-lambda-assignment
+    # pylint: disable-next=unnecessary-lambda-assignment
+    keep_finite = lambda new, old: jnp.where(finite, new, old)
     new_state = state.replace(
         step=state.step + 1,
         params=jax.tree.map(keep_finite, optax.apply_updates(state.params, updates),
