@@ -24,10 +24,10 @@ def _check_label_smoothing(label_smoothing) -> None:
     raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
 
 
-def _weights_or_ones(weights, targets):
-  if weights is None:
-    return jnp.ones(targets.shape, jnp.float32)
-  return jnp.asarray(weights, jnp.float32)
+def _weights_or_ones(weights_BxL, targets_BxL):
+  if weights_BxL is None:
+    return jnp.ones(targets_BxL.shape, jnp.float32)
+  return jnp.asarray(weights_BxL, jnp.float32)
 
 
 def cross_entropy(logits_BxLxV, targets_BxL, weights_BxL=None, label_smoothing: float = 0.0):
@@ -42,23 +42,26 @@ def cross_entropy(logits_BxLxV, targets_BxL, weights_BxL=None, label_smoothing: 
   """
   _check_label_smoothing(label_smoothing)
   vocab = logits_BxLxV.shape[-1]
-  log_probs = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
+  log_probs_BxLxV = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
   # Clamp so padding targets (e.g. -1) still index in range; those positions are zeroed below.
-  safe_targets = jnp.clip(targets_BxL, 0, vocab - 1).astype(jnp.int32)
-  vocab_ids = jax.lax.broadcasted_iota(jnp.int32, log_probs.shape, log_probs.ndim - 1)
-  target_log_prob = jnp.sum(jnp.where(vocab_ids == safe_targets[..., None], log_probs, 0.0), -1)
-  loss = -target_log_prob
+  safe_targets_BxL = jnp.clip(targets_BxL, 0, vocab - 1).astype(jnp.int32)
+  vocab_ids_BxLxV = jax.lax.broadcasted_iota(jnp.int32, log_probs_BxLxV.shape,
+                                             log_probs_BxLxV.ndim - 1)
+  target_log_prob_BxL = jnp.sum(
+      jnp.where(vocab_ids_BxLxV == safe_targets_BxL[..., None], log_probs_BxLxV, 0.0), -1)
+  loss_BxL = -target_log_prob_BxL
   if label_smoothing:
-    loss = (1.0 - label_smoothing) * loss - label_smoothing * jnp.mean(log_probs, axis=-1)
-  weights = _weights_or_ones(weights_BxL, targets_BxL)
+    loss_BxL = ((1.0 - label_smoothing) * loss_BxL
+                - label_smoothing * jnp.mean(log_probs_BxLxV, axis=-1))
+  weights_BxL = _weights_or_ones(weights_BxL, targets_BxL)
   # where, not just *: 0 * inf (an extreme logit at a padded position) would be NaN.
-  loss = jnp.where(weights != 0, loss * weights, 0.0)
-  return jnp.sum(loss), jnp.sum(weights)
+  loss_BxL = jnp.where(weights_BxL != 0, loss_BxL * weights_BxL, 0.0)
+  return jnp.sum(loss_BxL), jnp.sum(weights_BxL)
 
 
 def token_accuracy(logits_BxLxV, targets_BxL, weights_BxL=None):
   """(weighted count of positions whose argmax equals the target, sum of weights), float32."""
-  weights = _weights_or_ones(weights_BxL, targets_BxL)
-  correct = jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL
-  return jnp.sum(jnp.where(correct, weights, 0.0)), jnp.sum(weights)
+  weights_BxL = _weights_or_ones(weights_BxL, targets_BxL)
+  correct_BxL = jnp.argmax(logits_BxLxV, axis=-1) == targets_BxL
+  return jnp.sum(jnp.where(correct_BxL, weights_BxL, 0.0)), jnp.sum(weights_BxL)
 

@@ -89,28 +89,28 @@ def make_packed_step(experiment: Experiment, stop_on_nonfinite: bool):
       model, experiment.optimizer, experiment.schedule, config.task,
       config.train.label_smoothing, config.optimizer.grad_accum_steps))
 
-  def packed(state, alive, batches, num_steps):
+  def packed(state, alive_K, batches, num_steps):
     def body(i, carry):
-      state, alive, last = carry
+      state, alive_K, last = carry
       batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
       new_state, out = one_step(state, batch)
-      keep = lambda new, old: jnp.where(  # noqa: E731  (alive broadcast over the leaf's dims)
-          alive.reshape(alive.shape + (1,) * (new.ndim - 1)), new, old)
+      keep = lambda new, old: jnp.where(  # noqa: E731  (alive_K broadcast over the leaf's dims)
+          alive_K.reshape(alive_K.shape + (1,) * (new.ndim - 1)), new, old)
       state = jax.tree.map(keep, new_state, state)
-      bad = out[steps.NONFINITE] > 0
-      out[steps.NONFINITE] = last[steps.NONFINITE] + jnp.where(alive, out[steps.NONFINITE], 0)
-      first = last[steps.FIRST_NONFINITE]
+      bad_K = out[steps.NONFINITE] > 0
+      out[steps.NONFINITE] = last[steps.NONFINITE] + jnp.where(alive_K, out[steps.NONFINITE], 0)
+      first_K = last[steps.FIRST_NONFINITE]
       out[steps.FIRST_NONFINITE] = jnp.where(
-          first >= 0, first, jnp.where(alive, out[steps.FIRST_NONFINITE], -1))
+          first_K >= 0, first_K, jnp.where(alive_K, out[steps.FIRST_NONFINITE], -1))
       if stop_on_nonfinite:
-        alive = alive & ~bad
-      return state, alive, out
+        alive_K = alive_K & ~bad_K
+      return state, alive_K, out
 
     first_batch = jax.tree.map(lambda x: x[0], batches)
     shapes = jax.eval_shape(one_step, state, first_batch)[1]
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
     zeros[steps.FIRST_NONFINITE] = jnp.full(shapes[steps.FIRST_NONFINITE].shape, -1, jnp.int32)
-    return jax.lax.fori_loop(0, num_steps, body, (state, alive, zeros))
+    return jax.lax.fori_loop(0, num_steps, body, (state, alive_K, zeros))
 
   return jax.jit(packed, donate_argnums=(0,))
 

@@ -64,27 +64,30 @@ def row_lengths(batch: Mapping[str, Any], task: str) -> tuple[int, int | None]:
 
 def logits_and_targets(model: nn.Module, variables, batch: Mapping[str, Any], task: str,
                        rngs: dict | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(logits, targets, weights) for the task; classification has a length-1 'sequence' axis."""
+  """(logits_BxLxV, targets_BxL, weights_BxL) for the task; classification has a length-1
+  'sequence' axis (L = 1, V = classes)."""
   args, kwargs = model_inputs(batch, task)
   out = model.apply(variables, *args, **kwargs, rngs=rngs or {})
   if task in ("lm", "seq2seq"):
     return out, batch["targets"], batch["weights"]
   if task == "mlm":
     return out["mlm_logits"], batch["targets"], batch["weights"]
-  labels = batch["labels"]
-  weights = batch.get("weights", jnp.ones(labels.shape, jnp.float32))
-  return out["class_logits"][:, None], labels[:, None], weights[:, None]
+  labels_B = batch["labels"]
+  weights_B = batch.get("weights", jnp.ones(labels_B.shape, jnp.float32))
+  return out["class_logits"][:, None], labels_B[:, None], weights_B[:, None]
 
 
 def forward(model: nn.Module, params, batch: Mapping[str, Any], task: str,
             label_smoothing: float = 0.0, rngs: dict | None = None) -> dict[str, jax.Array]:
   """Summed loss statistics of one batch (see module docstring)."""
-  logits, targets, weights = logits_and_targets(model, {"params": params}, batch, task, rngs)
-  loss_sum, weight_sum = losses.cross_entropy(logits, targets, weights, label_smoothing)
-  correct_sum, _ = losses.token_accuracy(logits, targets, weights)
-  predictions = jnp.argmax(logits, axis=-1)
-  wrong = jnp.logical_and(predictions != targets, weights > 0)
-  row_has_target = jnp.any(weights > 0, axis=-1)
-  row_correct = jnp.logical_and(jnp.logical_not(jnp.any(wrong, axis=-1)), row_has_target)
+  logits_BxLxV, targets_BxL, weights_BxL = logits_and_targets(
+      model, {"params": params}, batch, task, rngs)
+  loss_sum, weight_sum = losses.cross_entropy(logits_BxLxV, targets_BxL, weights_BxL,
+                                              label_smoothing)
+  correct_sum, _ = losses.token_accuracy(logits_BxLxV, targets_BxL, weights_BxL)
+  predictions_BxL = jnp.argmax(logits_BxLxV, axis=-1)
+  wrong_BxL = jnp.logical_and(predictions_BxL != targets_BxL, weights_BxL > 0)
+  row_has_target_B = jnp.any(weights_BxL > 0, axis=-1)
+  row_correct_B = jnp.logical_and(jnp.logical_not(jnp.any(wrong_BxL, axis=-1)), row_has_target_B)
   return {"loss_sum": loss_sum, "weight_sum": weight_sum, "correct_sum": correct_sum,
-          "row_correct": row_correct, "row_count": row_has_target}
+          "row_correct": row_correct_B, "row_count": row_has_target_B}
