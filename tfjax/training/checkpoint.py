@@ -45,8 +45,9 @@ class NoGoodCheckpoint(ValueError):
 class Checkpointer:
   """`use_ocdbt=False` writes each array as its own TensorStore array instead of one OCDBT
   database: TensorStore then holds one array's write buffers at a time rather than every
-  array's until the database commits (about 0.6x the state on top of it), which is what a
-  one-off write of a large state (tfjax/hf/importer.py) needs. Restore reads either format."""
+  array's until the database commits (the peak memory with and without it:
+  docs/benchmarks/hf_import.md), which is what a one-off write of a large state
+  (tfjax/hf/importer.py) needs. Restore reads either format."""
 
   def __init__(self, workdir: str, keep: int = 3, use_ocdbt: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")

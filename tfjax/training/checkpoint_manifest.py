@@ -5,10 +5,10 @@ Why: orbax renames a step into place only once it is complete, but it never chec
 reads back. A flipped bit in an array file restores without complaint and shows up later as a
 NaN loss (or not at all), and a lost `_METADATA` reads as "a different model". The manifest is
 written last, atomically (write then rename), once orbax has finalized the step; `verify` reads
-every file back and compares. CRC-32C (google-crc32c, the CPU's CRC instruction; 3.5-4x zlib's
-CRC-32 in memory here) runs on a thread pool without the GIL, and the restore computes the
-checksums beside orbax's read of the same files (Checkpointer.restore_latest). What it adds to a
-restore: docs/benchmarks/checkpoints.md, "Checkpoint verification".
+every file back and compares. CRC-32C (google-crc32c, the CPU's CRC instruction) runs on a
+thread pool without the GIL, and the restore computes the checksums beside orbax's read of the
+same files (Checkpointer.restore_latest). What it adds to a restore, against zlib's CRC-32:
+docs/benchmarks/checkpoints.md, "Checkpoint verification".
 
 A step without a manifest was written by an older tfjax, or the process died between orbax's
 rename and the manifest: its files are complete (orbax's rename is atomic) but unverified, so

@@ -2,7 +2,7 @@
 
 The train step (steps.make_train_step) never applies a non-finite update: when the loss or the
 global gradient norm is NaN/inf, params and optimizer state stay as they were and the step
-reports `train/nonfinite` = 1. The loop (train.py) then either
+reports `train/nonfinite_steps` = 1. The loop (train.py) then either
 
 * stops (default): writes `{"step": N, "train/diverged": 1}` to metrics.jsonl and raises
   `Diverged` naming step N; no checkpoint is written after it, so the newest checkpoint is the

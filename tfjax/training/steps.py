@@ -78,7 +78,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     loss, grad_norm = stats["loss_sum"] / weight, optax.global_norm(grads)
     # A NaN/inf loss or gradient is never applied: params and optimizer state stay as they were
-    # (tfjax/training/divergence.py; the loop stops or skips on train/nonfinite).
+    # (tfjax/training/divergence.py; the loop stops or skips on NONFINITE).
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     # pylint: disable-next=unnecessary-lambda-assignment
     keep_finite = lambda new, old: jnp.where(finite, new, old)
