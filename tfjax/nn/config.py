@@ -266,8 +266,8 @@ def resolve_auto(items: dict, platform: Optional[str] = None,
   xla: the kernels are not wrapped for a sharded batch yet (XLA cannot partition a Mosaic kernel:
   tests/aot/test_aot.py's v5e-4 train step). Where an xla-only attention feature is on
   (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks per call (its rule
-  says which implementation takes that feature). CPU: float32 and xla, the values CPU results
-  were measured with before 'auto' was the default, so they stay comparable."""
+  says which implementation takes that feature). CPU: float32 and xla, the values the CPU
+  tables (docs/benchmarks/cpu_training.md) were measured with, so new runs compare to them."""
   kind = platform_kind(platform)
   if num_devices is None:
     num_devices = jax.device_count() if platform is None else 1
