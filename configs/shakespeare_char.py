@@ -23,16 +23,12 @@ def get_config(arg=None):
     python experiments/train.py --config=configs/shakespeare_char.py:cpu \
         --workdir=runs/shakespeare_cpu
 
-  Expected (GPU): nanoGPT publishes best val loss 1.4697; tfjax 1.4736 at step 1750 (seed 0, one
-  H200, 5000 steps in 2.9 min with its evaluations, float32 and xla attention;
-  docs/benchmarks/gpu.md). On GPU/TPU it now computes in bfloat16 with float32 params
-  (model.dtype 'auto', nanoGPT's autocast precision), not yet measured; attention 'auto' (our
-  Pallas kernels, attention dropout applied inside them; the start-up line names it). The cpu
-  variant pins float32 and xla, the values its expected loss was measured with.
-  Expected (cpu): final val loss 1.91 at step 2000 (seed 0: 1.913 on the 20 eval batches; whole
-  validation split 1.906 mean of seeds 0-4, PyTorch's recipe 1.907). nanoGPT's published "~1.88"
-  is one 20-batch draw, whose seed-to-seed std is ~0.02. Run times and seeds:
-  docs/benchmarks/cpu_training.md.
+  Expected validation losses, beside nanoGPT's published ones, with their run times, seeds and
+  precision: the shakespeare-char rows of docs/benchmarks/gpu.md (GPU) and
+  docs/benchmarks/cpu_training.md (cpu). The cpu variant pins float32 and xla, as its rows were
+  measured; on GPU/TPU model.dtype and attention_impl are 'auto' (bfloat16 compute with float32
+  params, nanoGPT's autocast precision; the start-up line names the attention that runs), which
+  the GPU table's float32 / xla row does not cover.
   """
   if arg not in (None, "", "cpu"):
     raise ValueError(f"configs/shakespeare_char.py takes no argument or 'cpu', got {arg!r}")

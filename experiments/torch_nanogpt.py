@@ -67,7 +67,7 @@ def params_from_torch(model, params, mc):
   # Copies: a NumPy view of a torch tensor, put on the CPU device, could alias torch's memory and
   # change under torch's in-place optimizer step.
   w = {k: v.detach().numpy().copy() for k, v in model.named_parameters()}
-  d, heads = mc.d_model, mc.num_heads
+  d, heads = mc.d_model, mc.attention.num_heads
   out = {"embed": {"tokens": {"embedding": w["wte.weight"]},
                    "positions": {"embedding": w["wpe.weight"]}},
          "decoder": {"final_norm": {"scale": w["ln_f.weight"]}}}

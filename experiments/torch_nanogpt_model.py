@@ -21,10 +21,11 @@ def check_nanogpt_shaped(mc, allow_dropout: bool = False) -> None:
           "tie_embeddings": True, "scaled_residual_init": True}
   if not allow_dropout:
     want.update(dropout=0.0, attention_dropout=0.0)
-  wrong = {k: getattr(mc, k) for k, v in want.items() if getattr(mc, k) != v}
-  if mc.num_kv_heads not in (None, mc.num_heads):
-    wrong["num_kv_heads"] = mc.num_kv_heads
-    want["num_kv_heads"] = mc.num_heads
+  flat = mc.to_flat()  # the config.model keys the message names
+  wrong = {k: flat[k] for k, v in want.items() if flat[k] != v}
+  if mc.attention.num_kv_heads not in (None, mc.attention.num_heads):
+    wrong["num_kv_heads"] = mc.attention.num_kv_heads
+    want["num_kv_heads"] = mc.attention.num_heads
   if wrong:
     raise ValueError(f"torch_nanogpt.py compares nanoGPT-shaped decoders only (dropout only in "
                      f"--mode=reference); the config has {wrong}, needs "
@@ -41,11 +42,11 @@ def nanogpt_lr(it, opt, total_steps):
 
 def torch_gpt(mc):
   """nanoGPT's GPT for model config `mc`: mc.dropout on embeddings and residual branches,
-  mc.attention_dropout on the attention probabilities (both active in train() mode only)."""
+  mc.attention.dropout on the attention probabilities (both active in train() mode only)."""
   import torch  # pylint: disable=import-outside-toplevel
   from torch import nn  # pylint: disable=import-outside-toplevel
   import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
-  d, heads = mc.d_model, mc.num_heads
+  d, heads = mc.d_model, mc.attention.num_heads
 
   def dropout():  # Identity at rate 0: no random draws, so dropout-free runs replay exactly
     return nn.Dropout(mc.dropout) if mc.dropout else nn.Identity()
@@ -56,15 +57,15 @@ def torch_gpt(mc):
       self.ln_1, self.ln_2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
       self.c_attn = nn.Linear(d, 3 * d, bias=False)
       self.attn_proj = nn.Linear(d, d, bias=False)
-      self.c_fc = nn.Linear(d, mc.d_ff, bias=False)
-      self.mlp_proj = nn.Linear(mc.d_ff, d, bias=False)
+      self.c_fc = nn.Linear(d, mc.feed_forward.d_ff, bias=False)
+      self.mlp_proj = nn.Linear(mc.feed_forward.d_ff, d, bias=False)
       self.attn_dropout, self.mlp_dropout = dropout(), dropout()
 
     def forward(self, x_BxLxD):
       b, length, _ = x_BxLxD.shape
       qkv = self.c_attn(self.ln_1(x_BxLxD)).split(d, dim=2)
       q, k, v = (t.view(b, length, heads, d // heads).transpose(1, 2) for t in qkv)
-      rate = mc.attention_dropout if self.training else 0.0
+      rate = mc.attention.dropout if self.training else 0.0
       y = F.scaled_dot_product_attention(q, k, v, dropout_p=rate, is_causal=True)
       y = self.attn_proj(y.transpose(1, 2).reshape(b, length, d))
       x_BxLxD = x_BxLxD + self.attn_dropout(y)

@@ -54,9 +54,8 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/ffn.py --scale=medium \\
         --workdir=runs/ablations/ffn_medium --parallel=2
 
-  Points: 16 smoke, 24 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
-  3.7 min (measured at ab6f6c5), medium 58 min (measured); on one H200 with --parallel=12 (as
-  scripts/gpu_session.sh sweeps), medium 2.0 min; full: one GPU, not measured.
+  Points: 16 smoke, 24 medium and full. Expected runtime: docs/ablations.md (each sweep's results
+  line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/ffn_<scale>.jsonl); every
   arm has 8 d_model^2 FFN weights (294,912 at medium scale).
   """

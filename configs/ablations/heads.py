@@ -69,9 +69,8 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/heads.py --scale=medium \\
         --workdir=runs/ablations/heads_medium --parallel=2
 
-  Points: 20 smoke, 30 medium and full. Expected runtime on 2 CPU cores with --parallel=2: smoke
-  4.5 min (measured at ab6f6c5), medium 60 min (measured); on one H200 with --parallel=12 (as
-  scripts/gpu_session.sh sweeps), medium 1.9 min; full: one GPU, not measured.
+  Points: 20 smoke, 30 medium and full. Expected runtime: docs/ablations.md (each sweep's results
+  line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/heads_<scale>.jsonl).
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))

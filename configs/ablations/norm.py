@@ -176,9 +176,9 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 56 smoke, 84 medium, 216 full. Expected runtime on 2 CPU cores with --parallel=2:
-  smoke 6.4 min, medium 60 min (both measured at ab6f6c5); full: one GPU, not measured. Results and
-  verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
+  Points: 56 smoke, 84 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
+  line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
+  Results and verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """
   scale = _lm.check_scale(scale, "norm.py")
   grid = GRID[scale]

@@ -1,6 +1,8 @@
 """tfjax.aot.kernel_model: kernels, FLOPs and bytes read off an optimized GPU HLO module, and the
 kernel-sum step time, checked against counts done by hand on a small module."""
 
+import types
+
 import pytest
 
 from tfjax.aot import kernel_model, targets
@@ -91,7 +93,8 @@ def test_attention_rate_is_the_nearest_benchmarked_case():
 
 def test_attention_flops_follow_the_benchmark_convention():
   class Cfg:  # a 2-layer decoder, 4 heads of 8
-    family, num_layers, num_heads, dim_per_head, decoder_layers = "decoder", 2, 4, 8, 0
+    family, num_layers, dim_per_head, decoder_layers = "decoder", 2, 8, 0
+    attention = types.SimpleNamespace(num_heads=4)
   causal, full = kernel_model.attention_flops(Cfg, rows_per_device=3, seq_len=16, what="train")
   assert full == 0.0
   assert causal == 2 * (4 * 3 * 16 ** 2 * 4 * 8) / 2 * 3.5

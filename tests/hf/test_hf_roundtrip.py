@@ -82,7 +82,7 @@ def test_gemma3_exports_its_window_pattern(tmp_path):
   run, model, out_dir = _round_trip(tmp_path, "gemma3-2-layers")
   ids = parity._ids()  # the imported run computes transformers' logits too
   parity._assert_close(parity._tfjax_logits(run, ids), parity._hf_logits(model, ids))
-  assert run.model_config.window_pattern == 6 and run.model_config.window == 4
+  assert run.model_config.attention.window_pattern == 6 and run.model_config.attention.window == 4
   config = json.load(open(os.path.join(out_dir, "config.json"), encoding="utf-8"))
   assert config["sliding_window_pattern"] == 6 and config["layer_types"] == [S, S]
 

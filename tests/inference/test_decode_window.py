@@ -166,8 +166,8 @@ def test_modes():
   assert decode_window.mode(learned, 5, 4) == "slide"
   assert decode_window.mode(config(position="sinusoidal"), 8, 1) == "slide"
   assert decode_window.mode(rope, 8, 1) == "window"
-  assert decode_window.windowed_config(rope).window == MAX_LEN
-  assert decode_window.windowed_config(config(position="rope", window=3)).window == 3
+  assert decode_window.windowed_config(rope).attention.window == MAX_LEN
+  assert decode_window.windowed_config(config(position="rope", window=3)).attention.window == 3
 
 
 def test_encoder_inputs_longer_than_a_learned_table_still_raise():

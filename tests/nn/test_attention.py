@@ -223,7 +223,7 @@ def test_multi_head_attention_matches_numpy(name):
                      kv_segment_ids=None if kv_seg is None else jnp.asarray(kv_seg),
                      positions=None if positions is None else jnp.asarray(positions))
   params = random_params(module, x, kv, seed=12, scale=0.4, **call_kwargs)
-  assert all(("bias" in p) == cfg.attention_bias for p in params.values())
+  assert all(("bias" in p) == cfg.attention.bias for p in params.values())
   y, state = module.apply({"params": params}, x, kv, mutable=["intermediates"], **call_kwargs)
   (weights,) = state["intermediates"]["attention_weights"]
   y_plain = module.apply({"params": params}, x, kv, **call_kwargs)
@@ -232,13 +232,13 @@ def test_multi_head_attention_matches_numpy(name):
   relative = not cross
   expected_y, expected_w = np_mha(
       to_numpy(params), x, kv, causal=case.get("causal", False),
-      window=cfg.window if case.get("causal") else None,
+      window=cfg.attention.window if case.get("causal") else None,
       q_seg=seg, kv_seg=kv_seg, positions=positions,
-      rope=cfg.position if relative and cfg.position.startswith("rope") else None,
-      slopes=_alibi_reference_slopes(cfg.num_heads)
-      if relative and cfg.position == "alibi" else None)
+      rope=cfg.positions.kind if relative and cfg.positions.kind.startswith("rope") else None,
+      slopes=_alibi_reference_slopes(cfg.attention.num_heads)
+      if relative and cfg.positions.kind == "alibi" else None)
   weights = np.asarray(weights)
-  assert weights.shape == (2, cfg.num_heads, T, 7 if cross else T)
+  assert weights.shape == (2, cfg.attention.num_heads, T, 7 if cross else T)
   np.testing.assert_allclose(weights, expected_w, rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(np.asarray(y), expected_y, rtol=2e-5, atol=2e-5)
   sums = weights.sum(-1)

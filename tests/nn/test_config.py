@@ -52,13 +52,14 @@ def test_unknown_config_key_is_named_with_the_valid_keys():
 def test_config_dict_round_trip_builds_the_same_config():
   cfg = default_model_config(d_model=16, num_heads=2, num_kv_heads=1, window=3)
   built = ModelConfig.from_config(cfg)
-  assert built.attention.kv_heads == 1 and built.window == 3 and built.dim_per_head == 8
+  assert built.attention.kv_heads == 1 and built.attention.window == 3
+  assert built.dim_per_head == 8
   assert ModelConfig.from_config(default_model_config()) == ModelConfig()
 
 
 def test_flat_keys_route_to_their_owners_and_back():
-  """Every flat key is owned by exactly one place, reads back as `cfg.<key>` from there, and a
-  config survives the trip through its flat keys."""
+  """Every flat key is owned by exactly one place, reads back from there (`cfg.<key>` is an error
+  naming the one spelling), and a config survives the trip through its flat keys."""
   cfg = tiny_config(position="rope", rope_scaling="llama3", rope_scaling_factor=8.0,
                     rope_original_max_len=8, rope_low_freq_factor=1.0, num_kv_heads=1, window=4,
                     norm="rmsnorm", norm_eps=1e-6, ffn="swiglu", d_ff=24, attention_softcap=5.0)
@@ -69,7 +70,14 @@ def test_flat_keys_route_to_their_owners_and_back():
       "rope", "llama3", 8.0)
   flat = cfg.to_flat()
   assert sorted(flat) == sorted(FLAT_KEYS) and len(set(FLAT_KEYS)) == len(FLAT_KEYS)
-  assert all(getattr(cfg, key) == value for key, value in flat.items())
+  assert (flat["num_kv_heads"], flat["window"], flat["rope_scaling_factor"]) == (1, 4, 8.0)
+  with pytest.raises(AttributeError, match=r"no attribute 'num_heads': read cfg\.attention\."
+                                           r"num_heads \(model\.num_heads is the flat"):
+    cfg.num_heads  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match=r"read cfg\.positions\.rope\.base"):
+    cfg.rope_base  # pylint: disable=pointless-statement
+  with pytest.raises(AttributeError, match=r"^'ModelConfig' object has no attribute 'nmu_heads'$"):
+    cfg.nmu_heads  # pylint: disable=pointless-statement
   assert ModelConfig.from_flat(flat) == cfg
   owned = [key for section in SECTIONS.values() for key in section.flat_keys()]
   assert len(owned) == len(set(owned)) and not set(owned) & set(ModelConfig.__dataclass_fields__)
@@ -120,4 +128,26 @@ def test_every_config_files_model_keys_reach_their_owners(name):
   model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
   built = ModelConfig.from_config(model)
   # dtype / attention_impl 'auto' read back as this platform's values (test_platform_defaults)
-  assert {k: getattr(built, k) for k in model} == resolve_auto(model)
+  assert {k: built.to_flat()[k] for k in model} == resolve_auto(model)
+
+
+def test_optional_keys_are_typed_command_line_placeholders():
+  """Each key whose default is None is a placeholder of its field's Optional[X] type (as the
+  three-times-declared OPTIONAL tables gave them), so `--config.model.<key>=value` parses."""
+  from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
+  expected = {"num_decoder_layers": int, "logits_softcap": float, "share_positions": bool,
+              "num_kv_heads": int, "head_dim": int, "attention_out_bias": bool, "window": int,
+              "window_pattern": int, "attention_scale": float, "attention_softcap": float,
+              "position_init_std": float, "rope_original_max_len": int,
+              "rope_attention_factor": float, "rope_local_base": float}
+  defaults = ModelConfig().to_flat()
+  assert sorted(k for k, v in defaults.items() if v is None) == sorted(expected)
+  cfg = default_model_config()
+  for key, kind in expected.items():
+    field = cfg._fields[key]  # pylint: disable=protected-access
+    assert isinstance(field, config_dict.FieldReference) and field.get_type() is kind, key
+  flags = config_dict.ConfigDict({"model": default_model_config(d_model=16, num_heads=2)})
+  with pytest.raises(TypeError):
+    flags.model.window = "wide"  # a typed placeholder rejects a value of the wrong type
+  flags.model.window = 8
+  assert ModelConfig.from_config(flags.model).attention.window == 8

@@ -34,7 +34,7 @@ def test_sandwich_norm_is_pre_and_post_norm_around_each_sublayer():
                     ffn="gelu_tanh")
   x = rand((2, 4, 16), seed=2)
   y, p = run_layer(cfg, x)
-  n = lambda h, name: np_norm(h, p[name], "rmsnorm", cfg.norm_eps, True)
+  n = lambda h, name: np_norm(h, p[name], "rmsnorm", cfg.norms.eps, True)
   h = x + n(np_attention(p["self_attention"], n(x, "self_attention_norm")),
             "self_attention_post_norm")
   expected = h + n(np_ffn(n(h, "ffn_norm"), p["ffn"]), "ffn_post_norm")
@@ -74,7 +74,7 @@ def test_parallel_block_matches_numpy(shared):
   cfg = tiny_config(parallel_block=True, parallel_shared_norm=shared, ffn="gelu_tanh")
   x = rand((2, 4, 16), seed=5)
   y, p = run_layer(cfg, x)
-  n = lambda h, name: np_norm(h, p[name], "layernorm", cfg.norm_eps, False)
+  n = lambda h, name: np_norm(h, p[name], "layernorm", cfg.norms.eps, False)
   assert ("ffn_norm" in p) == (not shared)
   ffn_in = n(x, "self_attention_norm" if shared else "ffn_norm")
   expected = x + np_attention(p["self_attention"], n(x, "self_attention_norm")) + np_ffn(
@@ -108,7 +108,7 @@ def test_deepnorm_layer_is_post_norm_of_alpha_x_plus_f_and_beta_scales_the_init(
   h = np.asarray(x, np.float64)
   for i in range(2):
     q = p[f"layers_{i}"]
-    n = lambda v, name: np_norm(v, q[name], "layernorm", cfg.norm_eps, False)
+    n = lambda v, name: np_norm(v, q[name], "layernorm", cfg.norms.eps, False)
     h = n(alpha * h + np_attention(q["self_attention"], h), "self_attention_norm")
     h = n(alpha * h + np_ffn(h, q["ffn"]), "ffn_norm")
   np.testing.assert_allclose(y, h, rtol=2e-5, atol=2e-5)

@@ -567,16 +567,16 @@ def test_embedder_matches_numpy(overrides):
   p = to_numpy(params)
   y = np.asarray(module.apply({"params": params}, *args, **kwargs))
   x = p["tokens"]["embedding"][toks] * (np.sqrt(16) if cfg.embed_scale else 1.0)
-  if cfg.position == "learned":
+  if cfg.positions.kind == "learned":
     x = x + p["positions"]["embedding"][positions]
-  if cfg.position == "sinusoidal":
+  if cfg.positions.kind == "sinusoidal":
     i = np.arange(8)
     angles = positions[..., None] / 10000.0 ** (2 * i / 16)
     x = x + np.stack([np.sin(angles), np.cos(angles)], -1).reshape(2, 4, 16)
   if cfg.type_vocab_size:
     x = x + p["token_types"]["embedding"][types]
   if cfg.embed_norm:
-    x = np_norm(x, p["norm"], "layernorm", cfg.norm_eps)
+    x = np_norm(x, p["norm"], "layernorm", cfg.norms.eps)
   np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-5)
 
 

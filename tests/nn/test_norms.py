@@ -54,7 +54,7 @@ def test_norm_statistics_in_float32_for_bfloat16():
   y = module.apply({"params": params}, jnp.asarray(x, jnp.bfloat16))
   assert y.dtype == jnp.bfloat16
   expected = np_norm(np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64), to_numpy(params),
-                     "rmsnorm", cfg.norm_eps)
+                     "rmsnorm", cfg.norms.eps)
   np.testing.assert_allclose(np.asarray(y, np.float32), expected, rtol=2e-2, atol=2e-2)
 
 

@@ -116,9 +116,11 @@ def test_rope_extensions_rescale_by_the_length_ratio_and_are_the_identity_at_l(t
       cfg.replace(rope_scaling="linear", rope_scaling_factor=2.0), params, tokens, 64, 32),
       rel=1e-4)
   yarn = length_eval.rope_extension_config(cfg, "yarn", 64, 16)
-  assert (yarn.rope_scaling_factor, yarn.rope_original_max_len) == (4.0, 16)
+  yarn = yarn.positions.rope
+  assert (yarn.scaling_factor, yarn.original_max_len) == (4.0, 16)
   dynamic = length_eval.rope_extension_config(cfg, "dynamic", 64, 16)
-  assert (dynamic.rope_scaling_factor, dynamic.rope_original_max_len) == (1.0, 16)
+  dynamic = dynamic.positions.rope
+  assert (dynamic.scaling_factor, dynamic.original_max_len) == (1.0, 16)
   with pytest.raises(ValueError, match="rescales an unscaled RoPE model"):
     length_eval.rope_extension_config(cfg.replace(position="alibi"), "linear", 32, 16)
 

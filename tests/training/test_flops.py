@@ -16,7 +16,7 @@ def test_flops_per_token_is_nanogpts_estimate_for_its_recipes(arg, published_mil
   parameters less the position table, which train.py prints ("number of parameters: 10.65M" for
   shakespeare-char). Written here from nanoGPT's modules (65 characters, no biases)."""
   cfg = load_config("shakespeare_char", arg, vocab_size=65)
-  d, layers, heads, context = cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.max_len
+  d, layers, heads, context = cfg.d_model, cfg.num_layers, cfg.attention.num_heads, cfg.max_len
   block = 2 * d + d * 3 * d + d * d + 2 * d * 4 * d  # ln_1, ln_2, c_attn, c_proj, c_fc, c_proj
   n = 65 * d + layers * block + d  # wte (tied head), blocks, ln_f
   if published_millions is not None:

@@ -174,8 +174,8 @@ def check_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
 # ---- Memory planning ---------------------------------------------------------------------------
 def _hand_activations(cfg, rows, seq, tensor):
   """The documented formula (tfjax/training/params.py) for a decoder, remat none, xla attention."""
-  d, h, kv, dh, f, v = cfg.d_model, cfg.num_heads, cfg.attention.kv_heads, cfg.dim_per_head, \
-      cfg.d_ff, cfg.vocab_size
+  d, h, kv, dh, f, v = cfg.d_model, cfg.attention.num_heads, cfg.attention.kv_heads, \
+      cfg.dim_per_head, cfg.feed_forward.d_ff, cfg.vocab_size
   tokens = rows * seq
   layer = (4 * d + (2 * h * dh + 2 * kv * dh + 3 * f) / tensor) * tokens * 4
   layer += h / tensor * seq * seq * rows * 4

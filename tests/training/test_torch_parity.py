@@ -89,7 +89,7 @@ def tiny_recipe(tmp_path, **train):
 def test_reference_loop_reports_the_val_curve_and_its_best(tmp_path):
   from torch_nanogpt_reference import run_reference  # pylint: disable=import-outside-toplevel
   config, exp = tiny_recipe(tmp_path)
-  assert exp.model_config.dropout == exp.model_config.attention_dropout == 0.2  # nanoGPT's
+  assert exp.model_config.dropout == exp.model_config.attention.dropout == 0.2  # nanoGPT's
   result = run_reference(config, exp, 7, device="auto", use_compile=False, warmup_steps=2)
   assert sorted(result["evals"]) == [0, 3, 6, 7]
   vals = {step: e["val"] for step, e in result["evals"].items()}

@@ -119,8 +119,8 @@ def trip_count(while_line: str, bodies: dict) -> int:
     return int(known.group(1))
   condition = re.search(r"condition=%?([\w.\-]+)", while_line)
   lines = bodies.get(condition.group(1), []) if condition else []
-  constants = dict(re.findall(r"^\s*%?([\w.\-]+)\s*=\s*s32\[\]\S*\s+constant\((\d+)\)", "\n".join(lines),
-                              re.M))
+  constants = dict(re.findall(r"^\s*%?([\w.\-]+)\s*=\s*s32\[\]\S*\s+constant\((\d+)\)",
+                              "\n".join(lines), re.M))
   for line in lines:
     compare = re.search(r"ROOT.*compare\(%?([\w.\-]+),\s*%?([\w.\-]+)\),\s*direction=LT", line)
     if compare and compare.group(2) in constants:

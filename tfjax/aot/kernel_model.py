@@ -191,7 +191,7 @@ def attention_flops(cfg, rows_per_device: float, seq_len: int, what: str) -> tup
   """(causal, non-causal) attention FLOPs of one call per device, in the benchmark's convention:
   each self- or cross-attention 4 x rows x L^2 x heads x head_dim forward (halved when causal),
   3.5x that for a training step."""
-  per_attention = 4.0 * rows_per_device * seq_len ** 2 * cfg.num_heads * cfg.dim_per_head
+  per_attention = 4.0 * rows_per_device * seq_len ** 2 * cfg.attention.num_heads * cfg.dim_per_head
   scale = 3.5 if what == "train" else 1.0
   if cfg.family == "decoder":
     return cfg.num_layers * per_attention / 2 * scale, 0.0

@@ -26,7 +26,8 @@ import re
 CATEGORIES = (
     ("attention", re.compile(r"flash|attention|mha|cudnn.*fmha|fmha")),
     ("matmul", re.compile(r"gemm|cublas|cutlass|xmma|nvjet|\bdot\b|dot[._]|matmul")),
-    ("collective", re.compile(r"nccl|psum|all-reduce|all-gather|reduce-scatter|all-to-all|permute")),
+    ("collective",
+     re.compile(r"nccl|psum|all-reduce|all-gather|reduce-scatter|all-to-all|permute")),
     ("memcpy", re.compile(r"memcpy|memset")),
     ("reduction", re.compile(r"reduce|reduction")),
     ("copy/transpose", re.compile(r"copy|transpose")),

@@ -118,8 +118,8 @@ class Report:
 def build_report(program, measured: Measured, target: Target) -> Report:
   num_devices = target.devices
   analytic = analytic_flops(program, num_devices)
-  roof = roofline(target.peak, program.experiment.model_config.dtype, measured.flops, analytic, measured.hbm_bytes_accessed,
-                  hlo.wire_bytes(measured.collectives))
+  roof = roofline(target.peak, program.experiment.model_config.dtype, measured.flops, analytic,
+                  measured.hbm_bytes_accessed, hlo.wire_bytes(measured.collectives))
   fits = measured.memory["total"] <= target.peak.hbm_bytes
   verdict = ""
   if not fits:

@@ -36,10 +36,10 @@ def analytic_flops(program, num_devices: int) -> float:
 
 def minimum_collectives(program) -> dict[str, float]:
   """kind -> bytes per step that the layout needs at least (in the model's compute dtype), per
-  device and in the whole-buffer convention of tfjax.aot.hlo: DP one all-reduce of the gradients; FSDP an all-gather of the
-  parameters forward and again backward plus a reduce-scatter of the gradients; TP (Megatron) one
-  all-reduce of the [rows, length, d_model] activations per attention and per FFN sublayer,
-  forward and backward."""
+  device and in the whole-buffer convention of tfjax.aot.hlo: DP one all-reduce of the gradients;
+  FSDP an all-gather of the parameters forward and again backward plus a reduce-scatter of the
+  gradients; TP (Megatron) one all-reduce of the [rows, length, d_model] activations per attention
+  and per FFN sublayer, forward and backward."""
   sizes = dict(program.placement.mesh.shape)
   data, fsdp, tensor = sizes["data"], sizes["fsdp"], sizes["tensor"]
   params = program.args[0].params if program.what == "train" else program.args[0]

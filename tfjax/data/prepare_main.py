@@ -48,7 +48,9 @@ def parse_args(argv):
   p.add_argument("--overwrite", action="store_true",
                  help="replace an earlier prepare in --output (it is kept until the new one is "
                       "finished; without this flag it is never touched)")
-  p.add_argument("--shard_mb", type=float, default=64.0, help="text megabytes per shard (at most 2 x workers shards of text are in memory at once)")
+  p.add_argument("--shard_mb", type=float, default=64.0,
+                 help="text megabytes per shard (at most 2 x workers shards of text are in "
+                      "memory at once)")
   p.add_argument("--dtype", default="auto", help="auto | uint16 | uint32")
   p.add_argument("--bad_utf8", default="replace", help="bytes that are not UTF-8: replace | "
                  "skip (the document) | error")
@@ -70,12 +72,12 @@ def _fail(message: str):
 def main(argv=None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   try:
-    manifest = prepare_lib.prepare(args.input, args.tokenizer, args.output, text_field=args.text_field,
-                       workers=args.workers, val_fraction=args.val_fraction,
-                       val_docs=args.val_docs, shard_mb=args.shard_mb, dtype=args.dtype,
-                       bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
-                       append_eos=args.append_eos, progress=args.progress,
-                       min_val_tokens=args.min_val_tokens, overwrite=args.overwrite)
+    manifest = prepare_lib.prepare(
+        args.input, args.tokenizer, args.output, text_field=args.text_field,
+        workers=args.workers, val_fraction=args.val_fraction, val_docs=args.val_docs,
+        shard_mb=args.shard_mb, dtype=args.dtype, bad_utf8=args.bad_utf8, txt_docs=args.txt_docs,
+        append_eos=args.append_eos, progress=args.progress,
+        min_val_tokens=args.min_val_tokens, overwrite=args.overwrite)
   except (ValueError, FileNotFoundError, NotADirectoryError) as e:
     if os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0"):
       raise

@@ -2,9 +2,10 @@
 `data.name='prepared'`, `data.path=DIR`.
 
 Shards stay on disk: a batch reads only its own rows' tokens (tfjax.data.manifest.TokenFile, from
-the page cache once warm), so memory does not grow with the corpus. The multi-host contract of tfjax.data.datasets holds: row r
-of training batch i is a pure function of (seed, i, r), drawn with the same counter-based hash, so
-each process reads only its rows and resuming needs only the batch index.
+the page cache once warm), so memory does not grow with the corpus. The multi-host contract of
+tfjax.data.datasets holds: row r of training batch i is a pure function of (seed, i, r), drawn
+with the same counter-based hash, so each process reads only its rows and resuming needs only the
+batch index.
 
   mode='random': a window of L+1 tokens (L for mlm) uniform over every window that lies inside
     one shard (nanoGPT's sampling; documents are back to back, each ended by the tokenizer's

@@ -123,7 +123,8 @@ def _txt_documents(path, txt_docs, bad_utf8, stats):
 def _jsonl_documents(path, text_field, bad_utf8, stats):
   with _open_binary(path) as f:
     for number, line in enumerate(f, start=1):
-      stats.bytes_read += len(line)  # uncompressed: the bar (over file sizes) is approximate for .gz/.zst
+      # Uncompressed bytes: the bar (over file sizes) is approximate for .gz/.zst.
+      stats.bytes_read += len(line)
       if not line.strip():
         continue
       where = f"{path}:{number}"

@@ -19,8 +19,9 @@ BOS doubles as the [CLS] token of classification rows.
 
 Determinism: training row r of batch `index` comes from np.random.default_rng([seed, 0, index, r])
 and evaluation row r of batch b at test length n from default_rng([eval_seed, 1, n, b, r]): pure
-functions of those numbers (the multi-host contract of tfjax.data.datasets), and the stream tag (0 vs 1)
-keeps the eval examples' random streams disjoint from training ones whatever the two seeds are.
+functions of those numbers (the multi-host contract of tfjax.data.datasets), and the stream tag
+(0 vs 1) keeps the eval examples' random streams disjoint from training ones whatever the two
+seeds are.
 Training lengths are drawn uniformly from `train_lengths` (inclusive); evaluation has one group per
 test length, so training on <= N and testing up to 2N measures length generalization.
 

@@ -75,11 +75,12 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
+  heads, ffn = cfg.attention.num_heads, cfg.feed_forward
   out = dict(model_type=kind, vocab_size=cfg.vocab_size, d_model=cfg.d_model,
              encoder_layers=cfg.num_layers, decoder_layers=cfg.decoder_layers,
-             encoder_attention_heads=cfg.num_heads, decoder_attention_heads=cfg.num_heads,
-             encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-             activation_function=ACT_NAMES[cfg.ffn], max_position_embeddings=cfg.max_len,
+             encoder_attention_heads=heads, decoder_attention_heads=heads,
+             encoder_ffn_dim=ffn.d_ff, decoder_ffn_dim=ffn.d_ff,
+             activation_function=ACT_NAMES[ffn.activation], max_position_embeddings=cfg.max_len,
              scale_embedding=cfg.embed_scale, tie_word_embeddings=True, is_encoder_decoder=True)
   if kind == "marian":
     out.update(decoder_vocab_size=cfg.vocab_size, share_encoder_decoder_embeddings=True)
@@ -101,7 +102,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h = cfg.num_heads
+  h = cfg.attention.num_heads
   bart = has_learned_table(cfg)
   tokens = ("shared", "embedding") if bart else ("embed", "tokens", "embedding")
   out = [mapping.copy("model.shared.weight", tokens),
@@ -131,6 +132,6 @@ def rules(cfg: ModelConfig) -> list:
 
 def droppable(cfg: ModelConfig, name: str) -> bool:
   """The stacks' aliases of the shared table, the tied head, Marian's fixed sinusoid tables."""
-  sinusoids = cfg.position == "sinusoidal" and name.endswith("embed_positions.weight")
+  sinusoids = cfg.positions.kind == "sinusoidal" and name.endswith("embed_positions.weight")
   return sinusoids or name in ("model.encoder.embed_tokens.weight",
                                "model.decoder.embed_tokens.weight", "lm_head.weight")

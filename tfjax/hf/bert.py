@@ -54,8 +54,9 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="bert", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES[cfg.ffn],
+              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
+              intermediate_size=cfg.feed_forward.d_ff,
+              hidden_act=ACT_NAMES[cfg.feed_forward.activation],
               **cfg.norms.eps_to_hf("layer_norm_eps"), max_position_embeddings=cfg.max_len,
               type_vocab_size=cfg.type_vocab_size, tie_word_embeddings=True)
 
@@ -65,7 +66,7 @@ def export_prefix(cfg: ModelConfig) -> str:
 
 
 def rules(cfg: ModelConfig, prefix: str = "bert.") -> list:
-  h, p = cfg.num_heads, prefix
+  h, p = cfg.attention.num_heads, prefix
   emb = f"{p}embeddings."
   out = [mapping.copy(f"{emb}word_embeddings.weight", ("embed", "tokens", "embedding")),
          mapping.copy(f"{emb}position_embeddings.weight", ("embed", "positions", "embedding")),

@@ -74,15 +74,16 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
-  two_norms = cfg.parallel_block and not cfg.parallel_shared_norm
-  new = two_norms or cfg.attention.kv_heads not in (1, cfg.num_heads)
+  two_norms = cfg.parallel_block and not cfg.norms.parallel_shared_norm
+  new = two_norms or cfg.attention.kv_heads not in (1, cfg.attention.num_heads)
+  act = cfg.feed_forward.activation
   out = dict(model_type="falcon", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-             num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+             num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
              num_kv_heads=cfg.attention.kv_heads, new_decoder_architecture=new,
-             multi_query=cfg.attention.kv_heads == 1 and cfg.num_heads > 1,
+             multi_query=cfg.attention.kv_heads == 1 and cfg.attention.num_heads > 1,
              parallel_attn=cfg.parallel_block,
-             bias=cfg.attention_bias, ffn_hidden_size=cfg.d_ff,
-             activation=ACT_NAMES.get(cfg.ffn, cfg.ffn),
+             bias=cfg.attention.bias, ffn_hidden_size=cfg.feed_forward.d_ff,
+             activation=ACT_NAMES.get(act, act),
              **cfg.norms.eps_to_hf("layer_norm_epsilon"),
              max_position_embeddings=cfg.max_len, alibi=False,
              tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
@@ -117,7 +118,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h, kv = cfg.num_heads, cfg.attention.kv_heads
+  h, kv = cfg.attention.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("transformer.word_embeddings.weight", ("embed", "tokens", "embedding"))]
   out += _norm("transformer.ln_f", ("decoder", "final_norm"))
   if not cfg.tie_embeddings:
@@ -131,13 +132,13 @@ def rules(cfg: ModelConfig) -> list:
             mapping.heads_out(f"{hf}self_attention.dense.weight", att + ("out", "kernel"), h)]
     for name, path in (("dense_h_to_4h", "wi"), ("dense_4h_to_h", "wo")):
       out.append(mapping.linear(f"{hf}mlp.{name}.weight", tj + ("ffn", path, "kernel")))
-    if cfg.attention_bias:
+    if cfg.attention.bias:
       out += [grouped_qkv(f"{hf}self_attention.query_key_value.bias",
                           [p + ("bias",) for p in qkv], h, kv, weight=False),
               mapping.copy(f"{hf}self_attention.dense.bias", att + ("out", "bias")),
               mapping.copy(f"{hf}mlp.dense_h_to_4h.bias", tj + ("ffn", "wi", "bias")),
               mapping.copy(f"{hf}mlp.dense_4h_to_h.bias", tj + ("ffn", "wo", "bias"))]
-    if cfg.parallel_block and not cfg.parallel_shared_norm:
+    if cfg.parallel_block and not cfg.norms.parallel_shared_norm:
       out += _norm(f"{hf}ln_attn", tj + ("self_attention_norm",))
       out += _norm(f"{hf}ln_mlp", tj + ("ffn_norm",))
     else:

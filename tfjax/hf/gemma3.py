@@ -111,26 +111,28 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
-  if cfg.window is None:
+  if cfg.attention.window is None:
     raise UnsupportedError(f"model_type {kind!r} needs model.window (its sliding layers' window) "
                            "and model.window_pattern (every k-th layer global); set them "
                            "(gemma-3-1b: model.window=512, model.window_pattern=6)")
-  local = cfg.rope_base if cfg.rope_local_base is None else cfg.rope_local_base
+  rope, attention, act = cfg.positions.rope, cfg.attention, cfg.feed_forward.activation
+  local = rope.base if rope.local_base is None else rope.local_base
   return dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-      num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
-      intermediate_size=cfg.d_ff,
-      hidden_activation=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+      num_hidden_layers=cfg.num_layers, num_attention_heads=attention.num_heads,
+      num_key_value_heads=attention.kv_heads, head_dim=cfg.dim_per_head,
+      intermediate_size=cfg.feed_forward.d_ff,
+      hidden_activation=llama.ACT_NAMES.get(act, act),
       **cfg.norms.eps_to_hf("rms_norm_eps"),
       max_position_embeddings=cfg.max_len, tie_word_embeddings=cfg.tie_embeddings,
-      attention_bias=cfg.attention_bias, sliding_window=cfg.window,
+      attention_bias=attention.bias, sliding_window=attention.window,
       layer_types=["sliding_attention" if cfg.attention.is_sliding_layer(i) else "full_attention"
                    for i in range(cfg.num_layers)],
-      **({} if cfg.window_pattern is None else {"sliding_window_pattern": cfg.window_pattern}),
-      query_pre_attn_scalar=round(cfg.attention_scale ** -2),
-      attn_logit_softcapping=cfg.attention_softcap, final_logit_softcapping=cfg.logits_softcap,
-      rope_parameters={"full_attention": cfg.positions.rope.to_hf()["rope_parameters"],
+      **({} if attention.window_pattern is None else
+         {"sliding_window_pattern": attention.window_pattern}),
+      query_pre_attn_scalar=round(attention.scale ** -2),
+      attn_logit_softcapping=attention.softcap, final_logit_softcapping=cfg.logits_softcap,
+      rope_parameters={"full_attention": rope.to_hf()["rope_parameters"],
                        "sliding_attention": {"rope_type": "default", "rope_theta": local}})
 
 

@@ -45,13 +45,14 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="gpt2", vocab_size=cfg.vocab_size, n_embd=cfg.d_model,
-              n_layer=cfg.num_layers, n_head=cfg.num_heads, n_inner=cfg.d_ff,
-              activation_function=ACT_NAMES[cfg.ffn], **cfg.norms.eps_to_hf("layer_norm_epsilon"),
+              n_layer=cfg.num_layers, n_head=cfg.attention.num_heads, n_inner=cfg.feed_forward.d_ff,
+              activation_function=ACT_NAMES[cfg.feed_forward.activation],
+              **cfg.norms.eps_to_hf("layer_norm_epsilon"),
               n_positions=cfg.max_len, tie_word_embeddings=True)
 
 
 def rules(cfg: ModelConfig) -> list:
-  h = cfg.num_heads
+  h = cfg.attention.num_heads
   out = [mapping.copy("transformer.wte.weight", ("embed", "tokens", "embedding")),
          mapping.copy("transformer.wpe.weight", ("embed", "positions", "embedding")),
          mapping.copy("transformer.ln_f.weight", ("decoder", "final_norm", "scale")),

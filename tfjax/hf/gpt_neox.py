@@ -49,10 +49,11 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
+  act = cfg.feed_forward.activation
   return dict(model_type="gpt_neox", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
-              attention_bias=cfg.attention_bias, **cfg.norms.eps_to_hf("layer_norm_eps"),
+              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
+              intermediate_size=cfg.feed_forward.d_ff, hidden_act=ACT_NAMES.get(act, act),
+              attention_bias=cfg.attention.bias, **cfg.norms.eps_to_hf("layer_norm_eps"),
               use_parallel_residual=cfg.parallel_block, max_position_embeddings=cfg.max_len,
               tie_word_embeddings=cfg.tie_embeddings,
               **cfg.positions.rope.to_hf(with_fraction=True))
@@ -81,7 +82,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h = cfg.num_heads
+  h = cfg.attention.num_heads
   out = [mapping.copy("gpt_neox.embed_in.weight", ("embed", "tokens", "embedding"))]
   out += _norm("gpt_neox.final_layer_norm", ("decoder", "final_norm"))
   if not cfg.tie_embeddings:
@@ -93,7 +94,7 @@ def rules(cfg: ModelConfig) -> list:
     out.append(interleaved_qkv(f"{hf}attention.query_key_value.weight",
                                [p + ("kernel",) for p in qkv], h, weight=True))
     out.append(mapping.heads_out(f"{hf}attention.dense.weight", att + ("out", "kernel"), h))
-    if cfg.attention_bias:
+    if cfg.attention.bias:
       out.append(interleaved_qkv(f"{hf}attention.query_key_value.bias",
                                  [p + ("bias",) for p in qkv], h, weight=False))
       out.append(mapping.copy(f"{hf}attention.dense.bias", att + ("out", "bias")))

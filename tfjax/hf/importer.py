@@ -9,7 +9,8 @@ Memory: tensors stream one at a time from the memory-mapped safetensors files; e
 with the sharding the run's mesh gives it (FSDP over all devices by default), then dropped from
 host memory. The host holds one tensor in flight plus whatever of the model lives on host devices
 (on a CPU-only machine, the whole model once); the checkpoint is written array by array (no
-OCDBT), so the write adds about 0.2x the model (experiments/bench_hf_import.py).
+OCDBT), so the write adds a fraction of the model to the peak (measured by
+experiments/bench_hf_import.py: docs/benchmarks/hf_import.md).
 """
 
 from __future__ import annotations

@@ -122,39 +122,40 @@ def _gemma2(f: Fields, layer_types, head_dim) -> dict:
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
+  act = cfg.feed_forward.activation
   out = dict(
       model_type=kind, vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
       num_key_value_heads=cfg.attention.kv_heads, head_dim=cfg.dim_per_head,
-      intermediate_size=cfg.d_ff, hidden_act=ACT_NAMES.get(cfg.ffn, cfg.ffn),
+      intermediate_size=cfg.feed_forward.d_ff, hidden_act=ACT_NAMES.get(act, act),
       **cfg.norms.eps_to_hf("rms_norm_eps"), max_position_embeddings=cfg.max_len,
       tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
   if kind == "llama":
-    out.update(attention_bias=cfg.attention_bias, mlp_bias=cfg.ffn_bias)
+    out.update(attention_bias=cfg.attention.bias, mlp_bias=cfg.feed_forward.bias)
   if kind == "gemma":
-    if cfg.ffn == "geglu":
+    if act == "geglu":
       raise UnsupportedError(
           "model_type 'gemma' cannot express model.ffn='geglu' (exact-erf GeGLU): transformers' "
           "GemmaConfig runs hidden_act='gelu' as tanh GELU; train with model.ffn='geglu_tanh'")
-    out["attention_bias"] = cfg.attention_bias
+    out["attention_bias"] = cfg.attention.bias
   if kind == "mistral":
-    out["sliding_window"] = cfg.window
+    out["sliding_window"] = cfg.attention.window
   if kind in ("qwen2", "qwen3"):
     out.update(use_sliding_window=False, sliding_window=None)
   if kind == "qwen3":
-    out["attention_bias"] = cfg.attention_bias
+    out["attention_bias"] = cfg.attention.bias
   if kind == "gemma2":
     del out["hidden_act"]
-    out.update(hidden_activation=ACT_NAMES[cfg.ffn], attention_bias=cfg.attention_bias,
-               sliding_window=cfg.window,
-               query_pre_attn_scalar=round(cfg.attention_scale ** -2),
-               attn_logit_softcapping=cfg.attention_softcap,
+    out.update(hidden_activation=ACT_NAMES[act], attention_bias=cfg.attention.bias,
+               sliding_window=cfg.attention.window,
+               query_pre_attn_scalar=round(cfg.attention.scale ** -2),
+               attn_logit_softcapping=cfg.attention.softcap,
                final_logit_softcapping=cfg.logits_softcap)
   return out
 
 
 def rules(cfg: ModelConfig) -> list:
-  heads, kv = cfg.num_heads, cfg.attention.kv_heads
+  heads, kv = cfg.attention.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("model.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.copy("model.norm.weight", ("decoder", "final_norm", "scale"))]
   if not cfg.tie_embeddings:
@@ -164,9 +165,9 @@ def rules(cfg: ModelConfig) -> list:
     att = tj + ("self_attention",)
     for name, path, n in (("q", "query", heads), ("k", "key", kv), ("v", "value", kv)):
       out.append(mapping.heads_in(f"{hf}self_attn.{name}_proj.weight", att + (path, "kernel"), n))
-      if cfg.attention_bias:
+      if cfg.attention.bias:
         out.append(mapping.heads_bias(f"{hf}self_attn.{name}_proj.bias", att + (path, "bias"), n))
-    if cfg.qk_norm == "rmsnorm":  # Qwen3: one [head_dim] gain for every head
+    if cfg.attention.qk_norm == "rmsnorm":  # Qwen3: one [head_dim] gain for every head
       out += [mapping.copy(f"{hf}self_attn.q_norm.weight", att + ("query_norm", "scale")),
               mapping.copy(f"{hf}self_attn.k_norm.weight", att + ("key_norm", "scale"))]
     out.append(mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"), heads))
@@ -174,10 +175,10 @@ def rules(cfg: ModelConfig) -> list:
       out.append(mapping.copy(f"{hf}self_attn.o_proj.bias", att + ("out", "bias")))
     for name, path in (("gate_proj", "wi_gate"), ("up_proj", "wi"), ("down_proj", "wo")):
       out.append(mapping.linear(f"{hf}mlp.{name}.weight", tj + ("ffn", path, "kernel")))
-      if cfg.ffn_bias:
+      if cfg.feed_forward.bias:
         out.append(mapping.copy(f"{hf}mlp.{name}.bias", tj + ("ffn", path, "bias")))
     out.append(mapping.copy(f"{hf}input_layernorm.weight", tj + ("self_attention_norm", "scale")))
-    if cfg.norm_placement == "sandwich":
+    if cfg.norms.placement == "sandwich":
       norms = (("post_attention_layernorm", "self_attention_post_norm"),
                ("pre_feedforward_layernorm", "ffn_norm"),
                ("post_feedforward_layernorm", "ffn_post_norm"))

@@ -52,9 +52,10 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="opt", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               word_embed_proj_dim=cfg.d_model, num_hidden_layers=cfg.num_layers,
-              num_attention_heads=cfg.num_heads, ffn_dim=cfg.d_ff,
-              activation_function=bart.ACT_NAMES[cfg.ffn], enable_bias=cfg.attention_bias,
-              do_layer_norm_before=cfg.norm_placement == "pre",
+              num_attention_heads=cfg.attention.num_heads, ffn_dim=cfg.feed_forward.d_ff,
+              activation_function=bart.ACT_NAMES[cfg.feed_forward.activation],
+              enable_bias=cfg.attention.bias,
+              do_layer_norm_before=cfg.norms.placement == "pre",
               max_position_embeddings=cfg.max_len, tie_word_embeddings=True)
 
 
@@ -64,7 +65,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h, bias = cfg.num_heads, cfg.attention_bias
+  h, bias = cfg.attention.num_heads, cfg.attention.bias
   out = [mapping.copy("model.decoder.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.copy("model.decoder.embed_positions.weight",
                       ("embed", "positions", "embedding"))]

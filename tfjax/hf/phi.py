@@ -46,10 +46,11 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
+  act = cfg.feed_forward.activation
   return dict(model_type="phi", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.d_ff,
-              hidden_act=gpt_neox.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
+              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.feed_forward.d_ff,
+              hidden_act=gpt_neox.ACT_NAMES.get(act, act),
               **cfg.norms.eps_to_hf("layer_norm_eps"),
               max_position_embeddings=cfg.max_len, qk_layernorm=False,
               tie_word_embeddings=False, **cfg.positions.rope.to_hf(with_fraction=True))
@@ -61,7 +62,7 @@ def _norm(hf: str, path: tuple) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  heads, kv = cfg.num_heads, cfg.attention.kv_heads
+  heads, kv = cfg.attention.num_heads, cfg.attention.kv_heads
   out = [mapping.copy("model.embed_tokens.weight", ("embed", "tokens", "embedding")),
          mapping.linear("lm_head.weight", ("lm_head", "kernel")),
          mapping.copy("lm_head.bias", ("final_logits_bias",))]

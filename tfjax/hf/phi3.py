@@ -47,12 +47,13 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
+  act = cfg.feed_forward.activation
   return dict(model_type="phi3", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
-              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.d_ff,
-              hidden_act=llama.ACT_NAMES.get(cfg.ffn, cfg.ffn),
+              num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
+              num_key_value_heads=cfg.attention.kv_heads, intermediate_size=cfg.feed_forward.d_ff,
+              hidden_act=llama.ACT_NAMES.get(act, act),
               **cfg.norms.eps_to_hf("rms_norm_eps"),
-              max_position_embeddings=cfg.max_len, sliding_window=cfg.window,
+              max_position_embeddings=cfg.max_len, sliding_window=cfg.attention.window,
               tie_word_embeddings=cfg.tie_embeddings, **cfg.positions.rope.to_hf())
 
 
@@ -91,10 +92,10 @@ def rules(cfg: ModelConfig) -> list:
     out += [
         stacked_heads(f"{hf}self_attn.qkv_proj.weight",
                       [att + (p, "kernel") for p in ("query", "key", "value")],
-                      (cfg.num_heads, cfg.attention.kv_heads, cfg.attention.kv_heads),
+                      (cfg.attention.num_heads, cfg.attention.kv_heads, cfg.attention.kv_heads),
                       cfg.dim_per_head),
         mapping.heads_out(f"{hf}self_attn.o_proj.weight", att + ("out", "kernel"),
-                          cfg.num_heads),
+                          cfg.attention.num_heads),
         stacked_linear(f"{hf}mlp.gate_up_proj.weight",
                        [tj + ("ffn", "wi_gate", "kernel"), tj + ("ffn", "wi", "kernel")]),
         mapping.linear(f"{hf}mlp.down_proj.weight", tj + ("ffn", "wo", "kernel")),

@@ -44,7 +44,7 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   out = bert.config_to_hf(kind, cfg)
   out.update(model_type="roberta", max_position_embeddings=cfg.position_table_rows,
-             pad_token_id=cfg.position_offset - 1)
+             pad_token_id=cfg.positions.offset - 1)
   return out
 
 

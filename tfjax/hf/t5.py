@@ -55,10 +55,11 @@ def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
   return dict(model_type="t5", vocab_size=cfg.vocab_size, d_model=cfg.d_model,
               num_layers=cfg.num_layers, num_decoder_layers=cfg.decoder_layers,
-              num_heads=cfg.num_heads, d_kv=cfg.dim_per_head, d_ff=cfg.d_ff,
-              feed_forward_proj=FFN_NAMES[cfg.ffn], **cfg.norms.eps_to_hf("layer_norm_epsilon"),
-              relative_attention_num_buckets=cfg.relative_buckets,
-              relative_attention_max_distance=cfg.relative_max_distance,
+              num_heads=cfg.attention.num_heads, d_kv=cfg.dim_per_head, d_ff=cfg.feed_forward.d_ff,
+              feed_forward_proj=FFN_NAMES[cfg.feed_forward.activation],
+              **cfg.norms.eps_to_hf("layer_norm_epsilon"),
+              relative_attention_num_buckets=cfg.positions.relative_buckets,
+              relative_attention_max_distance=cfg.positions.relative_max_distance,
               tie_word_embeddings=cfg.tie_embeddings,
               scale_decoder_outputs=cfg.scale_tied_logits, is_encoder_decoder=True)
 
@@ -80,7 +81,7 @@ def _ffn(hf: str, path: tuple, gated: bool) -> list:
 
 
 def rules(cfg: ModelConfig) -> list:
-  h, gated = cfg.num_heads, cfg.ffn in GATED
+  h, gated = cfg.attention.num_heads, cfg.feed_forward.activation in GATED
   out = [mapping.copy("shared.weight", ("embed", "tokens", "embedding"))]
   if not cfg.tie_embeddings:
     out.append(mapping.linear("lm_head.weight", ("lm_head", "kernel")))

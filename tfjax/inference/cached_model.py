@@ -44,8 +44,8 @@ def init_cache(model_config: ModelConfig, batch: int, max_len: int,
     raise ValueError("an encoder_decoder cache needs encoder_len (the padded encoder length)")
   # The cache is sized by the dummy input; a window caps it, so never trace a longer dummy (unless
   # global layers of a window_pattern need the full length; their sliding layers cap their own).
-  sliding_only = cfg.window is not None and cfg.window_pattern is None
-  length = min(max_len, cfg.window) if sliding_only else max_len
+  sliding_only = cfg.attention.window is not None and cfg.attention.window_pattern is None
+  length = min(max_len, cfg.attention.window) if sliding_only else max_len
   tokens_BxL = jnp.zeros((batch, length), jnp.int32)
   model = build_model(cfg)
 

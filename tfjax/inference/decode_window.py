@@ -45,7 +45,7 @@ def mode(cfg: ModelConfig, longest_prompt: int, max_new_tokens: int) -> str:
 
 def windowed_config(cfg: ModelConfig) -> ModelConfig:
   """The model attending to at most the last max_len tokens (its own window if shorter)."""
-  return cfg.replace(window=min(cfg.window or cfg.max_len, cfg.max_len))
+  return cfg.replace(window=min(cfg.attention.window or cfg.max_len, cfg.max_len))
 
 
 def crop_prompts(prompts_BxP: np.ndarray, lengths_B: np.ndarray, max_len: int):

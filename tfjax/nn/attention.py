@@ -17,7 +17,7 @@ decode config's `attention_impl` (tfjax/inference/cached_model.py sets it).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Optional
+from typing import TYPE_CHECKING, Optional
 
 import flax.linen as nn
 
@@ -29,7 +29,7 @@ from tfjax.nn.norms import NORMS, Norm
 from tfjax.nn.relative_bias import t5_bias
 from tfjax.nn.positions import (alibi_slopes, apply_rope, position_kind, rope_frequencies,
                                  scaled_rope_frequencies)
-from tfjax.nn.sections import Section
+from tfjax.nn.sections import Section, flat_key
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -52,23 +52,14 @@ class AttentionConfig(Section):
   num_heads: int = 4
   num_kv_heads: Optional[int] = None
   head_dim: Optional[int] = None
-  bias: bool = True
-  out_bias: Optional[bool] = None
+  bias: bool = flat_key("attention_bias", True)
+  out_bias: Optional[bool] = flat_key("attention_out_bias", None)
   qk_norm: str = "none"
   window: Optional[int] = None
   window_pattern: Optional[int] = None
-  scale: Optional[float] = None
-  softcap: Optional[float] = None
-  dropout: float = 0.0
-
-  KEYS: ClassVar = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads",
-                    "head_dim": "head_dim", "attention_bias": "bias",
-                    "attention_out_bias": "out_bias", "qk_norm": "qk_norm", "window": "window",
-                    "window_pattern": "window_pattern", "attention_scale": "scale",
-                    "attention_softcap": "softcap", "attention_dropout": "dropout"}
-  OPTIONAL: ClassVar = {"num_kv_heads": int, "head_dim": int, "attention_out_bias": bool,
-                        "window": int, "window_pattern": int, "attention_scale": float,
-                        "attention_softcap": float}
+  scale: Optional[float] = flat_key("attention_scale", None)
+  softcap: Optional[float] = flat_key("attention_softcap", None)
+  dropout: float = flat_key("attention_dropout", 0.0)
 
   @property
   def kv_heads(self) -> int:

@@ -6,8 +6,11 @@ execution) and composes the sections each block owns, validated next to its math
 (positions.py, with RoPE's `positions.rope` in rope_config.py). Users spell every field as one
 flat `config.model.<key>`: `ModelConfig.from_config(config.model)` routes each flat key to its
 owner (an unknown key or an invalid value fails there, naming the key, the bad value and the valid
-choices), `cfg.<flat key>` reads it back from its owner, and `cfg.replace(<flat key>=...)` makes a
-variant (train, eval and decode are `.replace(deterministic=..., decode=...)` variants).
+choices), `cfg.to_flat()` gives them back, and `cfg.replace(<flat key>=...)` makes a variant
+(train, eval and decode are `.replace(deterministic=..., decode=...)` variants). Code reads a
+field from its owner (`cfg.attention.num_heads`), the one spelling: `cfg.num_heads` is an error
+naming it. Each field's flat key, default and command-line type are its dataclass declaration
+(tfjax/nn/sections.py).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tfjax.nn.norms import NORMS, PLACEMENTS, NormConfig
 from tfjax.nn.ops import ATTENTION_IMPLS
 from tfjax.nn.positions import POSITION_KINDS, SINUSOID_LAYOUTS, PositionConfig
 from tfjax.nn.rope_config import ROPE_SCALINGS
+from tfjax.nn.sections import Section
 
 __all__ = ["ATTENTION_IMPLS", "DTYPES", "FAMILIES", "FFNS", "GATED_FFNS", "INITS", "NORMS",
            "PLACEMENTS", "POSITIONS", "QK_NORMS", "REMATS", "ROPE_SCALINGS", "SINUSOID_LAYOUTS",
@@ -38,14 +42,13 @@ INITS = ("normal", "xavier_uniform")
 REMATS = ("none", "full", "dots")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 AUTO = "auto"  # config.model.dtype / attention_impl: chosen for the platform (resolve_auto)
-# The sections of ModelConfig and their classes.
-SECTIONS = {"attention": AttentionConfig, "feed_forward": FfnConfig, "norms": NormConfig,
-            "positions": PositionConfig}
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """The model-wide switches of tfjax and the blocks' sections. Field comments give the choices."""
+class ModelConfig(Section):
+  """The model-wide switches of tfjax and the blocks' sections. Field comments give the choices.
+
+  A Section whose fields are its own flat keys and whose nested sections own the others."""
   family: str = "decoder"            # encoder | decoder | encoder_decoder
   vocab_size: int = 256
   d_model: int = 128
@@ -82,19 +85,20 @@ class ModelConfig:
                                      # 'auto' (resolve_auto: bfloat16 on GPU/TPU, float32 on CPU)
   deterministic: bool = True         # False enables dropout (needs a 'dropout' rng)
   decode: bool = False               # KV-cache decoding (see tfjax/inference/decode.py)
-  # ---- the blocks' sections (flat keys in each class's KEYS) ----
+  # ---- the blocks' sections (their fields declare their flat keys) ----
   attention: AttentionConfig = AttentionConfig()
   feed_forward: FfnConfig = FfnConfig()
   norms: NormConfig = NormConfig()
   positions: PositionConfig = PositionConfig()
 
   def __getattr__(self, name: str):
-    """`cfg.<flat key>` of a section's field (`cfg.num_heads` is cfg.attention.num_heads): the
-    flat spelling of config.model reads back from the field's owner."""
-    getter = _FLAT_GETTERS.get(name)
-    if getter is None:
+    """Only missing attributes land here: a section's flat key names its one spelling."""
+    path = _SECTION_PATHS.get(name)
+    if path is None:
       raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-    return getter(self)
+    raise AttributeError(
+        f"ModelConfig has no attribute {name!r}: read cfg.{path} (model.{name} is the flat "
+        f"config.model spelling, for from_config, to_flat and replace)")
 
   # ---- derived ----
   @property
@@ -136,11 +140,7 @@ class ModelConfig:
   # ---- flat keys ----
   def to_flat(self) -> dict:
     """{flat key: value} of every field: the `config.model` this config is built from."""
-    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-           if f.name not in SECTIONS}
-    for name in SECTIONS:
-      out.update(getattr(self, name).flat())
-    return out
+    return self.flat()
 
   @classmethod
   def from_flat(cls, items: dict) -> "ModelConfig":
@@ -149,9 +149,7 @@ class ModelConfig:
     if unknown:
       raise ValueError(
           f"unknown model config key(s) {unknown}; valid keys are: {sorted(FLAT_KEYS)}")
-    own = {k: v for k, v in items.items() if k in _MODEL_WIDE}
-    sections = {name: section.from_flat(items) for name, section in SECTIONS.items()}
-    return cls(**own, **sections)
+    return super().from_flat(items)
 
   def replace(self, **kwargs) -> "ModelConfig":
     """A validated variant: flat keys (`window=8`, `decode=True`) or whole sections."""
@@ -180,7 +178,7 @@ class ModelConfig:
     if self.num_decoder_layers is not None and self.num_decoder_layers < 1:
       raise ValueError(f"model.num_decoder_layers={self.num_decoder_layers} must be a positive "
                        "integer, or None for num_layers")
-    for name in ("attention", "feed_forward", "norms", "positions"):
+    for name in SECTIONS:
       getattr(self, name).validate(self)
     self._validate_embeddings()
     self._validate_residual()
@@ -226,37 +224,17 @@ class ModelConfig:
                        "model.tie_embeddings=False; set tie_embeddings=True or leave it False")
 
 
-_MODEL_WIDE = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in SECTIONS)
-
-
-def _section_getters() -> dict:
-  """flat key -> function reading it from a ModelConfig's owning section."""
-  getters = {}
-
-  def add(section_cls, path):
-    for key, field in section_cls.KEYS.items():
-      getters[key] = lambda cfg, path=path, field=field: getattr(_walk(cfg, path), field)
-    for field, nested in section_cls.NESTED.items():
-      add(nested, path + (field,))
-
-  for name, section in SECTIONS.items():
-    add(section, (name,))
-  return getters
-
-
-def _walk(cfg, path):
-  for name in path:
-    cfg = getattr(cfg, name)
-  return cfg
-
-
-_FLAT_GETTERS = _section_getters()
+# The sections of ModelConfig and their classes.
+SECTIONS = dict(ModelConfig.nested_sections())
 # Every config.model key: the model-wide fields, then each section's.
-FLAT_KEYS = _MODEL_WIDE + tuple(_FLAT_GETTERS)
+FLAT_KEYS = ModelConfig.flat_keys()
+if len(set(FLAT_KEYS)) != len(FLAT_KEYS):  # two fields spelled alike: give one a flat_key(...)
+  raise TypeError(f"config.model keys declared twice: "
+                  f"{sorted({k for k in FLAT_KEYS if FLAT_KEYS.count(k) > 1})}")
+# A section's flat key -> its field's path (`num_heads` -> 'attention.num_heads').
+_SECTION_PATHS = {f.key: ".".join(f.path) for f in ModelConfig.flat_fields() if len(f.path) > 1}
 # Optional keys (default None) and their type, for typed command-line placeholders.
-_OPTIONAL_FIELDS = {"num_decoder_layers": int, "logits_softcap": float, "share_positions": bool}
-for _section in SECTIONS.values():
-  _OPTIONAL_FIELDS.update(_section.optional_types())
+_OPTIONAL_FIELDS = ModelConfig.optional_types()
 
 
 def platform_kind(platform: Optional[str] = None) -> str:
@@ -288,8 +266,8 @@ def resolve_auto(items: dict, platform: Optional[str] = None,
   xla: the kernels are not wrapped for a sharded batch yet (XLA cannot partition a Mosaic kernel:
   tests/aot/test_aot.py's v5e-4 train step). Where an xla-only attention feature is on
   (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks per call (its rule
-  says which implementation takes that feature). CPU: float32 and xla, the values CPU results
-  were measured with before 'auto' was the default, so they stay comparable."""
+  says which implementation takes that feature). CPU: float32 and xla, the values the CPU
+  tables (docs/benchmarks/cpu_training.md) were measured with, so new runs compare to them."""
   kind = platform_kind(platform)
   if num_devices is None:
     num_devices = jax.device_count() if platform is None else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import flax.linen as nn
 import jax
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from tfjax.nn import axes
 from tfjax.nn.choices import one_of
 from tfjax.nn.inits import kernel_init
-from tfjax.nn.sections import Section
+from tfjax.nn.sections import Section, flat_key
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -65,11 +65,9 @@ class FfnConfig(Section):
   """activation (model.ffn): relu | gelu (exact erf) | gelu_tanh (GPT-2 gelu_new) | silu | gated
   (three matrices): swiglu | geglu | geglu_tanh | reglu | glu (sigmoid gate) | bilinear (no
   activation). d_ff: the hidden width. bias: biases of every FFN matrix."""
-  activation: str = "gelu"
+  activation: str = flat_key("ffn", "gelu")
   d_ff: int = 512
-  bias: bool = True
-
-  KEYS: ClassVar = {"ffn": "activation", "d_ff": "d_ff", "ffn_bias": "bias"}
+  bias: bool = flat_key("ffn_bias", True)
 
   @property
   def gated(self) -> bool:

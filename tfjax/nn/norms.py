@@ -5,7 +5,7 @@ config section (kind, eps, bias, unit offset, placement) and DeepNorm's constant
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes
 from tfjax.nn.choices import one_of
-from tfjax.nn.sections import Section
+from tfjax.nn.sections import Section, flat_key, internal
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -33,18 +33,14 @@ class NormConfig(Section):
   residual_alpha / init_gain: DeepNorm's alpha and beta of one layer stack, set by
   `stack_config` from the layer counts (1 otherwise; not config keys).
   """
-  kind: str = "layernorm"
-  eps: float = 1e-5
-  bias: bool = True
-  unit_offset: bool = False
-  placement: str = "pre"
+  kind: str = flat_key("norm", "layernorm")
+  eps: float = flat_key("norm_eps", 1e-5)
+  bias: bool = flat_key("norm_bias", True)
+  unit_offset: bool = flat_key("norm_unit_offset", False)
+  placement: str = flat_key("norm_placement", "pre")
   parallel_shared_norm: bool = True
-  residual_alpha: float = 1.0
-  init_gain: float = 1.0
-
-  KEYS: ClassVar = {"norm": "kind", "norm_eps": "eps", "norm_bias": "bias",
-                    "norm_unit_offset": "unit_offset", "norm_placement": "placement",
-                    "parallel_shared_norm": "parallel_shared_norm"}
+  residual_alpha: float = internal(1.0)
+  init_gain: float = internal(1.0)
 
   @staticmethod
   def eps_from_hf(f, hf_key: str, default: float) -> dict:

@@ -23,7 +23,7 @@ import numpy as np
 from tfjax.nn import axes
 from tfjax.nn.choices import one_of
 from tfjax.nn.rope_config import RopeConfig
-from tfjax.nn.sections import Section
+from tfjax.nn.sections import Section, flat_key
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -113,7 +113,7 @@ for _kind in (
     PositionKind("rope_interleaved", rotary=True, check=_even_head_dim),
     PositionKind("alibi"),
     PositionKind("t5_bias", reads=("relative_buckets", "relative_max_distance"),
-                 stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.num_heads,
+                 stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.attention.num_heads,
                  check=_check_t5_bias),
     PositionKind("none")):
   register_position_kind(_kind)
@@ -132,20 +132,13 @@ class PositionConfig(Section):
   table's init std; None = model.init_std (with embed_scale, 2^-0.5 matches the sinusoid table's
   RMS; other kinds ignore it, so ablation arms can share it). rope: RoPE's section.
   """
-  kind: str = "learned"
+  kind: str = flat_key("position", "learned")
   relative_buckets: int = 32
   relative_max_distance: int = 128
-  offset: int = 0
+  offset: int = flat_key("position_offset", 0)
   sinusoid_layout: str = "interleaved"
-  init_std: Optional[float] = None
+  init_std: Optional[float] = flat_key("position_init_std", None)
   rope: RopeConfig = RopeConfig()
-
-  KEYS: ClassVar = {"position": "kind", "relative_buckets": "relative_buckets",
-                    "relative_max_distance": "relative_max_distance",
-                    "position_offset": "offset", "sinusoid_layout": "sinusoid_layout",
-                    "position_init_std": "init_std"}
-  NESTED: ClassVar = {"rope": RopeConfig}
-  OPTIONAL: ClassVar = {"position_init_std": float}
   # Keys read by the kinds that list them in PositionKind.reads only.
   KIND_KEYS: ClassVar = ("relative_buckets", "relative_max_distance", "position_offset",
                          "sinusoid_layout")

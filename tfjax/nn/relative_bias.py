@@ -1,4 +1,4 @@
-"""T5's bucketed relative position bias (Raffel et al. 2020, section 2.1), `model.position='t5_bias'`.
+"""T5's bucketed relative position bias (Raffel et al. 2020, 2.1), `model.position='t5_bias'`.
 
 Each head adds a learned scalar to the score of query i and key j, looked up by the bucket of the
 offset j - i: offsets below half the buckets map to their own bucket, larger ones share

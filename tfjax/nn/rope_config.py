@@ -8,10 +8,10 @@ are read; a key set for a scaling that does not read it is an error naming it.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Optional
+from typing import Optional
 
 from tfjax.nn.choices import one_of
-from tfjax.nn.sections import Section, UnsupportedError
+from tfjax.nn.sections import Section, UnsupportedError, flat_key
 
 # RoPE frequency scaling for long contexts; see tfjax/nn/positions.py.
 ROPE_SCALINGS = ("none", "linear", "dynamic", "yarn", "llama3")
@@ -43,26 +43,17 @@ class RopeConfig(Section):
   original_max_len / high_freq_factor kept. yarn: the ramp to extrapolation runs from beta_slow to
   beta_fast rotations; attention_factor is the cos/sin gain (None = 0.1 ln(factor) + 1).
   """
-  base: float = 10000.0
-  local_base: Optional[float] = None
-  fraction: float = 1.0
-  scaling: str = "none"
-  scaling_factor: float = 1.0
-  original_max_len: Optional[int] = None
-  low_freq_factor: float = 1.0
-  high_freq_factor: float = 4.0
-  beta_fast: float = 32.0
-  beta_slow: float = 1.0
-  attention_factor: Optional[float] = None
-
-  KEYS: ClassVar = {
-      "rope_base": "base", "rope_local_base": "local_base", "rotary_fraction": "fraction",
-      "rope_scaling": "scaling", "rope_scaling_factor": "scaling_factor",
-      "rope_original_max_len": "original_max_len", "rope_low_freq_factor": "low_freq_factor",
-      "rope_high_freq_factor": "high_freq_factor", "rope_beta_fast": "beta_fast",
-      "rope_beta_slow": "beta_slow", "rope_attention_factor": "attention_factor"}
-  OPTIONAL: ClassVar = {"rope_original_max_len": int, "rope_attention_factor": float,
-                        "rope_local_base": float}
+  base: float = flat_key("rope_base", 10000.0)
+  local_base: Optional[float] = flat_key("rope_local_base", None)
+  fraction: float = flat_key("rotary_fraction", 1.0)
+  scaling: str = flat_key("rope_scaling", "none")
+  scaling_factor: float = flat_key("rope_scaling_factor", 1.0)
+  original_max_len: Optional[int] = flat_key("rope_original_max_len", None)
+  low_freq_factor: float = flat_key("rope_low_freq_factor", 1.0)
+  high_freq_factor: float = flat_key("rope_high_freq_factor", 4.0)
+  beta_fast: float = flat_key("rope_beta_fast", 32.0)
+  beta_slow: float = flat_key("rope_beta_slow", 1.0)
+  attention_factor: Optional[float] = flat_key("rope_attention_factor", None)
 
   def rotary_dim(self, head_dim: int) -> int:
     """Channels of each head that RoPE rotates (the first ones)."""

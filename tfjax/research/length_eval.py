@@ -101,9 +101,10 @@ def rope_extension_config(cfg, kind: str, length: int, trained_length: int):
   windows of `length` tokens (see the module docstring)."""
   from tfjax.nn.choices import one_of  # pylint: disable=import-outside-toplevel
   one_of("rope extension", kind, ROPE_EXTENSIONS)
-  if not extends_rope(cfg) or cfg.rope_scaling != "none":
+  if not extends_rope(cfg) or cfg.positions.rope.scaling != "none":
     raise ValueError(f"RoPE extension {kind!r} rescales an unscaled RoPE model; this run has "
-                     f"model.position={cfg.position!r}, rope_scaling={cfg.rope_scaling!r}")
+                     f"model.position={cfg.positions.kind!r}, "
+                     f"rope_scaling={cfg.positions.rope.scaling!r}")
   factor = max(1.0, length / trained_length)
   if kind == "linear":
     return cfg.replace(rope_scaling="linear", rope_scaling_factor=factor)
@@ -137,7 +138,8 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
   if not 0 < stride_fraction <= 1:
     raise ValueError(f"stride_fraction must be in (0, 1], got {stride_fraction}")
   if run is None:
-    from tfjax.training import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
+    # jax only when needed
+    from tfjax.training import runs  # pylint: disable=import-outside-toplevel
     restored = runs.restore_run(workdir)  # has the experiment's model_config and dataset
     config, exp, params = restored.config, restored, restored.params
   else:

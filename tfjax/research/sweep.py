@@ -62,7 +62,7 @@ POINT_METRICS_FILE = "point_metrics.json"
 LOG_FILE = "sweep.log"
 SWEEP_FILE = "sweep.json"
 RUNNING_FILE = "SWEEP_RUNNING.json"  # an attempt in progress (host, pid, job): removed when it ends
-JOB_FILE = "SWEEP_JOB.json"          # written when a cluster launcher submits the point (job id, logs)
+JOB_FILE = "SWEEP_JOB.json"          # a cluster launcher submitted the point (job id, logs)
 EXIT_INTERRUPTED = 3  # a child stopped by a signal: checkpointed, to be resumed, not failed
 _MAX_NAME = 200       # directory names stay well under the usual 255-byte limit
 
@@ -304,7 +304,8 @@ def log_path(workdir: str) -> Optional[str]:
 # Running points
 # ---------------------------------------------------------------------------------------------
 def _default_train(config, workdir):
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel  (jax only when training)
+  # jax only when training
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel
   return train.train_and_evaluate(config, workdir)
 
 

@@ -105,7 +105,8 @@ def _tail(path: str, lines: int = 30) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Child process entry point: python -m tfjax.research.sweep_children --config=... --workdir=... --point=NAME
+# Child process entry point:
+#   python -m tfjax.research.sweep_children --config=... --workdir=... --point=NAME
 # ---------------------------------------------------------------------------------------------
 def _child_main(argv: Sequence[str]) -> int:
   parser = argparse.ArgumentParser(description="Runs one sweep point (started by the sweep).")

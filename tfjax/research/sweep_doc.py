@@ -38,8 +38,9 @@ PENDING = "pending rerun"
 
 
 def sweeps(repo: str = REPO) -> list[str]:
-  return sorted(os.path.basename(p)[:-3] for p in glob.glob(
-      os.path.join(repo, "configs", "ablations", "*.py")) if not os.path.basename(p).startswith("_"))
+  paths = glob.glob(os.path.join(repo, "configs", "ablations", "*.py"))
+  return sorted(os.path.basename(p)[:-3] for p in paths
+                if not os.path.basename(p).startswith("_"))
 
 
 def rerun_command(name: str, scale: str = "medium") -> str:
@@ -194,8 +195,8 @@ def section_block(section: dict) -> str:
   lines = [f"Results: `{section['results']}`, scale **{section['scale']}**, {len(rows)} of "
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
-           f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points recorded: a point "
-           "resumed from a checkpoint records its last attempt only).", ""]
+           f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points "
+           "recorded: a point resumed from a checkpoint records its last attempt only).", ""]
   if section["stale"]:
     arms = {json.dumps({k: v for k, v in r["overrides"].items()
                         if k not in sweep_lib.SEED_KEYS}, sort_keys=True)

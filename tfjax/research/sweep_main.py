@@ -10,8 +10,8 @@ aggregate its results.
   python experiments/sweep.py ... --launcher=slurm --slurm.partition=gpu --slurm.gpus_per_node=8
                                                       # each point a job of one SLURM job array
   python experiments/sweep.py --status --workdir=runs/ffn   # each point's state, from its files
-  python experiments/sweep.py ... --report_only --results_jsonl=docs/ablations/results/ffn_medium.jsonl
-                                                      # the per-seed results file to commit
+  python experiments/sweep.py ... --report_only \\
+      --results_jsonl=docs/ablations/results/ffn_medium.jsonl  # the per-seed results to commit
 
 Each point trains into WORKDIR/<point name>/. Running the same command again skips finished points
 and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
@@ -78,7 +78,8 @@ _CACHE = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
-  from tfjax.research import sweep as sweep_lib, sweep_report  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.research import sweep as sweep_lib, sweep_report
   from tfjax.research import sweep_status  # pylint: disable=import-outside-toplevel
   if _STATUS.value:
     print(sweep_status.format_status(sweep_status.collect(_WORKDIR.value)))
@@ -161,7 +162,8 @@ def _pack_setting():
 
 def _write_results(root, result, path) -> None:
   """The per-seed results file of the finished points (an error line if one records no commit)."""
-  from tfjax.research import sweep as sweep_lib, sweep_results  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.research import sweep as sweep_lib, sweep_results
   done_files = {r["name"]: sweep_lib.read_json(os.path.join(root, r["name"], sweep_lib.DONE_FILE))
                 for r in result["rows"] if r["status"] in ("done", "diverged")}
   try:

@@ -67,9 +67,9 @@ def _first_line(text) -> str:
 
 def point_state(workdir: str) -> dict:
   """{'state', 'step', 'num_steps', 'job', 'where', 'error', 'log', 'updated'} of one point."""
-  info = {"state": "pending", "step": sweep_lib.last_step(workdir), "num_steps": _num_steps(workdir),
-          "job": None, "where": None, "error": None, "log": sweep_lib.log_path(workdir),
-          "updated": None}
+  info = {"state": "pending", "step": sweep_lib.last_step(workdir),
+          "num_steps": _num_steps(workdir), "job": None, "where": None, "error": None,
+          "log": sweep_lib.log_path(workdir), "updated": None}
   metrics = os.path.join(workdir, "metrics.jsonl")
   if os.path.exists(metrics):
     info["updated"] = os.path.getmtime(metrics)
@@ -95,7 +95,8 @@ def point_state(workdir: str) -> dict:
       info["state"] = "running"
     return info
   failed = _read(os.path.join(workdir, sweep_lib.FAILED_FILE))
-  if failed is not None and not (job and _newer(workdir, sweep_lib.JOB_FILE, sweep_lib.FAILED_FILE)):
+  resubmitted = job and _newer(workdir, sweep_lib.JOB_FILE, sweep_lib.FAILED_FILE)
+  if failed is not None and not resubmitted:
     info["state"], info["error"] = "failed", _first_line(failed.get("error"))
     info["log"] = failed.get("log") or info["log"]
     return info

@@ -50,8 +50,8 @@ class HostLeadLimiter:
 
   Why: with several XLA:CPU devices (config.mesh.cpu_devices) the gradient all-reduce deadlocks
   once the host has queued a few dozen steps (seen with jax 0.10.2 and 2 devices; a regression
-  test in tests/training/test_train.py reproduces it). One call of lead is all the host needs to keep the
-  devices busy, so waiting on the call `max_steps_ahead` back costs nothing.
+  test in tests/training/test_train.py reproduces it). One call of lead is all the host needs to
+  keep the devices busy, so waiting on the call `max_steps_ahead` back costs nothing.
   """
 
   def __init__(self, max_steps_ahead: int = 4):

@@ -157,7 +157,7 @@ def flat_all_reduce_applies(mesh, model_config) -> bool:
   # devices (tfjax.aot) must build the program those devices would run.
   on_cpu = mesh.devices.flat[0].platform == "cpu"
   return (on_cpu and jax.process_count() == 1 and data_only
-          and model_config.dropout == 0 and model_config.attention_dropout == 0)
+          and model_config.dropout == 0 and model_config.attention.dropout == 0)
 
 
 def summed_over_shards(fn, mesh, batch_spec):

@@ -25,7 +25,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   and cross)."""
   n = analytic_count(cfg) - lookup_only_count(cfg)
   attentions = cfg.num_layers + (2 * cfg.decoder_layers if cfg.family == "encoder_decoder" else 0)
-  return 6.0 * n + 12.0 * attentions * cfg.num_heads * cfg.dim_per_head * seq_len
+  return 6.0 * n + 12.0 * attentions * cfg.attention.num_heads * cfg.dim_per_head * seq_len
 
 
 def peak_flops(configured: float = 0.0) -> float:

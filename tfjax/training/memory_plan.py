@@ -50,10 +50,10 @@ def activation_arrays(cfg: ModelConfig, rows: int, seq_len: int, enc_len: int | 
   shape, itemsize, count) making up A_layer, A_dots, A_input and A_head above, summed over the
   model's layers by activation_bytes."""
   c = jnp.dtype(cfg.compute_dtype).itemsize
-  d, h, kv, dh, f, v = (cfg.d_model, cfg.num_heads, cfg.attention.kv_heads, cfg.dim_per_head,
-                        cfg.d_ff, cfg.vocab_size)
+  d, h, kv, dh, f, v = (cfg.d_model, cfg.attention.num_heads, cfg.attention.kv_heads,
+                        cfg.dim_per_head, cfg.feed_forward.d_ff, cfg.vocab_size)
   b, s = rows, seq_len
-  g = 3 if cfg.ffn in GATED_FFNS else 2
+  g = 3 if cfg.feed_forward.activation in GATED_FFNS else 2
   materialized = cfg.attention_impl in ("xla", "auto")  # auto: counted (upper bound)
   x = (("batch", "length", "embed"), (b, s, d), c)
   q = (("batch", "length", "heads", "head_dim"), (b, s, h, dh), c)

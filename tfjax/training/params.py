@@ -77,19 +77,19 @@ def count_by_category(cfg: ModelConfig) -> dict:
 
 def analytic_count(cfg: ModelConfig) -> int:
   """Closed-form parameter count, written from the architecture (not from the modules)."""
-  d, f, hd = cfg.d_model, cfg.d_ff, cfg.dim_per_head
-  h, kv = cfg.num_heads, cfg.attention.kv_heads
-  norm = d * (2 if cfg.norm == "layernorm" and cfg.norm_bias else 1)
-  attn_bias = ((h * hd + 2 * kv * hd if cfg.attention_bias else 0)
+  d, f, hd = cfg.d_model, cfg.feed_forward.d_ff, cfg.dim_per_head
+  h, kv = cfg.attention.num_heads, cfg.attention.kv_heads
+  norm = d * (2 if cfg.norms.kind == "layernorm" and cfg.norms.bias else 1)
+  attn_bias = ((h * hd + 2 * kv * hd if cfg.attention.bias else 0)
                + (d if cfg.attention.uses_out_bias else 0))
-  qk_norm = 0 if cfg.qk_norm == "none" else 2 * hd * (
-      2 if cfg.qk_norm == "layernorm" and cfg.norm_bias else 1)  # query_norm, key_norm
+  qk_norm = 0 if cfg.attention.qk_norm == "none" else 2 * hd * (
+      2 if cfg.attention.qk_norm == "layernorm" and cfg.norms.bias else 1)  # query_norm, key_norm
   attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
-  ffn_matrices = 3 if cfg.ffn in GATED_FFNS else 2
-  ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.ffn_bias else 0)
-  sublayer_norms = 2 if cfg.norm_placement == "sandwich" else 1  # sandwich: pre and post
+  ffn_matrices = 3 if cfg.feed_forward.activation in GATED_FFNS else 2
+  ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.feed_forward.bias else 0)
+  sublayer_norms = 2 if cfg.norms.placement == "sandwich" else 1  # sandwich: pre and post
   if cfg.parallel_block:  # one residual step; one norm or one per branch
-    encoder_layer = attention + ffn + (1 if cfg.parallel_shared_norm else 2) * norm
+    encoder_layer = attention + ffn + (1 if cfg.norms.parallel_shared_norm else 2) * norm
   else:
     encoder_layer = attention + ffn + 2 * sublayer_norms * norm
   decoder_layer = 2 * attention + ffn + 3 * sublayer_norms * norm
@@ -126,8 +126,9 @@ def lookup_only_count(cfg: ModelConfig) -> int:
   n = cfg.type_vocab_size * d
   if has_learned_table(cfg):
     n += (1 if cfg.shares_positions else 2) * cfg.position_table_rows * d
-  if cfg.position == "t5_bias":
-    n += (2 if cfg.family == "encoder_decoder" else 1) * cfg.relative_buckets * cfg.num_heads
+  if cfg.positions.kind == "t5_bias":
+    n += ((2 if cfg.family == "encoder_decoder" else 1) * cfg.positions.relative_buckets
+          * cfg.attention.num_heads)
   token_tables = 1 if cfg.share_embeddings else 2
   n += (token_tables - (1 if cfg.tie_embeddings else 0)) * cfg.vocab_size * d
   return n

@@ -223,14 +223,15 @@ def _positions(positions, length_padded):
   return _common.pad_axis(pos, 1, length_padded, mode="edge")
 
 
-def chunked_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
-                      window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
-                      kv_positions=None, block_q: int = 512, block_k: int = 512):
+def chunked_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_ids=None,
+                      kv_segment_ids=None, window=None, alibi_slopes=None, bias=None, scale=None,
+                      q_positions=None, kv_positions=None, block_q: int = 512,
+                      block_k: int = 512):
   """`tfjax.nn.ops.dot_product_attention` semantics in O(T + S) memory (no dense `bias`)."""
   if bias is not None:
     raise _common.unsupported("a dense `bias` (it is itself a T x S array)", "chunked", "'xla'")
-  batch, q_len, heads, head_dim = q.shape
-  kv_len = k.shape[1]
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len = k_BxSxKxE.shape[1]
   block_q, block_k = min(block_q, q_len), min(block_k, kv_len)
   q_len_p, kv_len_p = _common.round_up(q_len, block_q), _common.round_up(kv_len, block_k)
   q_pos, kv_pos = masks.query_key_positions(q_len, kv_len, q_positions, kv_positions)
@@ -244,5 +245,6 @@ def chunked_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_i
                 causal=bool(causal or window is not None), window=window,
                 block_q=block_q, block_k=block_k)
   pad = _common.pad_axis
-  out = _attention(cfg, pad(q, 1, q_len_p), pad(k, 1, kv_len_p), pad(v, 1, kv_len_p), slopes, aux)
-  return out[:, :q_len]
+  out_BxTxHxE = _attention(cfg, pad(q_BxTxHxE, 1, q_len_p), pad(k_BxSxKxE, 1, kv_len_p),
+                           pad(v_BxSxKxE, 1, kv_len_p), slopes, aux)
+  return out_BxTxHxE[:, :q_len]

@@ -17,9 +17,10 @@ Triton tiles require.
 
 The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU kernel of
 flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
-bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, lengths that need
-no key padding, compiled (not interpreted); any other call (ALiBi, segment ids, padding masks,
-windows, fp32 or fp16, other head_dims or lengths, dropout) runs the Triton forward, with no error.
+bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len,
+lengths that need no key padding, compiled (not interpreted); any other call (ALiBi, segment ids,
+padding masks, windows, fp32 or fp16, other head_dims or lengths, dropout) runs the Triton
+forward, with no error.
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
 key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
@@ -446,17 +447,17 @@ def _clamp_tiling(tiling: KernelTiling, q_len: int, kv_len: int) -> KernelTiling
                              block_k=shrink(tiling.block_k, kv_len))
 
 
-def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
-                    window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
-                    kv_positions=None, tilings: Optional[Tilings] = None,
+def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_ids=None,
+                    kv_segment_ids=None, window=None, alibi_slopes=None, bias=None, scale=None,
+                    q_positions=None, kv_positions=None, tilings: Optional[Tilings] = None,
                     interpret: Optional[bool] = None, gpu_forward: Optional[str] = None,
                     dropout_rate: float = 0.0, dropout_seed=None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
-  `gpu_forward` ("auto", "triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the forward
-  kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the call and
-  falls back to Triton elsewhere (module docstring). The backward is Triton's either way.
+  `gpu_forward` ("auto", "triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the
+  forward kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the
+  call, Triton elsewhere (module docstring). The backward is Triton's either way.
   `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
   the int32 `dropout_seed` (the same mask as implementation='xla'); it runs the Triton forward.
   """
@@ -464,9 +465,9 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
   if q_positions is not None or kv_positions is not None:
     raise _common.unsupported("explicit q_positions/kv_positions", "pallas", "'xla' or 'chunked'")
-  batch, q_len, heads, head_dim = q.shape
-  kv_len, kv_heads = k.shape[1], k.shape[2]
-  tilings = tilings or default_tilings(head_dim, q.dtype)
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
+  tilings = tilings or default_tilings(head_dim, q_BxTxHxE.dtype)
   forward = _clamp_tiling(tilings.forward, q_len, kv_len)
   backward = _clamp_tiling(tilings.backward, q_len, kv_len)
   # Block sizes are powers of two, so the larger one is a multiple of the smaller.
@@ -487,12 +488,13 @@ def flash_attention(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids
       interpret=_default_interpret() if interpret is None else interpret,
       precision=_common.matmul_precision())
   cfg = dataclasses.replace(cfg, gpu_forward=_gpu_forward(
-      cfg, gpu_forward, (batch, q_len_p, heads, head_dim_p), (batch, kv_len_p, kv_heads), q.dtype))
+      cfg, gpu_forward, (batch, q_len_p, heads, head_dim_p), (batch, kv_len_p, kv_heads),
+      q_BxTxHxE.dtype))
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)
 
   keys = dropout_hash.head_keys(dropout_seed, batch, heads) if cfg.dropout_rate else None
-  out = _flash(cfg, pad(q, q_len_p), pad(k, kv_len_p), pad(v, kv_len_p), slopes,
-               (q_ids, kv_ids, keys))
-  return out[:, :q_len, :, :head_dim]
+  out_BxTxHxE = _flash(cfg, pad(q_BxTxHxE, q_len_p), pad(k_BxSxKxE, kv_len_p),
+                       pad(v_BxSxKxE, kv_len_p), slopes, (q_ids, kv_ids, keys))
+  return out_BxTxHxE[:, :q_len, :, :head_dim]

@@ -249,27 +249,27 @@ def _producer(refs, scratch, *, causal, groups, tiling, kv_len):
     plgpu.barrier_wait(v_free.at[slot_of(kv_step)])
 
 
-def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling | None = None,
-                   interpret=None):
+def mosaic_forward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal: bool, scale: float,
+                   tiling: MosaicTiling | None = None, interpret=None):
   """(out [B, L, H, D] in q.dtype, lse [B, H, L] fp32) for inputs `supports` accepts.
 
   `interpret`: None compiles for the GPU; Mosaic GPU's interpret parameters run the kernel on
   CPU, simulating shared memory, barriers and the warpgroups (tests).
   """
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-  batch, q_len, heads, head_dim = q.shape
-  kv_len, kv_heads = k.shape[1], k.shape[2]
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
   tiling = tiling or MOSAIC_TILINGS[head_dim]
-  if not supports(q.shape, k.shape, q.dtype, causal=causal, has_segments=False, has_alibi=False,
-                  window=None, tiling=tiling):
-    raise ValueError(f"the Mosaic GPU forward does not take q {q.shape} {q.dtype}, k {k.shape}, "
-                     f"causal={causal} with {tiling}; call flash_attention, which routes such "
-                     "inputs to the Triton forward")
+  if not supports(q_BxTxHxE.shape, k_BxSxKxE.shape, q_BxTxHxE.dtype, causal=causal,
+                  has_segments=False, has_alibi=False, window=None, tiling=tiling):
+    raise ValueError(f"the Mosaic GPU forward does not take q {q_BxTxHxE.shape} {q_BxTxHxE.dtype}, "
+                     f"k {k_BxSxKxE.shape}, causal={causal} with {tiling}; call flash_attention, "
+                     "which routes such inputs to the Triton forward")
   block_q, block_kv, stages = tiling.block_q, tiling.block_kv, tiling.stages
   kw = dict(causal=causal, tiling=tiling, kv_len=kv_len)
 
   def body(*refs):
-    operand = lambda shape: plgpu.SMEM(shape, q.dtype, transforms=_smem_layout())
+    operand = lambda shape: plgpu.SMEM(shape, q_BxTxHxE.dtype, transforms=_smem_layout())
     buffers = (operand((CONSUMERS, block_q, head_dim)), operand((stages, block_kv, head_dim)),
                operand((stages, block_kv, head_dim)), plgpu.SMEM((CONSUMERS, block_q), F32))
     ready = (plgpu.Barrier(num_barriers=stages), plgpu.Barrier(num_barriers=stages),
@@ -292,9 +292,9 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
 
     pl.run_scoped(specialize, buffers, ready, free, turn, collective_axes="wg")
 
-  out, lse = plgpu.kernel(
+  out_BxTxHxE, lse_BxHxT = plgpu.kernel(
       body,
-      out_type=(jax.ShapeDtypeStruct(q.shape, q.dtype),
+      out_type=(jax.ShapeDtypeStruct(q_BxTxHxE.shape, q_BxTxHxE.dtype),
                  jax.ShapeDtypeStruct((batch, heads, q_len), F32)),
       grid=(q_len // (CONSUMERS * block_q), heads, batch),
       grid_names=("q_tile", "head", "batch"),
@@ -302,5 +302,5 @@ def mosaic_forward(q, k, v, *, causal: bool, scale: float, tiling: MosaicTiling 
       # approx_math: exp2 and the division run as the fast PTX approximations (ex2.approx).
       compiler_params=plgpu.CompilerParams(approx_math=True),
       kernel_name="tfjax_flash_forward_mgpu", interpret=interpret,
-  )(q, k, v)
-  return out, lse
+  )(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE)
+  return out_BxTxHxE, lse_BxHxT

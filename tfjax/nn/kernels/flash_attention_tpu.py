@@ -377,9 +377,10 @@ def _clamp_tiling(tiling: TpuTiling, q_len: int, kv_len: int, dtype) -> TpuTilin
   return tiling
 
 
-def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
-                        window=None, alibi_slopes=None, bias=None, scale=None, q_positions=None,
-                        kv_positions=None, tilings: Optional[TpuTilings] = None,
+def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_ids=None,
+                        kv_segment_ids=None, window=None, alibi_slopes=None, bias=None,
+                        scale=None, q_positions=None, kv_positions=None,
+                        tilings: Optional[TpuTilings] = None,
                         interpret: Optional[bool] = None, dropout_rate: float = 0.0,
                         dropout_seed=None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Mosaic TPU kernels (default positions).
@@ -392,17 +393,16 @@ def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
   if q_positions is not None or kv_positions is not None:
     raise _common.unsupported("explicit q_positions/kv_positions", "pallas", "'xla' or 'chunked'")
-  dtypes = {jnp.dtype(x.dtype).name for x in (q, k, v)}
-  if len(dtypes) != 1 or not dtypes <= set(SUPPORTED_DTYPES):
+  dtypes = [jnp.dtype(x.dtype).name for x in (q_BxTxHxE, k_BxSxKxE, v_BxSxKxE)]
+  if len(set(dtypes)) != 1 or not set(dtypes) <= set(SUPPORTED_DTYPES):
     raise ValueError(
         f"the TPU pallas attention kernel takes q, k, v all float32 or all bfloat16; got "
-        f"{jnp.dtype(q.dtype).name}, {jnp.dtype(k.dtype).name}, {jnp.dtype(v.dtype).name} "
-        "(cast them, or use implementation='xla')")
-  batch, q_len, heads, head_dim = q.shape
-  kv_len, kv_heads = k.shape[1], k.shape[2]
-  tilings = tilings or default_tilings(head_dim, q.dtype)
-  forward = _clamp_tiling(tilings.forward, q_len, kv_len, q.dtype)
-  backward = _clamp_tiling(tilings.backward, q_len, kv_len, q.dtype)
+        f"{', '.join(dtypes)} (cast them, or use implementation='xla')")
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
+  tilings = tilings or default_tilings(head_dim, q_BxTxHxE.dtype)
+  forward = _clamp_tiling(tilings.forward, q_len, kv_len, q_BxTxHxE.dtype)
+  backward = _clamp_tiling(tilings.backward, q_len, kv_len, q_BxTxHxE.dtype)
   q_len_p = _common.round_up(q_len, math.lcm(forward.block_q, backward.block_q))
   kv_len_p = _common.round_up(kv_len, math.lcm(forward.block_k, backward.block_k))
   head_dim_p = padded_head_dim(head_dim)
@@ -426,6 +426,7 @@ def flash_attention_tpu(q, k, v, *, causal=False, q_segment_ids=None, kv_segment
   def to_kernel_layout(x, length):  # [B, L, N, D] -> [B, N, Lp, Dp]
     return jnp.swapaxes(_common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p), 1, 2)
 
-  out = _flash(cfg, to_kernel_layout(q, q_len_p), to_kernel_layout(k, kv_len_p),
-               to_kernel_layout(v, kv_len_p), slopes, (q_ids, kv_ids, keys))
-  return jnp.swapaxes(out, 1, 2)[:, :q_len, :, :head_dim]
+  out_BxHxTxE = _flash(cfg, to_kernel_layout(q_BxTxHxE, q_len_p),
+                       to_kernel_layout(k_BxSxKxE, kv_len_p), to_kernel_layout(v_BxSxKxE, kv_len_p),
+                       slopes, (q_ids, kv_ids, keys))
+  return jnp.swapaxes(out_BxHxTxE, 1, 2)[:, :q_len, :, :head_dim]

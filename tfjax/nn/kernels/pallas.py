@@ -28,35 +28,36 @@ def pallas_kernel_for_backend(backend: str):
   return flash_attention_tpu if backend == "tpu" else flash_attention
 
 
-def _accepts(kernel: Callable, q, k, v, kwargs) -> bool:
+def _accepts(kernel: Callable, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, kwargs) -> bool:
   """Whether `kernel` takes these inputs (a head_dim, dtype or argument it lacks raises
   ValueError while tracing): only such kernels become a platform's branch."""
   arrays = {name: x for name, x in kwargs.items() if hasattr(x, "shape")}
   static = {name: x for name, x in kwargs.items() if name not in arrays}
   try:
-    jax.eval_shape(lambda q, k, v, kw: kernel(q, k, v, **kw, **static), q, k, v, arrays)
+    qkv = (q_BxTxHxE, k_BxSxKxE, v_BxSxKxE)
+    jax.eval_shape(lambda qkv, kw: kernel(*qkv, **kw, **static), qkv, arrays)
     return True
   except ValueError:
     return False
 
 
-def per_lowering_platform(default: Callable, q, k, v, **kwargs):
+def per_lowering_platform(default: Callable, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs):
   """`default(q, k, v, **kwargs)` on CPU, the compiled Mosaic kernel when the program is lowered
   for TPU and the compiled Triton kernel when lowered for CUDA (each only if it accepts these
   inputs; else `default` there too). Only the lowered platform's branch reaches the compiler."""
   branches = {}
   for platform, kernel in (("tpu", flash_attention_tpu), ("cuda", flash_attention)):
     compiled = functools.partial(kernel, interpret=False)
-    if _accepts(compiled, q, k, v, kwargs):
+    if _accepts(compiled, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, kwargs):
       branches[platform] = functools.partial(compiled, **kwargs)
-  return jax.lax.platform_dependent(q, k, v, default=functools.partial(default, **kwargs),
-                                    **branches)
+  return jax.lax.platform_dependent(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE,
+                                    default=functools.partial(default, **kwargs), **branches)
 
 
-def pallas_attention(q, k, v, **kwargs):
+def pallas_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs):
   """`tfjax.nn.ops.dot_product_attention` semantics with the Pallas kernel of the platform: the
   default backend's, or on a CPU host the one of the platform the program is lowered for."""
   backend = jax.default_backend()
   if backend != "cpu":
-    return pallas_kernel_for_backend(backend)(q, k, v, **kwargs)
-  return per_lowering_platform(flash_attention, q, k, v, **kwargs)
+    return pallas_kernel_for_backend(backend)(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
+  return per_lowering_platform(flash_attention, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
