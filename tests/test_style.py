@@ -1,12 +1,9 @@
-"""The library's lines are at most 100 columns (the project's standard), tfjax/training/ excepted
-until its long lines are wrapped (NOT_YET_CHECKED)."""
+"""The library's lines are at most 100 columns (the project's standard)."""
 
 import os
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfjax")
 MAX_COLUMNS = 100
-# Folders under tfjax/ whose lines are not checked yet (they still hold longer lines).
-NOT_YET_CHECKED = ("training",)
 
 
 def long_lines(root: str, skip=()) -> list:
@@ -29,7 +26,7 @@ def long_lines(root: str, skip=()) -> list:
 
 
 def test_no_library_line_is_over_100_columns():
-  assert long_lines(PACKAGE, skip=NOT_YET_CHECKED) == []
+  assert long_lines(PACKAGE) == []
 
 
 def test_the_checker_sees_a_long_line(tmp_path):
