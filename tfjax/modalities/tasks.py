@@ -1,0 +1,87 @@
+"""Each modality's training task: its model config, synthetic batches, loss and eval metrics.
+
+A task is built from `config` (configs/vit_synthetic.py and siblings): `config.model` holds the
+fields of the modality's config dataclass, `config.data` the synthetic data's sizes.
+  vit      cross-entropy of the class logits; eval: accuracy (chance 1/classes)
+  clip     the symmetric contrastive loss; eval: image->text retrieval accuracy within a batch
+  whisper  next-token cross-entropy of the transcript; eval: greedy exact-match rate
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from tfjax.modalities import synthetic
+from tfjax.nn.vision import ViTClassifier, ViTConfig
+
+
+class Task:
+  """model(), batch(rng, size) -> dict of arrays, loss(params, batch) -> (loss, metrics),
+  evaluate(params, batch) -> metrics."""
+  name = ""
+
+  def __init__(self, config):
+    self.config = config
+    self.data = config.data
+
+  def init(self, key):
+    return self.model().init(key, *self.example(self.batch(np.random.default_rng(0), 1)))
+
+
+class ViTTask(Task):
+  name = "vit"
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.cfg = ViTConfig(**dict(config.model)).validated()
+    if self.cfg.num_classes != self.data.classes:
+      raise ValueError(f"config.model.num_classes={self.cfg.num_classes} differs from "
+                       f"config.data.classes={self.data.classes}; set them equal")
+
+  def model(self):
+    return ViTClassifier(self.cfg)
+
+  def batch(self, rng, size):
+    images, labels = synthetic.stripes(rng, size, self.cfg.image_size, self.cfg.channels,
+                                       self.data.classes, self.data.noise)
+    return {"images": images, "labels": labels}
+
+  def example(self, batch):
+    return (batch["images"],)
+
+  def loss(self, params, batch):
+    logits = self.model().apply({"params": params}, batch["images"])["logits"]
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
+    accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["labels"])
+    return loss, {"loss": loss, "accuracy": accuracy}
+
+  def evaluate(self, params, batch):
+    return self.loss(params, batch)[1]
+
+
+TASKS = {ViTTask.name: ViTTask}
+
+
+def register(task_cls):
+  TASKS[task_cls.name] = task_cls
+  return task_cls
+
+
+def build(config) -> Task:
+  if config.task not in TASKS:
+    raise ValueError(f"config.task={config.task!r} is not a modality task; choose one of "
+                     f"{sorted(TASKS)}")
+  return TASKS[config.task](config)
+
+
+def config_fields(cls) -> tuple:
+  return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def to_host(metrics) -> dict:
+  return {k: float(v) for k, v in jax.device_get(metrics).items()}
