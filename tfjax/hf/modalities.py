@@ -28,10 +28,10 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import reader, shards, vit
+from tfjax.hf import clip, reader, shards, vit
 from tfjax.hf.mapping import Fields, UnsupportedError
 
-FAMILIES = {m.MODEL_TYPE: m for m in (vit,)}
+FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip)}
 
 
 def family(model_type):
@@ -102,6 +102,22 @@ def load(hf_dir: str):
   return cfg, traverse_util.unflatten_dict(params)
 
 
+# Config fields that change how a model runs or is initialized, not what it computes.
+EXECUTION = ("init_std", "dtype", "attention_impl")
+
+
+def _architecture(cfg, prefix="") -> dict:
+  """{dotted field: value} of a (nested) config dataclass, execution fields left out."""
+  out = {}
+  for field in dataclasses.fields(cfg):
+    value = getattr(cfg, field.name)
+    if dataclasses.is_dataclass(value):
+      out.update(_architecture(value, f"{prefix}{field.name}."))
+    elif field.name not in EXECUTION:
+      out[prefix + field.name] = value
+  return out
+
+
 def export(cfg, params, hf_dir: str, max_shard_size=shards.DEFAULT_MAX_SHARD_SIZE) -> dict:
   """Writes `params` of `cfg` as a Hugging Face directory `hf_dir` (new or empty of weights);
   returns its config.json dict."""
@@ -114,9 +130,8 @@ def export(cfg, params, hf_dir: str, max_shard_size=shards.DEFAULT_MAX_SHARD_SIZ
   fields = Fields(config, module.MODEL_TYPE, module.IGNORED)
   back = module.config_from_hf(fields, {n for r in module.rules(cfg) for n in r.hf})
   fields.finish()
-  execution = ("init_std", "dtype", "attention_impl")
-  differ = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if f.name not in execution and getattr(cfg, f.name) != getattr(back, f.name)}
+  want, got = _architecture(cfg), _architecture(back)
+  differ = {k: v for k, v in want.items() if got.get(k) != v}
   if differ:
     raise UnsupportedError(f"model_type {module.MODEL_TYPE!r} cannot express {differ}")
   flat = traverse_util.flatten_dict(nn.meta.unbox(params))
@@ -126,7 +141,7 @@ def export(cfg, params, hf_dir: str, max_shard_size=shards.DEFAULT_MAX_SHARD_SIZ
   for rule in rule_list:
     for name, value in zip(rule.hf, rule.to_hf([np.asarray(flat[p], np.float32)
                                                 for p in rule.tfjax])):
-      tensors[name] = np.ascontiguousarray(value, dtype=np.float32)
+      tensors[name] = np.array(value, dtype=np.float32, order="C")  # keeps 0-d scalars 0-d
   if hasattr(module, "derived_tensors"):
     tensors.update(module.derived_tensors(cfg))
   config.update(architectures=[module.HF_CLASS], dtype="float32")

@@ -31,15 +31,14 @@ def stripes(rng: np.random.Generator, batch: int, size: int, channels: int, clas
   return images.astype(np.float32), labels.astype(np.int32)
 
 
-# Token ids of the synthetic captions: 0 pad, 1 BOS, 2 EOS, then attribute tokens, then filler.
-PAD, BOS, EOS, FIRST_ATTRIBUTE = 0, 1, 2, 3
+# Token ids of the synthetic captions: 0 pad, 1 BOS, 3 EOS, then attribute tokens, then filler.
+PAD, BOS, EOS, FIRST_ATTRIBUTE = 0, 1, 3, 4
 
 
 def captions(rng: np.random.Generator, labels, length: int, vocab: int, classes: int):
   """Token ids [B, length]: BOS, the label's orientation and frequency tokens at random places
-  among filler tokens, EOS, then padding. EOS (id 2) is the largest id HF's legacy pooling
-  (argmax of the ids) would also find only if ids were ordered so; tfjax pools at the first
-  EOS, which is what HF does when eos_token_id is not 2 (tfjax/nn/clip.py)."""
+  among filler tokens, EOS, then padding. EOS is id 3, not 2: HF CLIP reads eos_token_id 2 as
+  the legacy "pool at the largest id" rule (tfjax/nn/clip.py), any other id as "first EOS"."""
   orientations = 4 if classes > 4 else classes
   filler_first = FIRST_ATTRIBUTE + orientations + 2
   if vocab <= filler_first or length < 5:

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from tfjax.modalities import synthetic
+from tfjax.nn.clip import CLIP, CLIPConfig, contrastive_loss
 from tfjax.nn.vision import ViTClassifier, ViTConfig
 
 
@@ -28,6 +29,10 @@ class Task:
   def __init__(self, config):
     self.config = config
     self.data = config.data
+
+  def after_update(self, params):
+    """The params after an optimizer step (CLIP clips its temperature here)."""
+    return params
 
   def init(self, key):
     return self.model().init(key, *self.example(self.batch(np.random.default_rng(0), 1)))
@@ -64,7 +69,51 @@ class ViTTask(Task):
     return self.loss(params, batch)[1]
 
 
-TASKS = {ViTTask.name: ViTTask}
+class CLIPTask(Task):
+  """Paired synthetic images and captions of `data.classes` classes; a batch holds repeats of a
+  class, so 'accuracy' (the exact pair retrieved) is capped below 1 while 'class_accuracy' (a
+  caption of the image's class retrieved) can reach 1."""
+  name = "clip"
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.cfg = CLIPConfig.from_dict(config.model)
+    if self.cfg.text.eos_id != synthetic.EOS:
+      raise ValueError(f"config.model.text.eos_id={self.cfg.text.eos_id}: the synthetic "
+                       f"captions end with token {synthetic.EOS}; set eos_id={synthetic.EOS}")
+
+  def model(self):
+    return CLIP(self.cfg)
+
+  def batch(self, rng, size):
+    v, t = self.cfg.vision, self.cfg.text
+    images, labels = synthetic.stripes(rng, size, v.image_size, v.channels, self.data.classes,
+                                       self.data.noise)
+    ids = synthetic.captions(rng, labels, t.max_len, t.vocab_size, self.data.classes)
+    return {"images": images, "token_ids": ids, "labels": labels}
+
+  def example(self, batch):
+    return batch["images"], batch["token_ids"]
+
+  def loss(self, params, batch):
+    logits = self.model().apply({"params": params}, batch["images"],
+                                batch["token_ids"])["logits_per_image"]
+    loss = contrastive_loss(logits)
+    picked = jnp.argmax(logits, axis=-1)
+    labels = batch["labels"]
+    return loss, {"loss": loss, "accuracy": jnp.mean(picked == jnp.arange(len(labels))),
+                  "class_accuracy": jnp.mean(labels[picked] == labels),
+                  "temperature": jnp.exp(-params["logit_scale"])}
+
+  def evaluate(self, params, batch):
+    return self.loss(params, batch)[1]
+
+  def after_update(self, params):
+    # Radford et al. 2021, sec. 2.5: the logit scale is clipped so logits scale by at most 100.
+    return {**params, "logit_scale": jnp.minimum(params["logit_scale"], jnp.log(100.0))}
+
+
+TASKS = {t.name: t for t in (ViTTask, CLIPTask)}
 
 
 def register(task_cls):

@@ -55,7 +55,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   def step(params, opt_state, batch):
     (_, metrics), grads = jax.value_and_grad(task.loss, has_aux=True)(params, batch)
     updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, metrics
+    return task.after_update(optax.apply_updates(params, updates)), opt_state, metrics
 
   evaluate = jax.jit(task.evaluate)
   rng = np.random.default_rng(run.seed)
