@@ -28,10 +28,10 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import clip, reader, shards, vit
+from tfjax.hf import clip, reader, shards, vit, whisper
 from tfjax.hf.mapping import Fields, UnsupportedError
 
-FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip)}
+FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip, whisper)}
 
 
 def family(model_type):

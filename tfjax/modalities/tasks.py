@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from tfjax.modalities import synthetic
+from tfjax.nn.audio import Whisper, WhisperConfig, greedy_decode
 from tfjax.nn.clip import CLIP, CLIPConfig, contrastive_loss
 from tfjax.nn.vision import ViTClassifier, ViTConfig
 
@@ -113,7 +114,65 @@ class CLIPTask(Task):
     return {**params, "logit_scale": jnp.minimum(params["logit_scale"], jnp.log(100.0))}
 
 
-TASKS = {t.name: t for t in (ViTTask, CLIPTask)}
+class WhisperTask(Task):
+  """Synthetic utterances: token ids 0 pad, decoder_start_id 1 (SOT), eos_id 2 (EOT), symbols
+  from 3. Teacher-forced loss over the transcript and EOT; eval adds greedy exact match (the
+  whole decoded transcript up to EOT equal to the target)."""
+  name = "whisper"
+  FIRST_SYMBOL = 3
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.cfg = WhisperConfig(**dict(config.model)).validated()
+    d = self.data
+    if (self.cfg.decoder_start_id, self.cfg.eos_id) != (1, 2):
+      raise ValueError("the synthetic transcripts start with token 1 and end with token 2: set "
+                       "config.model decoder_start_id=1 and eos_id=2")
+    if self.cfg.vocab_size < self.FIRST_SYMBOL + d.symbols:
+      raise ValueError(f"config.model.vocab_size={self.cfg.vocab_size} < 3 + data.symbols="
+                       f"{d.symbols}: raise the vocabulary")
+    if d.max_tokens + 2 > self.cfg.max_target_positions:
+      raise ValueError(f"data.max_tokens={d.max_tokens} + SOT + EOT exceeds "
+                       f"max_target_positions={self.cfg.max_target_positions}")
+    # The symbols' spectra: fixed by the data seed, the same for training and evaluation.
+    self.templates = d.amplitude * np.random.default_rng(d.template_seed).normal(
+        size=(d.symbols, self.cfg.num_mels))
+
+  def model(self):
+    return Whisper(self.cfg)
+
+  def batch(self, rng, size):
+    d = self.data
+    features, symbols = synthetic.utterances(rng, size, self.cfg.num_frames, self.cfg.num_mels,
+                                             d.symbols, d.max_tokens, self.templates, d.noise)
+    target = np.zeros((size, d.max_tokens + 2), np.int32)
+    target[:, 0] = self.cfg.decoder_start_id
+    target[:, 1:-1] = np.where(symbols >= 0, symbols + self.FIRST_SYMBOL, 0)
+    ends = (symbols >= 0).sum(axis=1) + 1
+    target[np.arange(size), ends] = self.cfg.eos_id
+    return {"features": features, "inputs": target[:, :-1], "labels": target[:, 1:]}
+
+  def example(self, batch):
+    return batch["features"], batch["inputs"]
+
+  def loss(self, params, batch):
+    logits = self.model().apply({"params": params}, batch["features"], batch["inputs"])
+    weights = (batch["labels"] != 0).astype(jnp.float32)
+    token_loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    loss = jnp.sum(token_loss * weights) / jnp.sum(weights)
+    correct = (jnp.argmax(logits, -1) == batch["labels"]) * weights
+    return loss, {"loss": loss, "token_accuracy": jnp.sum(correct) / jnp.sum(weights)}
+
+  def evaluate(self, params, batch):
+    metrics = self.loss(params, batch)[1]
+    labels = batch["labels"]
+    decoded = greedy_decode(self.cfg, params, batch["features"], labels.shape[1])[:, 1:]
+    # Positions after EOT are padding in the labels and EOT-filled in the decoding.
+    match = jnp.all((decoded == labels) | (labels == 0), axis=1)
+    return {**metrics, "exact_match": jnp.mean(match)}
+
+
+TASKS = {t.name: t for t in (ViTTask, CLIPTask, WhisperTask)}
 
 
 def register(task_cls):
