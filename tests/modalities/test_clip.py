@@ -126,6 +126,7 @@ def test_clip_config_errors():
     CLIPConfig.from_dict({"vision": {"pre_norm": False}})
 
 
+@pytest.mark.slow  # tens of seconds; tests/modalities/test_train_loop.py is the quick sibling
 def test_clip_trains_on_config(tmp_path):
   from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(

@@ -110,6 +110,7 @@ def test_patch_embedding_is_the_strided_convolution():
   np.testing.assert_array_equal(rule.to_hf([kernel])[0], w_DxCxPxP)
 
 
+@pytest.mark.slow  # tens of seconds; tests/modalities/test_train_loop.py is the quick sibling
 def test_vit_trains_on_config(tmp_path):
   from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
   result = train.train(config_module("vit_synthetic").get_config("test"), str(tmp_path))

@@ -130,6 +130,7 @@ def test_whisper_import_errors(imported, tmp_path):
     modalities.load(str(tmp_path / "bad"))
 
 
+@pytest.mark.slow  # tens of seconds; tests/modalities/test_train_loop.py is the quick sibling
 def test_whisper_trains_on_config(tmp_path):
   from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(
