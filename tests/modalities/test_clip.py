@@ -98,6 +98,14 @@ def test_padding_after_eos_does_not_change_text_embeds(tmp_path):
                              atol=ATOL, rtol=0)
 
 
+def test_quick_gelu_is_x_sigmoid_1702x():
+  """CLIP's activation, added to tfjax/nn/ffn.py's kinds, against NumPy."""
+  from tfjax.nn.ffn import ACTIVATIONS  # pylint: disable=import-outside-toplevel
+  x = np.linspace(-6, 6, 101).astype(np.float32)
+  np.testing.assert_allclose(np.asarray(ACTIVATIONS["quick_gelu"](x)),
+                             x / (1 + np.exp(-1.702 * x.astype(np.float64))), atol=1e-6)
+
+
 def test_eos_positions_follow_hf_rules():
   ids = np.array([[1, 5, 9, 7, 0], [1, 7, 3, 7, 0]])
   np.testing.assert_array_equal(np.asarray(eos_positions(ids, 7)), [3, 1])  # first EOS
