@@ -5,6 +5,7 @@ pooling in both of HF's modes, export round trip, and training on synthetic pair
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -15,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 from tfjax.hf import modalities  # noqa: E402
+from tfjax.hf.mapping import UnsupportedError  # noqa: E402
 from tfjax.nn.clip import CLIPConfig, contrastive_loss, eos_positions  # noqa: E402
 
 ATOL = 1e-5
@@ -125,6 +127,35 @@ def test_clip_export_round_trip(tmp_path):
   images, ids = inputs()
   np.testing.assert_array_equal(hf_outputs(back, images, ids).logits_per_image.numpy(),
                                 hf_outputs(hf, images, ids).logits_per_image.numpy())
+
+
+def test_older_config_layouts_read(tmp_path):
+  """Configs written by older transformers: every PretrainedConfig field dumped into the towers
+  and the `*_config_dict` copies beside them (which take precedence, as in transformers)."""
+  hf = hf_clip()
+  hf.save_pretrained(tmp_path / "hf")
+  path = os.path.join(tmp_path, "hf", "config.json")
+  with open(path, encoding="utf-8") as f:
+    config = json.load(f)
+  for key in ("text_config", "vision_config"):
+    config[key].update(tf_legacy_loss=False, use_bfloat16=False, is_decoder=False,
+                       add_cross_attention=False, tie_word_embeddings=True,
+                       cross_attention_hidden_size=None, architectures=None)
+    config[f"{key}_dict"] = dict(config[key])
+  config["text_config"]["layer_norm_eps"] = 0.5  # overridden by text_config_dict
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+  cfg, params = modalities.load(str(tmp_path / "hf"))
+  images, ids = inputs()
+  want = hf_outputs(hf, images, ids)
+  got = modalities.model(cfg).apply({"params": params}, images, ids.astype(np.int32))
+  np.testing.assert_allclose(np.asarray(got["logits_per_image"]),
+                             want.logits_per_image.numpy(), atol=ATOL, rtol=0)
+  config["text_config_dict"]["is_decoder"] = True
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+  with pytest.raises(UnsupportedError, match="is_decoder=True"):
+    modalities.load(str(tmp_path / "hf"))
 
 
 def test_clip_config_errors():

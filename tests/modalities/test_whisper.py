@@ -5,6 +5,7 @@ sinusoids against transformers', the dropped K bias, export round trip, and trai
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import jax
@@ -84,7 +85,8 @@ def test_greedy_decoding_equals_transformers_generate(imported):
 
 
 def test_sinusoids_are_whispers_not_vaswanis():
-  from transformers.models.whisper.modeling_whisper import sinusoids  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=import-outside-toplevel
+  from transformers.models.whisper.modeling_whisper import sinusoids
   np.testing.assert_allclose(audio.whisper_sinusoids(50, 32), sinusoids(50, 32).numpy(),
                              atol=5e-6)  # float32 sin/cos of angles up to 49
   halves = np.asarray(sinusoidal_table(np.arange(50)[None], 32, "halves"))[0]
@@ -112,6 +114,24 @@ def test_whisper_export_round_trip(imported, tmp_path):
   assert set(want) == set(got)
   for name in want:
     np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), atol=1e-6, err_msg=name)
+
+
+def test_older_whisper_config_fields_read(imported, tmp_path):
+  """Fields older Whisper configs carry (num_hidden_layers as a copy of encoder_layers, the
+  generation defaults) read without changing the model."""
+  _, _, params, path = imported
+  with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  config.update(num_hidden_layers=2, max_length=20, forced_decoder_ids=[[1, 3], [2, 4]],
+                init_std=0.02, begin_suppress_tokens=[5], suppress_tokens=[6])
+  os.makedirs(tmp_path / "old")
+  for name in os.listdir(path):
+    if name.endswith(".safetensors"):
+      os.symlink(os.path.join(path, name), tmp_path / "old" / name)
+  with open(tmp_path / "old" / "config.json", "w", encoding="utf-8") as f:
+    json.dump(config, f)
+  _, got = modalities.load(str(tmp_path / "old"))
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, got, params))
 
 
 def test_whisper_import_errors(imported, tmp_path):

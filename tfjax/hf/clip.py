@@ -18,8 +18,12 @@ CONFIG = CLIPConfig
 # logit_scale_init_value only initializes logit_scale, which the checkpoint stores.
 IGNORED = frozenset({"logit_scale_init_value"})
 # A tower's projection_dim is read by CLIP{Text,Vision}ModelWithProjection only; CLIPModel's
-# projections use the top-level one.
-SUB_IGNORED = frozenset({"projection_dim"})
+# projections use the top-level one. Older configs dump every PretrainedConfig field into the
+# towers: TensorFlow / bf16 flags, and tie_word_embeddings and cross_attention_hidden_size,
+# which a tower without an output layer or cross-attention never reads (is_decoder and
+# add_cross_attention are checked to be False instead).
+SUB_IGNORED = frozenset({"projection_dim", "tf_legacy_loss", "use_bfloat16",
+                         "tie_word_embeddings", "cross_attention_hidden_size"})
 
 _LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
           "o": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2", "ln1": "layer_norm1",
@@ -27,10 +31,15 @@ _LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_pr
 
 
 def _sub(f: Fields, key: str) -> Fields:
-  values = f.get(key) or {}
-  if not isinstance(values, dict):
+  """A tower's fields: `key`, updated by the legacy `<key>_dict` where present (transformers
+  gives the _dict copy precedence too)."""
+  values, legacy = f.get(key) or {}, f.get(f"{key}_dict") or {}
+  if not isinstance(values, dict) or not isinstance(legacy, dict):
     raise UnsupportedError(f"clip config.json {key} must be an object, got {values!r}")
-  return Fields(values, f"clip {key}", SUB_IGNORED)
+  sub = Fields({**values, **legacy}, f"clip {key}", SUB_IGNORED)
+  sub.expect("is_decoder", (False,), False)
+  sub.expect("add_cross_attention", (False,), False)
+  return sub
 
 
 def config_from_hf(f: Fields, names: set) -> CLIPConfig:

@@ -20,8 +20,10 @@ HF_CLASS = "WhisperForConditionalGeneration"
 CONFIG = WhisperConfig
 # Fields that do not change the logits of given features and decoder tokens: SpecAugment
 # (training-time masking), the audio-classification head, the alignment-heads median filter,
-# and the generation defaults (read by generate, not by the forward pass).
+# the generation defaults (read by generate, not by the forward pass), and num_hidden_layers,
+# which older configs write as a copy of encoder_layers (the model reads encoder_layers).
 IGNORED = frozenset("""
+num_hidden_layers
 apply_spec_augment mask_time_prob mask_time_length mask_time_min_masks mask_feature_prob
 mask_feature_length mask_feature_min_masks use_weighted_layer_sum classifier_proj_size
 median_filter_width max_target_positions_for_generation begin_suppress_tokens suppress_tokens
@@ -60,7 +62,8 @@ def config_to_hf(cfg: WhisperConfig) -> dict:
               decoder_layers=cfg.decoder_layers, decoder_attention_heads=cfg.decoder_heads,
               decoder_ffn_dim=cfg.decoder_ffn, activation_function=vit.ACT_NAMES[cfg.ffn],
               scale_embedding=False, decoder_start_token_id=cfg.decoder_start_id,
-              eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id, tie_word_embeddings=True, begin_suppress_tokens=None,
+              eos_token_id=cfg.eos_id, pad_token_id=cfg.pad_id, tie_word_embeddings=True,
+              begin_suppress_tokens=None,
               suppress_tokens=None)
 
 
