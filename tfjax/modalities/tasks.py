@@ -9,8 +9,6 @@ fields of the modality's config dataclass, `config.data` the synthetic data's si
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -175,20 +173,11 @@ class WhisperTask(Task):
 TASKS = {t.name: t for t in (ViTTask, CLIPTask, WhisperTask)}
 
 
-def register(task_cls):
-  TASKS[task_cls.name] = task_cls
-  return task_cls
-
-
 def build(config) -> Task:
   if config.task not in TASKS:
     raise ValueError(f"config.task={config.task!r} is not a modality task; choose one of "
                      f"{sorted(TASKS)}")
   return TASKS[config.task](config)
-
-
-def config_fields(cls) -> tuple:
-  return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def to_host(metrics) -> dict:
