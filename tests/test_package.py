@@ -16,7 +16,8 @@ ALLOWED = {"nn": set(), "runtime": {"nn"}, "data": {"nn", "runtime"},
            "training": {"nn", "runtime", "data", "inference"},
            "research": {"nn", "runtime", "data", "inference", "training"},
            "hf": {"nn", "runtime", "data", "inference", "training"},
-           "aot": {"nn", "runtime", "data", "inference", "training"}}
+           "aot": {"nn", "runtime", "data", "inference", "training"},
+           "modalities": {"nn"}}
 # Modules that only alias another module under a spelling users (or configs/) import.
 SHIMS = {"tfjax.ops", "tfjax.params"}
 

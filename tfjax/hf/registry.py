@@ -96,6 +96,10 @@ ARCHITECTURES = {a.model_type: a for a in (
 )}
 
 
+# model_types tfjax.hf.modalities reads (in memory; not run directories).
+MODALITIES = ("vit", "clip", "whisper")
+
+
 def missing_switches(arch: Architecture) -> list:
   """The ModelConfig fields / values `arch` needs that this tfjax does not have yet."""
   from tfjax.nn import config as config_module  # pylint: disable=import-outside-toplevel
@@ -117,6 +121,10 @@ def missing_switches(arch: Architecture) -> list:
 def architecture(model_type: Optional[str]) -> Architecture:
   """The Architecture of a config.json `model_type`, or an UnsupportedError naming it."""
   arch = ARCHITECTURES.get(model_type)
+  if model_type in MODALITIES:
+    raise UnsupportedError(
+        f"Hugging Face model_type {model_type!r} is an image/speech front-end, not a text "
+        "training run: load and export it with tfjax.hf.modalities (docs/modalities.md)")
   if arch is None:
     raise UnsupportedError(
         f"Hugging Face model_type {model_type!r} is not supported; tfjax imports "

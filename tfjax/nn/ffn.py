@@ -48,6 +48,8 @@ ACTIVATIONS = {
     "gelu": gelu,
     "gelu_tanh": gelu_tanh,
     "silu": jax.nn.silu,
+    # CLIP's x * sigmoid(1.702 x) (Hendrycks & Gimpel's sigmoid approximation of GELU).
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
     "swiglu": jax.nn.silu,
     "geglu": gelu,
     "geglu_tanh": gelu_tanh,
