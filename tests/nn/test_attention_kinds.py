@@ -146,3 +146,13 @@ def test_a_kind_registered_in_a_test_trains_through_the_training_loop(toy_kind, 
   last = rows[-1]
   assert last["train/mfu"] == pytest.approx(
       last["train/tokens_per_sec"] * per_token / (1e9 * jax.device_count()), rel=1e-6)
+
+
+def test_export_to_hugging_face_refuses_a_kind_it_cannot_express(toy_kind):
+  """HF conversion maps softmax attention only: the exporter's config round trip names the key."""
+  del toy_kind
+  from tfjax.hf import exporter, mapping, registry  # pylint: disable=import-outside-toplevel
+  cfg = tiny_config(attention_kind=TOY, position="rope", ffn="swiglu", ffn_bias=False,
+                    attention_bias=False, norm="rmsnorm", tie_embeddings=False)
+  with pytest.raises(mapping.UnsupportedError, match="attention_kind"):
+    exporter.hf_config(registry.architecture("llama"), cfg, set())
