@@ -1,5 +1,6 @@
 """Functional attention: `dot_product_attention`, its reference (xla) implementation, and the
-choice between implementations.
+choice between implementations. This is the math of the softmax attention kind
+(tfjax/nn/softmax_attention.py); other kinds (tfjax/nn/attention_kinds.py) bring their own.
 
 Shapes (letters as in tfjax/nn/axes.py):
   q_BxTxHxE   queries, T = q_len, H = heads, E = head_dim

@@ -145,21 +145,13 @@ def _alibi_logits_bias(cfg: ModelConfig, table, visibility: Visibility, q_len: i
   return LogitsBias(alibi_slopes_H=alibi_slopes(cfg.attention.num_heads))
 
 
-def _learned_positions(cfg: ModelConfig) -> nn.Module:
-  return LearnedPositions(cfg)
-
-
-def _sinusoidal_positions(cfg: ModelConfig) -> nn.Module:
-  return SinusoidalPositions(cfg)
-
-
 def _register_builtin_kinds():
   for kind in (
       PositionKind("sinusoidal", absolute=True, reads=("sinusoid_layout",), check=_even_d_model,
-                   embedding=_sinusoidal_positions),
+                   embedding=SinusoidalPositions),
       PositionKind("learned", absolute=True, learned_table=True, reads=("position_offset",),
                    embedding_params=lambda cfg: cfg.position_table_rows * cfg.d_model,
-                   embedding=_learned_positions),
+                   embedding=LearnedPositions),
       PositionKind("rope", rotary=True, check=_even_head_dim,
                    rotate=functools.partial(_rotate_rope, interleaved=False)),
       PositionKind("rope_interleaved", rotary=True, check=_even_head_dim,
@@ -171,8 +163,6 @@ def _register_builtin_kinds():
       PositionKind("none")):
     register_position_kind(kind)
 
-
-_register_builtin_kinds()
 
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 
@@ -418,3 +408,5 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   extra = power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
   return np.asarray(power_of_two_slopes(closest) + extra, np.float32)
 
+
+_register_builtin_kinds()  # here: the kinds' modules and math are defined above
