@@ -120,11 +120,11 @@ def test_parameter_and_flop_counts_take_the_kinds_own(toy_kind):
   counts = param_accounting.count_by_category(cfg)
   assert counts["attention"] == param_accounting.count_by_category(softmax)["attention"] + 2 * 2
   assert param_accounting.analytic_count(cfg) == sum(counts.values())
-  d, h, e, layers = 16, 2, 8, 2
+  heads, head_dim, layers = 2, 8, 2  # TINY: d_model 16 over 2 heads
+  assert (cfg.num_heads, cfg.dim_per_head) == (heads, head_dim)
   n = param_accounting.analytic_count(cfg) - param_accounting.lookup_only_count(cfg)
   for seq_len in (16, 4096):
-    assert flops.flops_per_token(cfg, seq_len) == 6 * n + layers * 12 * h * e * e
-  assert d == cfg.d_model and e == cfg.dim_per_head
+    assert flops.flops_per_token(cfg, seq_len) == 6 * n + layers * 12 * heads * head_dim ** 2
 
 
 def test_a_kind_registered_in_a_test_trains_through_the_training_loop(toy_kind, tmp_path):

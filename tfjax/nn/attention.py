@@ -32,7 +32,8 @@ from tfjax.nn.masks import LogitsBias, Visibility, default_positions
 from tfjax.nn.norms import NORMS, Norm
 from tfjax.nn.positions import POSITION_KINDS, position_kind
 from tfjax.nn.sections import Section
-from tfjax.nn.softmax_attention import SOFTMAX
+# Importing softmax_attention registers the default kind, model.attention_kind='softmax'.
+from tfjax.nn import softmax_attention  # pylint: disable=unused-import
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -65,7 +66,7 @@ class AttentionConfig(Section):
   scale: Optional[float] = None
   softcap: Optional[float] = None
   dropout: float = 0.0
-  kind: str = SOFTMAX.name
+  kind: str = "softmax"
 
   KEYS: ClassVar = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads",
                     "head_dim": "head_dim", "attention_bias": "bias",
