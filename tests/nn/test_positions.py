@@ -274,3 +274,34 @@ def test_the_position_registry_is_the_one_list_every_consumer_reads(fake_kinds):
   assert registry.missing_switches(arch) == []
   with pytest.raises(ValueError, match="fake_absolute"):
     tiny_config(position="xpos")  # the choices listed are the registry's
+
+
+def test_a_kind_acts_through_its_hooks_only():
+  """Kinds registered here reuse built-in math through each hook; the model applies them without
+  naming them: an embedding hook adding the sinusoid table is position='sinusoidal', a logits
+  hook giving ALiBi slopes is 'alibi', and a rotate hook doubling q is 'none' with twice the
+  score scale."""
+  from conftest import random_params  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.masks import LogitsBias  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+  hooks = {
+      "sinusoidal": dict(embedding=positions.SinusoidalPositions),
+      "alibi": dict(logits_bias=lambda cfg, table, visibility, q_len, kv_len: LogitsBias(
+          alibi_slopes_H=alibi_slopes(cfg.attention.num_heads))),
+      "none": dict(rotate=lambda cfg, q, k, pos, local: (q * 2.0, k)),
+  }
+  ids = jnp.asarray(np.random.default_rng(0).integers(0, 31, (2, 7)), jnp.int32)
+  try:
+    for builtin, hook in hooks.items():
+      positions.register_position_kind(positions.PositionKind(f"fake_{builtin}", **hook))
+      cfg = tiny_config(position=f"fake_{builtin}")
+      scale = dict(attention_scale=2.0 * cfg.dim_per_head ** -0.5) if builtin == "none" else {}
+      reference = build_model(tiny_config(position=builtin, **scale))
+      params = {"params": random_params(reference, ids)}
+      got = build_model(cfg).apply(params, ids)
+      np.testing.assert_allclose(got, reference.apply(params, ids), rtol=1e-5, atol=1e-5)
+      plain = build_model(tiny_config(position="none")).apply(params, ids)
+      assert not np.allclose(got, plain, atol=1e-3), builtin  # the hook changed something
+  finally:
+    for builtin in hooks:
+      positions.POSITION_KINDS.pop(f"fake_{builtin}", None)

@@ -1,35 +1,39 @@
-"""Multi-head attention (MHA / GQA / MQA), self and cross, with an optional KV cache for decoding.
+"""Multi-head attention (MHA / GQA / MQA), self and cross, with an optional cache for decoding.
 
 W_Q: [embed, heads, head_dim], W_K and W_V: [embed, kv_heads, head_dim], W_O: [heads, head_dim,
 embed]; shape letters as in tfjax/nn/axes.py (E = head_dim). W_K and W_V always carry the kv_heads
 logical axis, also when kv_heads == heads (the sharding rules map kv_heads as they map heads).
-Scores, masks and biases are all computed by `tfjax.nn.ops.dot_product_attention`, so the module
-never changes when the attention implementation does.
 
-Attention weights for visualization: apply with `mutable=['intermediates']` and each attention
-module sows its [batch, heads, q_len, kv_len] probabilities as 'attention_weights'.
+`MultiHeadAttention` reads as four steps: projections (and qk norms), positions (the position
+kind's hooks, tfjax/nn/positions.py), cache (decoding) and attention. The last two belong to the
+attention kind (model.attention_kind, tfjax/nn/attention_kinds.py): softmax attention by default
+(tfjax/nn/softmax_attention.py, whose scores, masks and biases are all computed by
+`tfjax.nn.ops.dot_product_attention`), so the module never changes when the kind or the
+attention implementation does.
 
-Decoding (config.decode=True): causal self-attention and cross-attention read and write their KV
-cache through tfjax/nn/kv_cache.py; which attention implementation a decode step uses is the
-decode config's `attention_impl` (tfjax/inference/cached_model.py sets it).
+Decoding (config.decode=True): causal self-attention and cross-attention read and write their
+cache through the kind's `cache` hook (softmax: tfjax/nn/kv_cache.py); which attention
+implementation a decode step uses is the decode config's `attention_impl`
+(tfjax/inference/cached_model.py sets it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import flax.linen as nn
 
-from tfjax.nn import axes, kv_cache, ops
+from tfjax.nn import axes
+from tfjax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind, attention_kind
 from tfjax.nn.choices import one_of
 from tfjax.nn.inits import kernel_init
-from tfjax.nn.masks import default_positions, query_key_positions
+from tfjax.nn.masks import LogitsBias, Visibility, default_positions
 from tfjax.nn.norms import NORMS, Norm
-from tfjax.nn.relative_bias import t5_bias
-from tfjax.nn.positions import (alibi_slopes, apply_rope, position_kind, rope_frequencies,
-                                 scaled_rope_frequencies)
+from tfjax.nn.positions import POSITION_KINDS, position_kind
 from tfjax.nn.sections import Section, flat_key
+# Importing softmax_attention registers the default kind, model.attention_kind='softmax'.
+from tfjax.nn import softmax_attention  # pylint: disable=unused-import
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -48,6 +52,8 @@ class AttentionConfig(Section):
   (Mistral). scale: score scale, None = 1/sqrt(head_dim) (T5: 1.0, Gemma 2:
   query_pre_attn_scalar^-0.5). softcap: scores = cap * tanh(scores / cap) before biases and masks
   (Gemma 2: 50; xla attention only). dropout: on the attention weights (xla attention only).
+  kind: a registered AttentionKind (tfjax/nn/attention_kinds.py; softmax); scale, softcap and
+  dropout are softmax's.
   """
   num_heads: int = 4
   num_kv_heads: Optional[int] = None
@@ -60,6 +66,10 @@ class AttentionConfig(Section):
   scale: Optional[float] = flat_key("attention_scale", None)
   softcap: Optional[float] = flat_key("attention_softcap", None)
   dropout: float = flat_key("attention_dropout", 0.0)
+  kind: str = flat_key("attention_kind", "softmax")
+
+  # Keys read by the attention kinds that list them in AttentionKind.reads only.
+  KIND_KEYS: ClassVar = ("attention_scale", "attention_softcap", "attention_dropout")
 
   @property
   def kv_heads(self) -> int:
@@ -96,13 +106,27 @@ class AttentionConfig(Section):
     for key, value in (("attention_scale", self.scale), ("attention_softcap", self.softcap)):
       if value is not None and not value > 0:
         raise ValueError(f"model.{key}={value} must be a positive number or None")
-    if self.softcap is not None and model.attention_impl not in ("xla", "auto"):
-      raise ValueError(
-          f"model.attention_softcap={self.softcap} is computed by the xla attention "
-          f"only, not model.attention_impl={model.attention_impl!r}; set attention_impl='xla' "
-          "or 'auto'")
     if not 0.0 <= self.dropout < 1.0:
       raise ValueError(f"model.attention_dropout={self.dropout} must be in [0, 1)")
+    self._validate_kind(model)
+
+  def _validate_kind(self, model) -> None:
+    one_of("model.attention_kind", self.kind, tuple(ATTENTION_KINDS))
+    kind = ATTENTION_KINDS[self.kind]
+    values, defaults = self.flat(), self.flat_defaults()
+    for key in self.KIND_KEYS:
+      if values[key] != defaults[key] and key not in kind.reads:
+        raise ValueError(f"model.{key}={values[key]!r} is not read by "
+                         f"model.attention_kind={self.kind!r}; leave it at {defaults[key]!r}")
+    position = POSITION_KINDS.get(model.positions.kind)  # unknown: the positions' error
+    if position is not None and position.logits_bias is not None and not kind.logits_bias:
+      raise ValueError(
+          f"model.position={position.name!r} adds to the attention logits, which "
+          f"model.attention_kind={self.kind!r} does not take; choose another position kind")
+    if model.decode and kind.cache is None:
+      raise ValueError(f"model.attention_kind={self.kind!r} has no decoding cache, so "
+                       "decode=True (generation) is not available for it")
+    kind.check(model)
 
   def _validate_window(self, model) -> None:
     if self.window is not None:
@@ -142,12 +166,11 @@ def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_mode
 
 
 class MultiHeadAttention(nn.Module):
-  """Scores scaled by model.attention_scale (default 1/sqrt(head_dim)), soft-capped by
-  model.attention_softcap; q and k normalized per head by model.qk_norm; causal self-attention
-  slides over model.window when `sliding`."""
+  """Projections, positions, cache and attention (see the module docstring); causal
+  self-attention slides over model.window when `sliding`."""
   config: ModelConfig
   causal: bool = False
-  cross: bool = False  # keys/values from another sequence (no RoPE/ALiBi, no causal mask)
+  cross: bool = False  # keys/values from another sequence (no positions, no causal mask)
   sliding: bool = True  # False: a global layer of model.window_pattern
 
   @property
@@ -155,83 +178,86 @@ class MultiHeadAttention(nn.Module):
     """The sliding window of this module (None: every earlier key is visible)."""
     return self.config.attention.window if self.causal and self.sliding else None
 
+  @property
+  def kind(self) -> AttentionKind:
+    return attention_kind(self.config)
+
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                positions=None, relative_table=None):
-    """positions [B, T]: absolute positions of the queries (needed by RoPE and decoding).
-    relative_table [buckets, heads]: the stack's T5 bias table (position='t5_bias')."""
+    """positions [B, T]: absolute positions of the queries (default 0..T-1; needed by RoPE and
+    decoding). relative_table: the layer stack's position table (the position kind's
+    `stack_table` hook: T5's [buckets, heads])."""
+    batch, q_len, d_model = x_BxTxD.shape
+    positions_BxT = default_positions(q_len, batch=batch) if positions is None else positions
+    visibility = Visibility(causal=self.causal, window=self.window,
+                            q_segment_ids_BxT=q_segment_ids, kv_segment_ids_BxS=kv_segment_ids)
+    q_BxTxHxE, k_BxSxKxE, v_BxSxKxE = self.projections(x_BxTxD, kv_BxSxD)
+    q_BxTxHxE, k_BxSxKxE = self.rotate(q_BxTxHxE, k_BxSxKxE, positions_BxT)
+    k_BxSxKxE, v_BxSxKxE, visibility = self.cache(k_BxSxKxE, v_BxSxKxE, positions_BxT,
+                                                  visibility)
+    logits_bias = self.logits_bias(relative_table, visibility, q_len, k_BxSxKxE.shape[1])
+    out_BxTxHxE = self.kind.attend(self, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility,
+                                   logits_bias)
+    return self.output_projection(out_BxTxHxE, d_model)
+
+  def projections(self, x_BxTxD, kv_BxSxD):
+    """q [B, T, H, E] from x; k, v [B, S, K, E] from x (self) or kv (cross; None when decoding
+    reads the cached encoder keys); q and k normalized per head by model.qk_norm."""
     cfg = self.config
-    attention, position = cfg.attention, cfg.positions.kind
-    init_gain = cfg.norms.init_gain  # the stack's DeepNorm beta on W_V and W_O (norms.py)
-    batch, q_len = x_BxTxD.shape[:2]
+    attention = cfg.attention
     q_BxTxHxE = _projection(cfg, attention.num_heads, axes.HEADS, "query",
                             x_BxTxD.shape[-1])(x_BxTxD)
     k_BxSxKxE = v_BxSxKxE = None
     if not (self.cross and cfg.decode and kv_BxSxD is None):
-      source = x_BxTxD if not self.cross else kv_BxSxD
+      source_BxSxD = x_BxTxD if not self.cross else kv_BxSxD
       k_BxSxKxE = _projection(cfg, attention.kv_heads, axes.KV_HEADS, "key",
-                              source.shape[-1])(source)
-      v_BxSxKxE = _projection(cfg, attention.kv_heads, axes.KV_HEADS, "value", source.shape[-1],
-                              init_gain)(source)
-
+                              source_BxSxD.shape[-1])(source_BxSxD)
+      v_BxSxKxE = _projection(cfg, attention.kv_heads, axes.KV_HEADS, "value",
+                              source_BxSxD.shape[-1],
+                              init_gain=cfg.norms.init_gain)(source_BxSxD)  # DeepNorm beta
     if attention.qk_norm != "none":  # per head over head_dim, before RoPE
       q_BxTxHxE = Norm(cfg, kind=attention.qk_norm, axis=axes.HEAD_DIM,
                        name="query_norm")(q_BxTxHxE)
       if k_BxSxKxE is not None:
         k_BxSxKxE = Norm(cfg, kind=attention.qk_norm, axis=axes.HEAD_DIM,
                          name="key_norm")(k_BxSxKxE)
+    return q_BxTxHxE, k_BxSxKxE, v_BxSxKxE
 
-    relative = not self.cross
-    if positions is None:
-      positions = default_positions(q_len, batch=batch)
-    if relative and position_kind(cfg).rotary:
-      local_base = cfg.positions.rope.local_base
-      if self.window is not None and local_base is not None:  # Gemma 3's local layers
-        inv_freq, gain = rope_frequencies(cfg.rotary_dim, local_base), 1.0
-      else:
-        inv_freq, gain = scaled_rope_frequencies(cfg, positions)
-      rope = dict(interleaved=position == "rope_interleaved", inv_freq=inv_freq,
-                  rotary_dim=cfg.rotary_dim, gain=gain)
-      q_BxTxHxE = apply_rope(q_BxTxHxE, positions, **rope)
-      k_BxSxKxE = apply_rope(k_BxSxKxE, positions, **rope)
-    slopes = alibi_slopes(attention.num_heads) if relative and position == "alibi" else None
+  def rotate(self, q_BxTxHxE, k_BxSxKxE, positions_BxT):
+    """The position kind's `rotate` hook on self-attention (RoPE); cross-attention relates two
+    sequences, so it has no positions."""
+    rotate = position_kind(self.config).rotate
+    if self.cross or rotate is None:
+      return q_BxTxHxE, k_BxSxKxE
+    return rotate(self.config, q_BxTxHxE, k_BxSxKxE, positions_BxT, local=self.window is not None)
 
-    kwargs = dict(causal=self.causal, window=self.window, alibi_slopes=slopes,
-                  q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                  scale=attention.scale, softcap=attention.softcap)
-    # Only causal self-attention and cross-attention see the sequence grow; a bidirectional
-    # encoder (e.g. the encoder of an encoder-decoder run with decode=True) recomputes in full.
-    uses_cache = cfg.decode and (self.causal or self.cross)
-    if uses_cache and self.is_initializing():
-      kv_cache.init(self, k_BxSxKxE, cross=self.cross, window=self.window,
-                    dtype=cfg.compute_dtype)
-    elif uses_cache and self.cross:
-      k_BxSxKxE, v_BxSxKxE, kwargs = kv_cache.cross_attention(self, k_BxSxKxE, v_BxSxKxE, kwargs)
-    elif uses_cache:
-      k_BxSxKxE, v_BxSxKxE, kwargs = kv_cache.self_attention(
-          self, k_BxSxKxE, v_BxSxKxE, positions, kwargs, window=self.window)
+  def cache(self, k_BxSxKxE, v_BxSxKxE, positions_BxT, visibility: Visibility):
+    """The attention kind's `cache` hook while decoding. Only causal self-attention and
+    cross-attention see the sequence grow; a bidirectional encoder (e.g. the encoder of an
+    encoder-decoder run with decode=True) recomputes in full."""
+    if not (self.config.decode and (self.causal or self.cross)):
+      return k_BxSxKxE, v_BxSxKxE, visibility
+    return self.kind.cache(self, k_BxSxKxE, v_BxSxKxE, positions_BxT, visibility,
+                           cross=self.cross)
 
-    if relative and position == "t5_bias":
-      q_pos, kv_pos = query_key_positions(q_len, k_BxSxKxE.shape[1], kwargs.get("q_positions"),
-                                          kwargs.get("kv_positions"))
-      kwargs["bias"] = t5_bias(relative_table, q_pos, kv_pos, bidirectional=not self.causal,
-                               max_distance=cfg.positions.relative_max_distance)
+  def logits_bias(self, table, visibility: Visibility, q_len: int, kv_len: int) -> LogitsBias:
+    """The position kind's `logits_bias` hook on self-attention (ALiBi, T5's bias)."""
+    logits_bias = position_kind(self.config).logits_bias
+    if self.cross or logits_bias is None:
+      return LogitsBias()
+    return logits_bias(self.config, table, visibility, q_len, kv_len)
 
-    if self.is_mutable_collection("intermediates"):
-      weights = ops.attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)
-      self.sow("intermediates", "attention_weights", weights)
-    dropout = 0.0 if cfg.deterministic else attention.dropout
-    out_BxTxHxE = ops.dot_product_attention(
-        q_BxTxHxE, k_BxSxKxE, v_BxSxKxE,
-        implementation=cfg.attention_impl,
-        dropout_rate=dropout, dropout_rng=self.make_rng("dropout") if dropout else None, **kwargs)
+  def output_projection(self, out_BxTxHxE, d_model: int):
+    """W_O: [B, T, H, E] -> [B, T, D], its init scaled by the stack's DeepNorm beta."""
+    cfg = self.config
     out_BxTxHxE = nn.with_logical_constraint(
         out_BxTxHxE, (axes.BATCH, axes.LENGTH, axes.HEADS, axes.HEAD_DIM))
     return nn.Einsum(
-        (attention.num_heads, cfg.dim_per_head, x_BxTxD.shape[-1]), "bthk,hkd->btd",
-        use_bias=attention.uses_out_bias, dtype=cfg.compute_dtype, name="out",
+        (cfg.attention.num_heads, cfg.dim_per_head, d_model), "bthk,hkd->btd",
+        use_bias=cfg.attention.uses_out_bias, dtype=cfg.compute_dtype, name="out",
         kernel_init=nn.with_logical_partitioning(
-            kernel_init(cfg, cfg.residual_init_std, gain=init_gain, in_axis=(0, 1),
+            kernel_init(cfg, cfg.residual_init_std, gain=cfg.norms.init_gain, in_axis=(0, 1),
                         out_axis=2),
             (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxHxE)

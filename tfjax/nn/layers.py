@@ -29,7 +29,7 @@ from tfjax.nn import axes
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.ffn import FeedForward
 from tfjax.nn.norms import Norm, stack_config
-from tfjax.nn.relative_bias import RelativePositionTable
+from tfjax.nn.positions import position_kind
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -120,10 +120,9 @@ class LayerStack(nn.Module):
   def __call__(self, x_BxLxD, segment_ids=None, positions=None, encoded_BxSxD=None,
                encoder_segment_ids=None):
     cfg = stack_config(self.config, decoder_stack=self.cross_attention)
-    # T5: one relative position table per stack, shared by its layers.
-    table = None
-    if cfg.positions.kind == "t5_bias":
-      table = RelativePositionTable(cfg, name="relative_bias")()
+    # One position table per stack, shared by its layers (T5's relative bias).
+    stack_table = position_kind(cfg).stack_table
+    table = None if stack_table is None else stack_table(cfg)()
     args = (segment_ids, positions, encoded_BxSxD, encoder_segment_ids, table)
     if cfg.scan_layers:
       scanned = nn.scan(

@@ -21,7 +21,7 @@ from tfjax.nn.layers import LayerStack
 from tfjax.nn.masks import default_positions
 from tfjax.nn.norms import Norm
 from tfjax.nn.ops import softcap_logits
-from tfjax.nn.positions import LearnedPositions, has_learned_table, sinusoidal_table
+from tfjax.nn.positions import position_kind
 
 
 def shift_right(targets_BxL, bos_id: int):
@@ -61,8 +61,9 @@ class Embedder(nn.Module):
     cfg = self.config
     if self.shared_tokens is None:
       self.tokens = token_embedding(cfg)
-    if has_learned_table(cfg):
-      self.positions = LearnedPositions(cfg)
+    position_embedding = position_kind(cfg).embedding
+    if position_embedding is not None:
+      self.positions = position_embedding(cfg)
     if cfg.type_vocab_size:
       self.token_types = nn.Embed(
           cfg.type_vocab_size, cfg.d_model, dtype=cfg.compute_dtype,
@@ -80,11 +81,9 @@ class Embedder(nn.Module):
     x_BxLxD = lookup(self._tokens(), inputs_BxL, cfg.compute_dtype)
     if cfg.embed_scale:
       x_BxLxD = x_BxLxD * jnp.sqrt(float(cfg.d_model)).astype(x_BxLxD.dtype)
-    if has_learned_table(cfg):
-      x_BxLxD = x_BxLxD + self.positions(positions_BxL, inputs_BxL.shape[1])
-    elif cfg.positions.kind == "sinusoidal":
-      table_BxLxD = sinusoidal_table(positions_BxL, cfg.d_model, cfg.positions.sinusoid_layout)
-      x_BxLxD = x_BxLxD + table_BxLxD.astype(x_BxLxD.dtype)
+    if position_kind(cfg).embedding is not None:  # absolute positions (learned, sinusoidal)
+      positions_BxLxD = self.positions(positions_BxL, inputs_BxL.shape[1])
+      x_BxLxD = x_BxLxD + positions_BxLxD.astype(x_BxLxD.dtype)
     if cfg.type_vocab_size:
       types = jnp.zeros_like(inputs_BxL) if token_type_ids is None else token_type_ids
       x_BxLxD = x_BxLxD + lookup(self.token_types, types, cfg.compute_dtype)

@@ -1,5 +1,6 @@
 """Functional attention: `dot_product_attention`, its reference (xla) implementation, and the
-choice between implementations.
+choice between implementations. This is the math of the softmax attention kind
+(tfjax/nn/softmax_attention.py); other kinds (tfjax/nn/attention_kinds.py) bring their own.
 
 Shapes (letters as in tfjax/nn/axes.py):
   q_BxTxHxE   queries, T = q_len, H = heads, E = head_dim
@@ -55,16 +56,17 @@ __all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_prod
 _log = logging.getLogger(__name__)
 
 
-def _check_shapes(q, k, v, alibi_slopes):
-  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+def _check_shapes(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, alibi_slopes):
+  q_shape, k_shape, v_shape = q_BxTxHxE.shape, k_BxSxKxE.shape, v_BxSxKxE.shape
+  if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
     raise ValueError(
         f"attention expects q [batch, q_len, heads, head_dim] and k/v [batch, kv_len, kv_heads, "
-        f"head_dim]; got q {q.shape}, k {k.shape}, v {v.shape}")
-  if k.shape != v.shape:
-    raise ValueError(f"k and v must have the same shape; got k {k.shape}, v {v.shape}")
-  if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
-    raise ValueError(f"q and k must agree in batch and head_dim; got q {q.shape}, k {k.shape}")
-  heads, kv_heads = q.shape[2], k.shape[2]
+        f"head_dim]; got q {q_shape}, k {k_shape}, v {v_shape}")
+  if k_shape != v_shape:
+    raise ValueError(f"k and v must have the same shape; got k {k_shape}, v {v_shape}")
+  if q_shape[0] != k_shape[0] or q_shape[-1] != k_shape[-1]:
+    raise ValueError(f"q and k must agree in batch and head_dim; got q {q_shape}, k {k_shape}")
+  heads, kv_heads = q_shape[2], k_shape[2]
   if heads % kv_heads:
     raise ValueError(
         f"heads ({heads}) must be a multiple of kv_heads ({kv_heads}) for grouped-query attention")
@@ -74,38 +76,43 @@ def _check_shapes(q, k, v, alibi_slopes):
 
 
 def softcap_logits(logits, softcap: float):
-  """Soft-capping (Gemma 2): softcap * tanh(logits / softcap), smooth and bounded by +-softcap."""
+  """Soft-capping (Gemma 2): softcap * tanh(logits / softcap), smooth and bounded by +-softcap.
+  Any shape (attention scores, LM logits)."""
   return softcap * jnp.tanh(logits / softcap)
 
 
-def attention_logits_mask(q, k, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
-                          window=None, alibi_slopes=None, bias=None, scale=None,
-                          q_positions=None, kv_positions=None, softcap=None):
-  """Masked, scaled logits [B, H, T, S] in float32 and the visibility mask (or None)."""
-  batch, q_len, heads, head_dim = q.shape
-  kv_len, kv_heads = k.shape[1], k.shape[2]
+def attention_logits_mask(q_BxTxHxE, k_BxSxKxE, *, causal=False, q_segment_ids=None,
+                          kv_segment_ids=None, window=None, alibi_slopes=None, bias=None,
+                          scale=None, q_positions=None, kv_positions=None, softcap=None):
+  """Masked, scaled logits [B, H, T, S] in float32 and the visibility mask [B or 1, 1, T, S]
+  (or None)."""
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
   scale = head_dim ** -0.5 if scale is None else scale
   group = heads // kv_heads
   if group == 1:  # multi-head: no group axis (see weighted_values)
-    logits = jnp.einsum("bthe,bshe->bhts", q, k, preferred_element_type=jnp.float32)
+    logits_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxKxE,
+                                preferred_element_type=jnp.float32)
   else:  # query head h reads kv head h // G
-    q_BxTxKxGxE = q.reshape(batch, q_len, kv_heads, group, head_dim)
-    logits = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k,
-                        preferred_element_type=jnp.float32)
-  logits = logits.reshape(batch, heads, q_len, kv_len) * scale
+    q_BxTxKxGxE = q_BxTxHxE.reshape(batch, q_len, kv_heads, group, head_dim)
+    logits_BxKxGxTxS = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k_BxSxKxE,
+                                  preferred_element_type=jnp.float32)
+    logits_BxHxTxS = logits_BxKxGxTxS.reshape(batch, heads, q_len, kv_len)
+  logits_BxHxTxS = logits_BxHxTxS * scale
   if softcap is not None:
-    logits = softcap_logits(logits, softcap)
+    logits_BxHxTxS = softcap_logits(logits_BxHxTxS, softcap)
   if alibi_slopes is not None:
-    logits = logits + alibi_bias(alibi_slopes, q_len=q_len, kv_len=kv_len,
-                                 q_positions=q_positions, kv_positions=kv_positions)
+    logits_BxHxTxS = logits_BxHxTxS + alibi_bias(
+        alibi_slopes, q_len=q_len, kv_len=kv_len, q_positions=q_positions,
+        kv_positions=kv_positions)
   if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  mask = visibility_mask(q_len=q_len, kv_len=kv_len, causal=causal, window=window,
-                         q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                         q_positions=q_positions, kv_positions=kv_positions)
-  if mask is not None:
-    logits = jnp.where(mask, logits, MASK_VALUE)
-  return logits, mask
+    logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
+  mask_Bx1xTxS = visibility_mask(q_len=q_len, kv_len=kv_len, causal=causal, window=window,
+                                 q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                                 q_positions=q_positions, kv_positions=kv_positions)
+  if mask_Bx1xTxS is not None:
+    logits_BxHxTxS = jnp.where(mask_Bx1xTxS, logits_BxHxTxS, MASK_VALUE)
+  return logits_BxHxTxS, mask_Bx1xTxS
 
 
 def _rows_can_be_empty(q_len, kv_len, *, q_segment_ids=None, kv_segment_ids=None,
@@ -116,40 +123,43 @@ def _rows_can_be_empty(q_len, kv_len, *, q_segment_ids=None, kv_segment_ids=None
   return q_len > kv_len or any(x is not None for x in given)
 
 
-def attention_weights(q, k, **kwargs):
+def attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs):
   """Softmax attention probabilities [B, H, T, S] (float32); fully masked rows are all zero."""
-  logits, mask = attention_logits_mask(q, k, **kwargs)
-  weights = jax.nn.softmax(logits, axis=-1)
+  logits_BxHxTxS, mask_Bx1xTxS = attention_logits_mask(q_BxTxHxE, k_BxSxKxE, **kwargs)
+  weights_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1)
   # A fully masked row would softmax to uniform weights over hidden keys: zero it. Where no row
   # can be empty the select would change nothing, so it (and its gradient) is left out.
-  if mask is not None and _rows_can_be_empty(q.shape[1], k.shape[1], **kwargs):
-    weights = jnp.where(mask, weights, 0.0)
-  return weights
+  if mask_Bx1xTxS is not None and _rows_can_be_empty(q_BxTxHxE.shape[1], k_BxSxKxE.shape[1],
+                                                     **kwargs):
+    weights_BxHxTxS = jnp.where(mask_Bx1xTxS, weights_BxHxTxS, 0.0)
+  return weights_BxHxTxS
 
 
-def weighted_values(weights_BxHxTxS, v):
+def weighted_values(weights_BxHxTxS, v_BxSxKxE):
   """sum_s weights[b,h,t,s] v[b,s,h//G,e] -> BxTxHxE (float32), reading each kv head for its
   group of G query heads."""
   batch, heads, q_len, kv_len = weights_BxHxTxS.shape
-  kv_heads, head_dim = v.shape[2], v.shape[3]
+  kv_heads, head_dim = v_BxSxKxE.shape[2], v_BxSxKxE.shape[3]
+  weights_BxHxTxS = weights_BxHxTxS.astype(v_BxSxKxE.dtype)
   if heads == kv_heads:
     # Multi-head attention (G = 1) is written without the group axis: the same products, but a
     # size-1 axis in the batched products makes XLA:CPU lay them and their gradients out with
     # extra transposes (docs/benchmarks/cpu_training.md, "no group axis of size 1").
-    return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS.astype(v.dtype), v,
+    return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS, v_BxSxKxE,
                       preferred_element_type=jnp.float32)
   w_BxKxGxTxS = weights_BxHxTxS.reshape(batch, kv_heads, heads // kv_heads, q_len, kv_len)
-  out = jnp.einsum("bkgts,bske->btkge", w_BxKxGxTxS.astype(v.dtype), v,
-                   preferred_element_type=jnp.float32)
-  return out.reshape(batch, q_len, heads, head_dim)
+  out_BxTxKxGxE = jnp.einsum("bkgts,bske->btkge", w_BxKxGxTxS, v_BxSxKxE,
+                             preferred_element_type=jnp.float32)
+  return out_BxTxKxGxE.reshape(batch, q_len, heads, head_dim)
 
 
-def _xla_attention(q, k, v, *, dropout_rate=0.0, dropout_seed=None, **kwargs):
-  weights = attention_weights(q, k, **kwargs)
+def _xla_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, dropout_rate=0.0, dropout_seed=None,
+                   **kwargs):
+  weights_BxHxTxS = attention_weights(q_BxTxHxE, k_BxSxKxE, **kwargs)
   if dropout_rate > 0.0:  # the kernels' mask (tfjax/nn/dropout_hash.py), so they match xla
-    keep = dropout_hash.keep_mask(dropout_seed, *weights.shape, dropout_rate)
-    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-  return weighted_values(weights, v).astype(q.dtype)
+    keep_BxHxTxS = dropout_hash.keep_mask(dropout_seed, *weights_BxHxTxS.shape, dropout_rate)
+    weights_BxHxTxS = jnp.where(keep_BxHxTxS, weights_BxHxTxS / (1.0 - dropout_rate), 0.0)
+  return weighted_values(weights_BxHxTxS, v_BxSxKxE).astype(q_BxTxHxE.dtype)
 
 
 _LOGGED: set = set()
@@ -182,7 +192,7 @@ def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = Fals
 
 
 def dot_product_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, *, causal: bool = False,
+    q_BxTxHxE: jax.Array, k_BxSxKxE: jax.Array, v_BxSxKxE: jax.Array, *, causal: bool = False,
     q_segment_ids: Optional[ArrayLike] = None, kv_segment_ids: Optional[ArrayLike] = None,
     window: Optional[int] = None, alibi_slopes: Optional[ArrayLike] = None,
     bias: Optional[ArrayLike] = None, scale: Optional[float] = None, implementation: str = "xla",
@@ -192,9 +202,9 @@ def dot_product_attention(
   """Multi-head (GQA/MQA) attention softmax(q k^T * scale + M) v; see the module docstring.
 
   Args:
-    q: queries [B, T, H, E].
-    k: keys [B, S, K, E], H a multiple of K.
-    v: values [B, S, K, E].
+    q_BxTxHxE: queries.
+    k_BxSxKxE: keys, H a multiple of K.
+    v_BxSxKxE: values.
     causal: hide keys after the query's position.
     q_segment_ids: int [B, T]; 0 marks padding (see the module docstring for the rules).
     kv_segment_ids: int [B, S].
@@ -219,10 +229,10 @@ def dot_product_attention(
   Returns:
     [B, T, H, E] in q's dtype.
   """
-  _check_shapes(q, k, v, alibi_slopes)
+  _check_shapes(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, alibi_slopes)
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
-  name = _resolve(implementation, q.shape[1], k.shape[1],
+  name = _resolve(implementation, q_BxTxHxE.shape[1], k_BxSxKxE.shape[1],
                   xla_only=bias is not None or softcap is not None)
   if implementation == "auto" and name == "chunked" and dropout_rate > 0.0:
     name = "xla"  # the plain-JAX chunked attention has no dropout
@@ -258,5 +268,5 @@ def dot_product_attention(
     # A CPU host may lower this program for TPU or GPU devices (tfjax.aot): 'auto' then means
     # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
     from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top
-    return per_lowering_platform(fns[name], q, k, v, **kwargs)
-  return fns[name](q, k, v, **kwargs)
+    return per_lowering_platform(fns[name], q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
+  return fns[name](q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)

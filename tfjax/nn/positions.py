@@ -4,7 +4,9 @@ slopes. `none` is NoPE.
 The registry of position kinds (`POSITION_KINDS`) is the one list of `model.position` values:
 config validation, decoding past max_len (tfjax/inference/decode_window.py), parameter counts
 (tfjax/training/params.py) and length evaluation (tfjax/research/length_eval.py) ask a kind's
-`PositionKind` instead of listing names. `PositionConfig` is the positions' config section.
+`PositionKind` instead of listing names, and the model applies a kind through its hooks (add to
+the embeddings, rotate q and k, add to the attention logits), never by its name.
+`PositionConfig` is the positions' config section.
 
 Shape letters as in tfjax/nn/axes.py (A: rotation angles per position).
 """
@@ -12,6 +14,7 @@ Shape letters as in tfjax/nn/axes.py (A: rotation angles per position).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import TYPE_CHECKING, Callable, ClassVar, Dict, Optional
 
@@ -22,6 +25,8 @@ import numpy as np
 
 from tfjax.nn import axes
 from tfjax.nn.choices import one_of
+from tfjax.nn.masks import LogitsBias, Visibility
+from tfjax.nn.relative_bias import t5_logits_bias, t5_stack_table
 from tfjax.nn.rope_config import RopeConfig
 from tfjax.nn.sections import Section, flat_key
 
@@ -49,6 +54,16 @@ class PositionKind:
     PositionConfig keys beyond rope_* it reads (others must keep their defaults).
   embedding_params(cfg) / stack_params(cfg): its parameters per embedder (one per side when
     encoder and decoder have their own) and per layer stack. check(cfg): its own validation.
+
+  Hooks (None: the kind does not act there), each called without naming the kind:
+    embedding(cfg) -> module m, m(positions_BxL, seq_len) -> [B, L, D] added to the token
+      embeddings (tfjax/nn/models.py's Embedder holds it as 'positions').
+    rotate(cfg, q_BxTxHxE, k_BxSxKxE, positions_BxT, *, local) -> (q, k): self-attention's
+      queries and keys before the KV cache; local: a sliding-window layer.
+    stack_table(cfg) -> named module t, t() -> the one table of a layer stack, shared by its
+      layers (tfjax/nn/layers.py) and handed to logits_bias.
+    logits_bias(cfg, table, visibility, q_len, kv_len) -> LogitsBias added to self-attention's
+      scores (masks.py's Visibility gives the queries' and keys' absolute positions).
   """
   name: str
   absolute: bool = False
@@ -58,6 +73,10 @@ class PositionKind:
   embedding_params: Callable[[ModelConfig], int] = _no_params
   stack_params: Callable[[ModelConfig], int] = _no_params
   check: Callable[[ModelConfig], None] = _no_check
+  embedding: Optional[Callable[[ModelConfig], nn.Module]] = None
+  rotate: Optional[Callable[..., tuple]] = None
+  stack_table: Optional[Callable[[ModelConfig], nn.Module]] = None
+  logits_bias: Optional[Callable[..., LogitsBias]] = None
 
 
 POSITION_KINDS: Dict[str, PositionKind] = {}
@@ -105,18 +124,45 @@ def _check_t5_bias(cfg: ModelConfig) -> None:
         f"not model.attention_impl={cfg.attention_impl!r}; set attention_impl='xla' or 'auto'")
 
 
-for _kind in (
-    PositionKind("sinusoidal", absolute=True, reads=("sinusoid_layout",), check=_even_d_model),
-    PositionKind("learned", absolute=True, learned_table=True, reads=("position_offset",),
-                 embedding_params=lambda cfg: cfg.position_table_rows * cfg.d_model),
-    PositionKind("rope", rotary=True, check=_even_head_dim),
-    PositionKind("rope_interleaved", rotary=True, check=_even_head_dim),
-    PositionKind("alibi"),
-    PositionKind("t5_bias", reads=("relative_buckets", "relative_max_distance"),
-                 stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.attention.num_heads,
-                 check=_check_t5_bias),
-    PositionKind("none")):
-  register_position_kind(_kind)
+def _rotate_rope(cfg: ModelConfig, q_BxTxHxE, k_BxSxKxE, positions_BxT, *, local: bool,
+                 interleaved: bool):
+  """RoPE on q and k at `positions_BxT`; a local (sliding) layer with model.rope_local_base set
+  rotates with that base, unscaled (Gemma 3)."""
+  local_base = cfg.positions.rope.local_base
+  if local and local_base is not None:
+    inv_freq_A, gain = rope_frequencies(cfg.rotary_dim, local_base), 1.0
+  else:
+    inv_freq_A, gain = scaled_rope_frequencies(cfg, positions_BxT)
+  rope = dict(interleaved=interleaved, inv_freq=inv_freq_A, rotary_dim=cfg.rotary_dim, gain=gain)
+  return (apply_rope(q_BxTxHxE, positions_BxT, **rope),
+          apply_rope(k_BxSxKxE, positions_BxT, **rope))
+
+
+def _alibi_logits_bias(cfg: ModelConfig, table, visibility: Visibility, q_len: int,
+                       kv_len: int) -> LogitsBias:
+  """ALiBi's slopes; every attention implementation turns them into -m * |i - j|."""
+  del table, visibility, q_len, kv_len
+  return LogitsBias(alibi_slopes_H=alibi_slopes(cfg.attention.num_heads))
+
+
+def _register_builtin_kinds():
+  for kind in (
+      PositionKind("sinusoidal", absolute=True, reads=("sinusoid_layout",), check=_even_d_model,
+                   embedding=SinusoidalPositions),
+      PositionKind("learned", absolute=True, learned_table=True, reads=("position_offset",),
+                   embedding_params=lambda cfg: cfg.position_table_rows * cfg.d_model,
+                   embedding=LearnedPositions),
+      PositionKind("rope", rotary=True, check=_even_head_dim,
+                   rotate=functools.partial(_rotate_rope, interleaved=False)),
+      PositionKind("rope_interleaved", rotary=True, check=_even_head_dim,
+                   rotate=functools.partial(_rotate_rope, interleaved=True)),
+      PositionKind("alibi", logits_bias=_alibi_logits_bias),
+      PositionKind("t5_bias", reads=("relative_buckets", "relative_max_distance"),
+                   stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.attention.num_heads,
+                   check=_check_t5_bias, stack_table=t5_stack_table, logits_bias=t5_logits_bias),
+      PositionKind("none")):
+    register_position_kind(kind)
+
 
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 
@@ -180,6 +226,16 @@ def sinusoidal_table(positions_BxL, d_model: int, layout: str = "interleaved") -
   # Interleave so that even channels hold sin and odd channels cos, as in the formula.
   table_BxLxAx2 = jnp.stack([jnp.sin(angles_BxLxA), jnp.cos(angles_BxLxA)], axis=-1)
   return table_BxLxAx2.reshape(*positions_BxL.shape, d_model)
+
+
+class SinusoidalPositions(nn.Module):
+  """The fixed sinusoid table of model.sinusoid_layout, [B, L, D] float32 (no parameters)."""
+  config: ModelConfig
+
+  def __call__(self, positions_BxL, seq_len: int):
+    del seq_len  # any length: the table is a formula
+    cfg = self.config
+    return sinusoidal_table(positions_BxL, cfg.d_model, cfg.positions.sinusoid_layout)
 
 
 class LearnedPositions(nn.Module):
@@ -344,3 +400,6 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   closest = 2 ** math.floor(math.log2(num_heads))
   extra = power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
   return np.asarray(power_of_two_slopes(closest) + extra, np.float32)
+
+
+_register_builtin_kinds()  # here: the kinds' modules and math are defined above

@@ -1,13 +1,13 @@
-"""T5's bucketed relative position bias (Raffel et al. 2020, 2.1), `model.position='t5_bias'`.
+"""T5's bucketed relative position bias (Raffel et al. 2020, section 2.1), model.position='t5_bias'.
 
 Each head adds a learned scalar to the score of query i and key j, looked up by the bucket of the
 offset j - i: offsets below half the buckets map to their own bucket, larger ones share
 logarithmically wider buckets up to `max_distance`, beyond which all share the last. In the
 encoder (bidirectional) half the buckets are for keys after the query; in decoder self-attention
 (causal) all buckets are for keys at or before it. One table [num_buckets, heads] per layer stack,
-shared by all its layers (tfjax/nn/layers.py); cross-attention has none. Shape letters as in
-tfjax/nn/axes.py (U: buckets). The bias is computed from
-absolute positions, so the KV-cache decoder gets it for cached keys exactly as the full forward.
+shared by all its layers (the kind's `stack_table` hook, tfjax/nn/positions.py); cross-attention
+has none. Shape letters as in tfjax/nn/axes.py (U: buckets). The bias is computed from absolute
+positions, so the KV-cache decoder gets it for cached keys exactly as the full forward.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from tfjax.nn import axes
+from tfjax.nn.masks import LogitsBias, Visibility
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -66,3 +67,18 @@ class RelativePositionTable(nn.Module):
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(cfg.init_std), (None, axes.HEADS)),
         (cfg.positions.relative_buckets, cfg.attention.num_heads))
+
+
+def t5_stack_table(cfg: ModelConfig) -> nn.Module:
+  """The `stack_table` hook: the stack's table, named 'relative_bias' in the parameter tree."""
+  return RelativePositionTable(cfg, name="relative_bias")
+
+
+def t5_logits_bias(cfg: ModelConfig, table_UxH, visibility: Visibility, q_len: int,
+                   kv_len: int) -> LogitsBias:
+  """The `logits_bias` hook: the dense bias at the queries' and keys' absolute positions
+  (bidirectional unless causal)."""
+  q_positions_BxT, kv_positions_BxS = visibility.positions(q_len, kv_len)
+  return LogitsBias(bias_BxHxTxS=t5_bias(
+      table_UxH, q_positions_BxT, kv_positions_BxS, bidirectional=not visibility.causal,
+      max_distance=cfg.positions.relative_max_distance))

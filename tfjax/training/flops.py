@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 
+from tfjax.nn.attention_kinds import attention_kind
 from tfjax.nn.config import ModelConfig
 from tfjax.training.params import analytic_count, lookup_only_count
 
@@ -22,10 +23,10 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   app. B; nanoGPT's estimate_mfu). N leaves out lookup-only tables (params.lookup_only_count:
   positions, token types, token tables that are not the output layer). Encoder-decoder: per
   target token with source length = target length = seq_len; a decoder layer attends twice (self
-  and cross)."""
+  and cross). An attention kind other than softmax gives its own count (attention_kinds.py)."""
   n = analytic_count(cfg) - lookup_only_count(cfg)
   attentions = cfg.num_layers + (2 * cfg.decoder_layers if cfg.family == "encoder_decoder" else 0)
-  return 6.0 * n + 12.0 * attentions * cfg.attention.num_heads * cfg.dim_per_head * seq_len
+  return 6.0 * n + attentions * attention_kind(cfg).flops_per_token(cfg, seq_len)
 
 
 def peak_flops(configured: float = 0.0) -> float:

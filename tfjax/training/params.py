@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from tfjax.nn.attention_kinds import attention_kind
 from tfjax.nn.config import GATED_FFNS, ModelConfig
 from tfjax.nn.models import build_model
 from tfjax.nn.positions import has_learned_table, position_kind
@@ -84,7 +85,8 @@ def analytic_count(cfg: ModelConfig) -> int:
                + (d if cfg.attention.uses_out_bias else 0))
   qk_norm = 0 if cfg.attention.qk_norm == "none" else 2 * hd * (
       2 if cfg.attention.qk_norm == "layernorm" and cfg.norms.bias else 1)  # query_norm, key_norm
-  attention = d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
+  attention = (d * h * hd * 2 + d * kv * hd * 2 + attn_bias + qk_norm
+               + attention_kind(cfg).params(cfg))  # the kind's own (tfjax/nn/attention_kinds.py)
   ffn_matrices = 3 if cfg.feed_forward.activation in GATED_FFNS else 2
   ffn = ffn_matrices * d * f + ((ffn_matrices - 1) * f + d if cfg.feed_forward.bias else 0)
   sublayer_norms = 2 if cfg.norms.placement == "sandwich" else 1  # sandwich: pre and post
