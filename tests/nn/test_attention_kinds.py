@@ -49,7 +49,9 @@ def toy_flops(cfg, seq_len):
 
 
 def toy_check(cfg):
-  if cfg.family != "decoder" or cfg.attention.window is not None or cfg.attention.kv_heads != cfg.attention.num_heads:
+  attention = cfg.attention
+  if (cfg.family != "decoder" or attention.window is not None
+      or attention.kv_heads != attention.num_heads):
     raise ValueError(f"model.attention_kind={TOY!r} is causal self-attention over every earlier "
                      "key with num_kv_heads = num_heads: use family='decoder', no window, no GQA")
 

@@ -158,7 +158,8 @@ def _register_builtin_kinds():
                    rotate=functools.partial(_rotate_rope, interleaved=True)),
       PositionKind("alibi", logits_bias=_alibi_logits_bias),
       PositionKind("t5_bias", reads=("relative_buckets", "relative_max_distance"),
-                   stack_params=lambda cfg: cfg.positions.relative_buckets * cfg.attention.num_heads,
+                   stack_params=lambda cfg: (cfg.positions.relative_buckets
+                                             * cfg.attention.num_heads),
                    check=_check_t5_bias, stack_table=t5_stack_table, logits_bias=t5_logits_bias),
       PositionKind("none")):
     register_position_kind(kind)
