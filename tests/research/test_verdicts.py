@@ -95,16 +95,22 @@ def test_mrr_claims_rank_only_tasks_every_arm_learned():
   row, spec = _mrr_row, dict(_MRR_SPEC)
   claim = {"kind": "mrr", "mrr": spec, "a": {"model.position": "none", "metric": "mrr"},
            "b": {"model.position": "rope", "metric": "mrr"}, "expect": "greater"}
-  # copy: both learned, NoPE generalizes on every seed; sort: rope never learned it.
-  rows = [row("copy", "none", s, 1.0, 0.5 + 0.1 * s) for s in range(3)]
-  rows += [row("copy", "rope", s, 1.0, 0.1 * s) for s in range(3)]
+  # copy: both learned, NoPE generalizes on every seed; sort: rope never learned it. Five seeds:
+  # the permutation test's smallest p is 2 / C(10, 5) (3 vs 3 could not go below 0.1).
+  rows = [row("copy", "none", s, 1.0, 0.5 + 0.1 * s) for s in range(5)]
+  rows += [row("copy", "rope", s, 1.0, 0.1 * s) for s in range(5)]
   rows += [row("sort", arm, s, 1.0 if arm == "none" else 0.2, 0.9 if arm == "rope" else 0.0)
-           for arm in ("none", "rope") for s in range(3)]
+           for arm in ("none", "rope") for s in range(5)]
   result = verdicts.verdict(rows, claim)
   # Per seed, copy's only setting ranks none first (MRR 1) and rope second (0.5): sort, where
   # rope wins past N, is left out because rope did not learn it in distribution.
   assert result["delta"] == pytest.approx(0.5) and result["se"] == 0
+  assert result["p"] == pytest.approx(2 / 252), result
   assert result["word"] == "reproduced" and "sort: rope 0.20 < 0.9" in result["why"], result
+  three = [r for r in rows if r["overrides"]["seed"] < 3]
+  underpowered = verdicts.verdict(three, claim)
+  assert underpowered["word"] == "untestable here", underpowered
+  assert "smallest p the test can give is 0.1" in underpowered["why"], underpowered
   only_sort = [r for r in rows if r["overrides"]["data.name"] == "sort"]
   untestable = verdicts.verdict(only_sort, claim)
   assert untestable["word"] == "untestable here" and "rope 0.20" in untestable["why"]
@@ -252,3 +258,35 @@ def test_a_side_against_a_fixed_number_uses_the_one_sample_t_test():
 def test_a_ratio_metric_divides_two_metrics_of_each_seed():
   assert verdicts.metric_value({"g@12": 3.0, "g@1": 2.0}, "g@12 / g@1") == 1.5
   assert verdicts.metric_value({"g@12": 3.0}, "g@12 / g@1") is None
+
+
+def test_the_permutation_test_by_hand():
+  # a = (3, 1, 2), b = (2.5, 4, 5): Δ = 2 - 3.833. Of the C(6, 3) = 20 splits, those whose
+  # three-seed sum is <= 6 (1+2+2.5, 1+2+3) or >= 11.5 (5+4+3, 5+4+2.5) are as extreme: p = 4/20.
+  result = verdicts.permutation((3.0, 1.0, 2.0), (2.5, 4.0, 5.0))
+  assert result["delta"] == pytest.approx(2.0 - 11.5 / 3)
+  assert result["p"] == pytest.approx(0.2)
+  assert verdicts.permutation((1.0, 2.0), (1.0, 2.0))["p"] == 1.0
+  assert verdicts.permutation((1, 2, 3, 4), (5, 6, 7, 8))["p"] == pytest.approx(2 / 70)
+  assert verdicts.smallest_p("rank", 3, 3) == pytest.approx(0.1)
+  assert verdicts.smallest_p("rank", 5, 5) == pytest.approx(2 / 252)
+
+
+def test_mrr_of_two_arms_both_at_the_floor_past_n_is_untestable():
+  # sort: every arm learned it; NoPE generalizes (the control passes), rope and alibi score 0
+  # past N in every seed, so ranking them against each other orders ties.
+  row = _mrr_row
+  spec = {**_MRR_SPEC, "all_arms": ("none", "rope", "alibi")}
+  control = {"metric": "eval/exact_match", "min_n": 5, "min": 0.5, "any": True,
+             "what": "some arm generalizes past N = 4"}
+  rows = [row("sort", arm, s, 1.0, 0.9 if arm == "none" else 0.0)
+          for arm in ("none", "rope", "alibi") for s in range(5)]
+  claim = {"kind": "mrr", "mrr": spec, "mrr_controls": [control],
+           "a": {"model.position": "rope", "metric": "mrr"},
+           "b": {"model.position": "alibi", "metric": "mrr"}, "expect": "greater"}
+  result = verdicts.verdict(rows, claim)
+  assert result["word"] == "untestable here", result
+  assert "both arms at the floor of eval/exact_match" in result["why"], result
+  testable = verdicts.verdict(rows, {**claim, "b": claim["a"], "a": {
+      "model.position": "none", "metric": "mrr"}})
+  assert testable["word"] == "reproduced", testable

@@ -1,5 +1,6 @@
-"""The tests behind tfjax/research/verdicts.py: Welch's t, Fisher's exact test, the smallest p a
-design can give, Holm's step-down adjustment and the Δ/se at which a claim crosses its level."""
+"""The tests behind tfjax/research/verdicts.py: Welch's t, Fisher's exact test, an exact
+permutation test for ranks, the smallest p a design can give, Holm's step-down adjustment and the
+Δ/se at which a claim crosses its level."""
 
 from __future__ import annotations
 
@@ -45,12 +46,34 @@ def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:
   return {"delta": pa - pb, "se": se, "p": float(p)}
 
 
+def permutation(a: Sequence[float], b: Sequence[float]) -> dict:
+  """{'delta', 'se', 'p'} of mean(a) - mean(b): Welch's se for scale, and the two-sided p of the
+  exact permutation test (every split of the pooled seeds into groups of len(a) and len(b); p is
+  the fraction whose |Δ| is at least the observed one). For ranks such as a per-seed MRR, whose
+  few discrete values can agree across every seed (se 0, where Welch's p would be 0)."""
+  a, b = np.asarray(a, float), np.asarray(b, float)
+  pooled, n_a = np.concatenate([a, b]), len(a)
+  delta = float(a.mean() - b.mean())
+  total = pooled.sum()
+  extreme = count = 0
+  for chosen in itertools.combinations(range(len(pooled)), n_a):
+    in_a = pooled[list(chosen)].sum()
+    split = in_a / n_a - (total - in_a) / len(b)
+    extreme += abs(split) >= abs(delta) - 1e-12
+    count += 1
+  se = math.sqrt(a.var(ddof=1) / n_a + b.var(ddof=1) / len(b)) if min(n_a, len(b)) > 1 else 0.0
+  return {"delta": delta, "se": se, "p": extreme / count}
+
+
 def smallest_p(kind: str, n_a: int, n_b: int) -> float:
   """The smallest p the test of `kind` can return with these seed counts, over every outcome.
 
   count (Fisher's exact test): the minimum over all (n_a + 1)(n_b + 1) failure tables, e.g. 0.1
   for 3 vs 3 (all of one arm failing, none of the other: 2 / C(6, 3)). mean (Welch's t): 0 for
-  n >= 2 per arm, since t grows without bound as the spread shrinks; no design floor."""
+  n >= 2 per arm, since t grows without bound as the spread shrinks; no design floor. rank (the
+  exact permutation test): 2 / C(n_a + n_b, n_a), both most extreme splits, e.g. 0.1 for 3 vs 3."""
+  if kind == "rank":
+    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
   if kind != "count":
     return 0.0
   return min(fisher(x, n_a, y, n_b)["p"] for x, y in

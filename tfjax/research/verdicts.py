@@ -6,7 +6,8 @@ and a metric, and names the direction the paper reports:
    'a': {override: value, ..., 'metric': name}, 'b': {... 'metric': name},
    'expect': 'less' | 'greater'   a's metric is lower | higher than b's,
    'kind': 'mean' (default; per-seed values, Welch's t) | 'count' (failures per seed, Fisher)
-           | 'mrr' (per-seed mean reciprocal rank, Welch's t; see `per_seed_mrr`),
+           | 'mrr' (per-seed mean reciprocal rank, the exact permutation test; see
+             `per_seed_mrr`),
    'requires': [condition, ...]  preconditions (e.g. every arm learned the task), and
    'controls': [condition, ...]  positive controls: the paper's own reference behaviour at this
                                  setting (e.g. post-LN with warmup trains); see `check_conditions`,
@@ -20,13 +21,16 @@ THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's c
          mixture of trained and untrained losses.
   count  a failure is a point whose `failed` (else `diverged`) metric is 1. Δ = failure fraction
          of a - of b, se = the binomial se of that difference, p = Fisher's exact test.
+  mrr    per-seed mean reciprocal ranks: Δ and se as for means, p = the exact permutation test
+         (ranks take few values and can agree in every seed, where Welch's p would be 0).
   Holm   the p of a section's testable claims are Holm-adjusted (step-down, family = section);
          the words below use the adjusted p.
   words, in this order:
     untestable here   a precondition or a positive control fails; a side has fewer than 2 seeds;
                       the design cannot reach p < ALPHA (the smallest p its test can give with
-                      these seeds, e.g. Fisher 3 vs 3: 0.1); or every seed of both arms sits
-                      within BOUND_TOL of the metric's floor or ceiling
+                      these seeds, e.g. Fisher or the permutation test 3 vs 3: 0.1); or every
+                      seed of both arms sits within BOUND_TOL of the metric's floor or ceiling
+                      (for mrr: of the ranked metric, at every ranked setting and length)
     tie               |Δ| < 1 se (Δ = 0 when se = 0)
     needs more seeds  |Δ|/se is within 1 of the ratio at which p crosses the claim's Holm level,
                       and an arm has fewer than MIN_SEEDS seeds
@@ -44,7 +48,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
-    critical_ratio, fisher, holm, holm_levels, one_sample, smallest_p, welch)
+    critical_ratio, fisher, holm, holm_levels, one_sample, permutation, smallest_p, welch)
 
 ALPHA = 0.05
 MIN_SEEDS = 5       # seeds per arm below which a verdict near its threshold needs more
@@ -59,7 +63,9 @@ RULE_TEXT = (
     "Each claim compares two arms on one metric. Losses and other per-seed numbers: Δ = mean(a) - "
     "mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b), p from Welch's two-sided t-test. "
     "Failure counts: Δ = difference of the failure fractions (a failure: a seed whose `failed`, "
-    "else `diverged`, is 1), se its binomial standard error, p from Fisher's exact test. A "
+    "else `diverged`, is 1), se its binomial standard error, p from Fisher's exact test. Mean "
+    "reciprocal ranks (length generalization): per-seed MRR, Δ and se as for losses, p from the "
+    "exact permutation test (ranks take few values and can agree in every seed). A "
     "loss-like claim whose arms include a failed or diverged seed is bimodal and is judged by "
     "its failure counts instead of by Welch's t on the losses. **Multiple comparisons:** the p "
     "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
@@ -68,9 +74,10 @@ RULE_TEXT = (
     f"behaviour at this setting, e.g. post-LN with warmup trains, or at least one arm "
     f"generalizes past the training length), an arm has fewer than 2 seeds, the design cannot "
     f"reach p < {ALPHA} (the smallest p its test can give with these seed counts over every "
-    f"outcome: Fisher's test with 3 vs 3 seeds cannot go below 0.1; Welch's t has no such "
-    f"floor), or every seed of both arms lies within {BOUND_TOL} of the metric's floor or "
-    f"ceiling (exact match: 0 or 1); *tie* when |Δ| < 1 se; *needs more seeds* when |Δ|/se is "
+    f"outcome: Fisher's test or the permutation test with 3 vs 3 seeds cannot go below 0.1; "
+    f"Welch's t has no such floor), or every seed of both arms lies within {BOUND_TOL} of the "
+    f"metric's floor or ceiling (exact match: 0 or 1; for a rank claim, the ranked metric at "
+    f"every ranked task and length); *tie* when |Δ| < 1 se; *needs more seeds* when |Δ|/se is "
     f"within 1 of the value at which p crosses the claim's Holm level and an arm has fewer "
     f"than {MIN_SEEDS} seeds; *reproduced* when Δ has the claimed sign and adjusted p < "
     f"{ALPHA}; *direction only* when it has the claimed sign and adjusted p >= {ALPHA}; "
@@ -282,7 +289,8 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     else:
       vb = values(rows, claim["b"])
       n_b = len(vb)
-      stats = welch(va, vb) if len(va) > 1 and n_b > 1 else None
+      test = permutation if kind == "rank" else welch
+      stats = test(va, vb) if len(va) > 1 and n_b > 1 else None
     n_a = len(va)
     expect = claim["expect"]
     bounds = at_bound(va, vb, bounds_of(claim["a"]["metric"], claim))
@@ -323,8 +331,27 @@ def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
                                                          if skipped else "")
   result = _raw(per_seed_mrr(rows, spec, ranked),
                 {**{k: v for k, v in claim.items() if k not in ("controls", "mrr_controls")},
-                 "kind": "mean"})
+                 "kind": "rank"})
+  edge = _ranked_at_bound(rows, claim, ranked)
+  if edge and not result["untestable"]:
+    result["untestable"] = (f"both arms at the {edge} of {spec['metric']} at every ranked "
+                            f"{spec.get('label', spec['setting'])} and length >= {spec['min_n']}")
   return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
+
+
+def _ranked_at_bound(rows: Sequence[dict], claim: Mapping, ranked: Sequence) -> Optional[str]:
+  """'floor' | 'ceiling' when every seed of the claim's two arms sits at it in the metric the
+  MRR ranks, over every ranked setting and length >= min_n (their ranks would order noise)."""
+  spec = claim["mrr"]
+  sides = []
+  for side in (claim["a"], claim["b"]):
+    sides.append([value for r in rows if r["status"] == "done"
+                  and r["overrides"][spec["arms"]] == side[spec["arms"]]
+                  and r["overrides"][spec["setting"]] in ranked
+                  for key, value in r["metrics"].items()
+                  if key.startswith(spec["metric"] + "@")
+                  and int(key.split("@")[1]) >= spec["min_n"]])
+  return at_bound(*sides, bounds_of(spec["metric"], claim))
 
 
 def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
