@@ -145,7 +145,8 @@ def run_jobs(smoke, local_run, launcher, *extra):
 
 @pytest.fixture(scope="module")
 def submitit_run(smoke, local_run):
-  return run_jobs(smoke, local_run, "submitit_local")
+  # Local jobs end without a queue to settle: check them every 0.2 s, not every 2 s.
+  return run_jobs(smoke, local_run, "submitit_local", "--poll_s=0.2")
 
 
 def check_sweep(root, result, status, local_root):
@@ -193,8 +194,16 @@ def test_submitit_jobs_give_the_local_results_resume_a_preempted_point_and_repor
   assert len(jobs) == 3
   # A finished sweep submits nothing again: done points are skipped, the failed one retried.
   again = run_cli(f"--config={smoke['config']}", f"--workdir={root}", "--launcher=submitit_local",
-                  f"--compilation_cache={smoke['cache']}", "--only=seed=1,data.seed=0")
+                  f"--compilation_cache={smoke['cache']}", "--poll_s=0.2",
+                  "--only=seed=1,data.seed=0")
   assert again.returncode == 1 and "'skipped': 1" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_poll_interval_that_is_not_positive_is_a_clear_error(smoke):
+  result = run_cli(f"--config={smoke['config']}", f"--workdir={smoke['base'] / 'poll'}",
+                   "--launcher=submitit_local", "--poll_s=0")
+  assert result.returncode == 2, result.stdout + result.stderr
+  assert "--poll_s=0.0: give the seconds between job checks, > 0" in result.stderr, result.stderr
 
 
 def slurm_unavailable():
