@@ -16,7 +16,9 @@ OVERRIDES = ["--config.model.num_layers=1", "--config.model.d_model=32", "--conf
              "--config.train.batch_size=8", "--config.train.eval_batch_size=8",
              "--config.train.steps_per_call=2", "--config.train.num_steps=3",
              "--config.train.eval_every=3", "--config.train.checkpoint_every=3",
-             "--config.train.log_every=1"]
+             "--config.train.log_every=1",
+             # One eval length (the config has four, each an eval program --full_run compiles).
+             "--config.data.test_lengths=(8,)"]
 
 
 def test_bench_train_writes_consistent_json_and_markdown(tmp_path):
@@ -45,6 +47,7 @@ def test_bench_train_writes_consistent_json_and_markdown(tmp_path):
   from configs import default  # pylint: disable=import-outside-toplevel
   config = default.get_config()
   config.model.update(num_layers=1, d_model=32, d_ff=64)
+  config.data.update(test_lengths=(8,))
   exp = experiment.prepare(config)
   assert result["seq_len"] == exp.dataset.train_batch(0, 1)["inputs"].shape[-1]
   assert result["params"] == tfparams.analytic_count(exp.model_config)

@@ -12,9 +12,11 @@ from run_helpers import run_cli, train_losses
 def test_cli_loads_compiled_programs_from_the_persistent_cache(tmp_path):
   """A second run of the same config loads its programs from the cache (JAX logs the hit) and
   trains to the same losses; --compilation_cache=none writes no cache."""
+  # One test length (the default config evaluates four, each its own program): three runs that
+  # each compile three eval programs fewer.
   args = ["--config.train.num_steps=3", "--config.train.log_every=1", "--config.train.eval_every=3",
           "--config.model.num_layers=1", "--config.model.d_model=32",
-          f"--compilation_cache={tmp_path / 'xla'}"]
+          "--config.data.test_lengths=(8,)", f"--compilation_cache={tmp_path / 'xla'}"]
   first = run_cli([f"--workdir={tmp_path / 'a'}", *args], cwd=tmp_path)
   assert first.returncode == 0, first.stderr[-2000:]
   assert any(name.startswith("jit_train_step-") for name in os.listdir(tmp_path / "xla"))

@@ -50,6 +50,8 @@ _STATUS = flags.DEFINE_bool("status", False, "Print each point's state (done / r
                             "/ failed with its error) from the files in --workdir, then exit.")
 _WAIT = flags.DEFINE_bool("wait", True, "slurm / submitit_local: wait for the jobs and write the "
                           "report (--nowait: submit and exit; --status follows them).")
+_POLL_S = flags.DEFINE_float("poll_s", 2.0, "slurm / submitit_local: seconds between checks "
+                             "on the running jobs.")
 _SLURM = {key: flags.DEFINE_string(f"slurm.{key}", None, help_text)
           for key, help_text in sweep_slurm.Resources.HELP.items()}
 _SLURM_SBATCH = flags.DEFINE_multi_string(
@@ -86,6 +88,8 @@ def main(argv):
     return
   if not _CONFIG.value:
     cli.fail("--config is required (e.g. --config=configs/ablations/ffn.py)")
+  if _POLL_S.value <= 0:
+    cli.fail(f"--poll_s={_POLL_S.value}: give the seconds between job checks, > 0 (e.g. 2)")
   path, _, scale = _CONFIG.value.partition(":")
   scale = _SCALE.value or scale or None
   sweep = sweep_lib.load_sweep(path, scale)  # every point checked before anything runs
@@ -120,7 +124,7 @@ def main(argv):
         statuses = sweep_slurm.launch(
             sweep, root, [sweep.point(n) for n in only] if only else sweep.points,
             launcher=_LAUNCHER.value, resources=resources, compilation_cache=cache,
-            parallel=_PARALLEL.value, wait=_WAIT.value)
+            parallel=_PARALLEL.value, wait=_WAIT.value, poll_s=_POLL_S.value)
         if not _WAIT.value:
           print(f"submitted {sum(s == 'submitted' for s in statuses.values())} point(s); "
                 f"follow them with: python {sys.argv[0]} --status --workdir={root}")
