@@ -23,12 +23,14 @@ if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
 
 
-def _no_params(cfg) -> int:
+def no_params(cfg) -> int:
+  """A kind's hook for "no parameters of its own" (attention and position kinds share it)."""
   del cfg
   return 0
 
 
-def _no_check(cfg) -> None:
+def no_check(cfg) -> None:
+  """A kind's hook for "nothing of its own to validate"."""
   del cfg
 
 
@@ -57,8 +59,8 @@ class AttentionKind:
   attend: Callable
   flops_per_token: Callable[[ModelConfig, int], float]
   cache: Optional[Callable] = None
-  params: Callable[[ModelConfig], int] = _no_params
-  check: Callable[[ModelConfig], None] = _no_check
+  params: Callable[[ModelConfig], int] = no_params
+  check: Callable[[ModelConfig], None] = no_check
   reads: tuple = ()
   logits_bias: bool = False
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.nn import axes
+from tfjax.nn.attention_kinds import no_check, no_params
 from tfjax.nn.choices import one_of
 from tfjax.nn.masks import LogitsBias, Visibility
 from tfjax.nn.relative_bias import t5_logits_bias, t5_stack_table
@@ -32,15 +33,6 @@ from tfjax.nn.sections import Section, flat_key
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
-
-
-def _no_params(cfg) -> int:
-  del cfg
-  return 0
-
-
-def _no_check(cfg) -> None:
-  del cfg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +62,9 @@ class PositionKind:
   learned_table: bool = False
   rotary: bool = False
   reads: tuple = ()
-  embedding_params: Callable[[ModelConfig], int] = _no_params
-  stack_params: Callable[[ModelConfig], int] = _no_params
-  check: Callable[[ModelConfig], None] = _no_check
+  embedding_params: Callable[[ModelConfig], int] = no_params
+  stack_params: Callable[[ModelConfig], int] = no_params
+  check: Callable[[ModelConfig], None] = no_check
   embedding: Optional[Callable[[ModelConfig], nn.Module]] = None
   rotate: Optional[Callable[..., tuple]] = None
   stack_table: Optional[Callable[[ModelConfig], nn.Module]] = None
