@@ -66,10 +66,12 @@ def _handle(signum, frame):
 
 
 def install() -> None:
-  """Installs the handler for EARLY_SIGNALS (main thread only); signals raise at once."""
+  """Installs the handler for EARLY_SIGNALS (main thread only); signals raise at once. A command
+  starts here, so no run of it has begun (an earlier run in this process, e.g. a test's, does not
+  count)."""
   for sig in EARLY_SIGNALS:
     signal.signal(sig, _handle)
-  _state.update(installed=True, deferred=False, pending=None)
+  _state.update(installed=True, deferred=False, pending=None, began=False, stop=None)
 
 
 @contextlib.contextmanager
