@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -77,7 +78,7 @@ def test_clip_matches_transformers(tmp_path, eos):
   if eos == 2:
     ids[:, 0] = V - 1  # the legacy rule pools at the largest id, wherever EOS is
   want = hf_outputs(hf, images, ids)
-  got = modalities.model(cfg).apply({"params": params}, images, ids.astype(np.int32))
+  got = jax.jit(modalities.model(cfg).apply)({"params": params}, images, ids.astype(np.int32))
   for key in ("image_embeds", "text_embeds", "logits_per_image", "logits_per_text"):
     np.testing.assert_allclose(np.asarray(got[key]), getattr(want, key).numpy(), atol=ATOL,
                                rtol=0, err_msg=key)
@@ -95,7 +96,7 @@ def test_padding_after_eos_does_not_change_text_embeds(tmp_path):
   images, ids = inputs()
   mask = np.cumsum(ids == 7, axis=1) - (ids == 7) == 0  # up to and including EOS
   want = hf_outputs(hf, images, ids, attention_mask=torch.from_numpy(mask.astype(np.int64)))
-  got = modalities.model(cfg).apply({"params": params}, images, ids.astype(np.int32))
+  got = jax.jit(modalities.model(cfg).apply)({"params": params}, images, ids.astype(np.int32))
   np.testing.assert_allclose(np.asarray(got["text_embeds"]), want.text_embeds.numpy(),
                              atol=ATOL, rtol=0)
 
@@ -148,7 +149,7 @@ def test_older_config_layouts_read(tmp_path):
   cfg, params = modalities.load(str(tmp_path / "hf"))
   images, ids = inputs()
   want = hf_outputs(hf, images, ids)
-  got = modalities.model(cfg).apply({"params": params}, images, ids.astype(np.int32))
+  got = jax.jit(modalities.model(cfg).apply)({"params": params}, images, ids.astype(np.int32))
   np.testing.assert_allclose(np.asarray(got["logits_per_image"]),
                              want.logits_per_image.numpy(), atol=ATOL, rtol=0)
   config["text_config_dict"]["is_decoder"] = True

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import ml_collections
+import jax
 import numpy as np
 import pytest
 
@@ -40,7 +41,7 @@ def test_train_writes_the_run_and_lowers_the_loss(tmp_path):
   task, params = train.load_run(str(tmp_path / "run"))
   assert task.cfg.d_model == 16 and params["classifier"]["kernel"].shape == (16, 2)
   batch = task.batch(np.random.default_rng(3), 4)
-  logits = task.model().apply({"params": params}, batch["images"])["logits"]
+  logits = jax.jit(task.model().apply)({"params": params}, batch["images"])["logits"]
   assert logits.shape == (4, 2) and np.all(np.isfinite(logits))
   with pytest.raises(ValueError, match="already holds a trained model"):
     train.train(tiny_vit(), str(tmp_path / "run"))

@@ -58,7 +58,7 @@ def hf_logits(model, x_BxHxWxC):
 
 
 def tfjax_logits(cfg, params, x_BxHxWxC):
-  return np.asarray(modalities.model(cfg).apply({"params": params}, x_BxHxWxC)["logits"])
+  return np.asarray(jax.jit(modalities.model(cfg).apply)({"params": params}, x_BxHxWxC)["logits"])
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new"])

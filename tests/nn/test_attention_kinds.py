@@ -134,6 +134,7 @@ def test_a_kind_registered_in_a_test_trains_through_the_training_loop(toy_kind, 
   del toy_kind
   config = run_helpers.tiny_config(num_steps=12, eval_every=12, checkpoint_every=12)
   config.model.attention_kind = TOY
+  config.data.test_lengths = (8,)  # one eval program: the kind's training is what's tested
   config.train.peak_flops = 1e9  # CPUs are not in the peak table; a given peak turns MFU on
   workdir = str(tmp_path / "run")
   train.train_and_evaluate(config, workdir)

@@ -178,7 +178,9 @@ def test_transformer_layer_gradients_match_finite_differences(placement, ffn, fu
   layer = TransformerLayer(cfg, causal=True)
   params = random_params(layer, x, seed=27, scale=0.3)
   f = lambda p, x: jnp.sum(layer.apply({"params": p}, x) * cot)
-  grads = jax.grad(cpu_fusion.applied(f), argnums=(0, 1))(params, x)
+  # Jitted: 12 evaluations of f, op by op eagerly, took most of this test's ~20 s.
+  grads = jax.jit(jax.grad(cpu_fusion.applied(f), argnums=(0, 1)))(params, x)
+  f = jax.jit(f)
   rng = np.random.default_rng(28)
   for _ in range(3):
     direction = jax.tree_util.tree_map(

@@ -24,7 +24,8 @@ def test_console_script_trains_the_default_config_into_a_fresh_run_directory(tmp
       [script, "--config.model.num_layers=1", "--config.model.d_model=32",
        "--config.model.d_ff=64", "--config.train.num_steps=2", "--config.train.eval_every=2",
        "--config.train.checkpoint_every=2", "--config.train.batch_size=8",
-       "--config.train.eval_batch_size=8"],
+       "--config.train.eval_batch_size=8", "--config.train.eval_batches=1",
+       "--config.data.test_lengths=(8,)"],  # one eval program of the default's four
       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   [name] = os.listdir(tmp_path / "runs")

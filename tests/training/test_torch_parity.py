@@ -33,7 +33,10 @@ def lockstep(tmp_path, *overrides):
        f"--config={os.path.join(ROOT, 'configs', 'shakespeare_char.py')}:cpu",
        "--config.data.name=text", f"--config.data.path={text_file}", *SMALL, *overrides,
        "--mode=lockstep", "--steps=30", f"--out={out}"],
-      check=True, capture_output=True, cwd=ROOT)
+      check=True, capture_output=True, cwd=ROOT,
+      # One torch thread, as one_torch_thread below does in process: on a shared 2-core machine
+      # torch's default thread pool made this tiny model's steps 3x slower (31 s -> 10 s CPU).
+      env={**os.environ, "OMP_NUM_THREADS": "1"})
   return json.loads((out / "torch_nanogpt_lockstep.json").read_text())
 
 

@@ -23,6 +23,7 @@ def test_default_config_trains_and_writes_outputs(tmp_path):
   config.train.update(num_steps=40, eval_every=20, log_every=1, batch_size=16,
                       eval_batch_size=16, eval_batches=1, checkpoint_every=20)
   config.optimizer.warmup_steps = 5  # the full run warms up over 100 of its 1000 steps
+  config.data.test_lengths = (8, 32)  # of its four: one in distribution, one past it
   config.train.peak_flops = 1e9  # CPUs are not in the peak table; a given peak turns MFU on
   workdir = str(tmp_path / "run")
   final = train.train_and_evaluate(config, workdir)
@@ -69,6 +70,7 @@ def test_several_steps_per_call_log_evaluate_and_checkpoint_at_the_same_steps(tm
   for name, per_call, stop in (("one", 1, None), ("three", 3, None), ("resumed", 3, 5)):
     config = tiny_config(num_steps=10, steps_per_call=per_call, log_every=4, eval_every=8,
                          checkpoint_every=4, keep_checkpoints=5)
+    config.data.test_lengths = (8,)  # one eval length: the steps that evaluate are what's tested
     workdir = str(tmp_path / name)
     if stop:
       train.train_and_evaluate(config, workdir, stop_after_step=stop)
@@ -94,6 +96,7 @@ def test_several_steps_per_call_log_evaluate_and_checkpoint_at_the_same_steps(tm
 def test_every_task_trains(tmp_path, task, data, model):
   config = tiny_config(num_steps=30, eval_every=30, log_every=30, checkpoint_every=30)
   config.task = task
+  config.data.test_lengths = (8,)  # one eval length: each task's train and eval path is tested
   if data["name"] == "text":
     path = tmp_path / "corpus.txt"
     rng = np.random.default_rng(0)
