@@ -8,12 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import run_helpers
 from conftest import fast_jit, random_params, tiny_config, to_numpy
 from np_reference import rand
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import longformer
 from tfjax.nn.models import build_model
-from tfjax.training import flops
+from tfjax.training import flops, train
 from tfjax.training import params as param_accounting
 
 KIND = dict(attention_kind="longformer", family="encoder", position="learned")
@@ -186,6 +187,7 @@ def test_gradients_reach_the_global_projections_only_with_global_tokens():
     (dict(qk_norm="rmsnorm"), ["longformer", "model.qk_norm='rmsnorm'"]),
     (dict(position="alibi"), ["model.position='alibi'", "longformer"]),
     (dict(decode=True), ["longformer", "decode=True"]),
+    (dict(attention_scale=1.0), ["model.attention_scale=1.0", "longformer"]),
 ])
 def test_rejects_what_it_cannot_compute(overrides, patterns):
   with pytest.raises(ValueError) as info:
@@ -197,3 +199,36 @@ def test_rejects_what_it_cannot_compute(overrides, patterns):
 def test_its_keys_are_refused_under_another_kind():
   with pytest.raises(ValueError, match="longformer_window"):
     tiny_config(family="encoder", longformer_window=8)
+
+
+def test_compiled_memory_of_the_band_grows_linearly_in_length():
+  """XLA's temporary buffers for forward + backward of the local attention double when L
+  doubles (a dense score matrix would quadruple): the O(L w) memory of
+  docs/attention/longformer.md, read from the compiled program (nothing runs)."""
+  def temp_bytes(length):
+    s = jax.ShapeDtypeStruct((1, length, 2, 8), jnp.float32)
+    loss = lambda q, k, v: longformer.local_attention(
+        q, k, v, None, one_sided=8, num_global=1, scale=0.1).sum()
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(s, s, s).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+      pytest.skip("this backend reports no memory analysis")
+    return analysis.temp_size_in_bytes
+  ratio = temp_bytes(1024) / temp_bytes(512)
+  assert 1.8 < ratio < 2.2, ratio
+
+
+def test_a_classifier_trains_with_attention_dropout(tmp_path):
+  """train_and_evaluate on the majority task: the global [CLS] token (G = 1) is the pooled one;
+  attention dropout draws its masks from the 'dropout' rng. The loss falls."""
+  config = run_helpers.tiny_config(num_steps=40, eval_every=40, log_every=1, checkpoint_every=40)
+  config.task = "classification"
+  config.data.update(name="majority", test_lengths=(8,))
+  config.model.update(family="encoder", pooler=True, num_classes=2, mlm_head=False,
+                      position="learned", attention_kind="longformer", longformer_window=2,
+                      longformer_global_tokens=1, attention_dropout=0.1)
+  workdir = str(tmp_path / "run")
+  final = train.train_and_evaluate(config, workdir)
+  losses = [m["train/loss"] for m in run_helpers.read_metrics(workdir) if "train/loss" in m]
+  assert len(losses) == 40 and np.isfinite(final["eval/loss"]) and np.all(np.isfinite(losses))
+  assert np.mean(losses[-8:]) < np.mean(losses[:8]), losses
