@@ -65,21 +65,20 @@ def _inputs(length, padded):
   return ids, mask
 
 
-def _hf_out(model, ids, mask, g):
+def _hf_out(model, ids, mask, g, key="logits"):
   glob = np.zeros_like(ids)
   glob[:, :g] = 1
   with torch.no_grad():
     out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                 global_attention_mask=torch.from_numpy(glob) if g else None)
-  if isinstance(model, T.LongformerForMaskedLM):
-    return out.logits.numpy()
-  return out.last_hidden_state.numpy()
+  return out[key].numpy()
 
 
-def _ours(cfg, params, ids, mask, g, key="mlm_logits"):
+def _ours(cfg, params, ids, mask, g, keys=("mlm_logits",)):
   model = build_model(cfg.replace(longformer_global_tokens=g))
-  run = fast_jit(lambda p, a, s: model.apply({"params": p}, a, segment_ids=s)[key])
-  return np.asarray(run(params, ids.astype(np.int32), mask.astype(np.int32)))
+  run = fast_jit(lambda p, a, s: [model.apply({"params": p}, a, segment_ids=s)[k] for k in keys])
+  outs = run(params, ids.astype(np.int32), mask.astype(np.int32))
+  return [np.asarray(o) for o in outs] if len(keys) > 1 else np.asarray(outs[0])
 
 
 @pytest.mark.parametrize("length,padded", [(12, False), (10, True)])
@@ -98,14 +97,15 @@ def test_masked_lm_parity_with_and_without_global_tokens(tmp_path, length, padde
 
 
 def test_base_model_hidden_states_and_pooler(tmp_path):
-  """LongformerModel (no MLM head, a pooler): the last hidden states match with a global
-  [CLS] token."""
+  """LongformerModel (no MLM head, a pooler): the last hidden states and the pooled [CLS]
+  match with that token global."""
   model, path = _released_dir(tmp_path, T.LongformerModel, architectures=["LongformerModel"])
   cfg, params = importer.load(path)
   assert cfg.pooler and not cfg.mlm_head
   ids, mask = _inputs(12, False)
-  parity._assert_close(_ours(cfg, params, ids, mask, 1, key="hidden"),
-                       _hf_out(model, ids, mask, 1))
+  hidden, pooled = _ours(cfg, params, ids, mask, 1, keys=("hidden", "pooled"))
+  parity._assert_close(hidden, _hf_out(model, ids, mask, 1, "last_hidden_state"))
+  parity._assert_close(pooled, _hf_out(model, ids, mask, 1, "pooler_output"))
 
 
 def test_export_round_trip(tmp_path):
