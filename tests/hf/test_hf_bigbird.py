@@ -178,5 +178,27 @@ def test_export_refuses_a_pattern_transformers_does_not_compute():
   arch = registry.architecture("big_bird")
   values = arch.config_from_hf("big_bird", Fields(RELEASED, "big_bird", arch.ignored), set())
   cfg = ModelConfig.from_flat({**values, "bigbird_random": "seeded"}).validated()
-  with pytest.raises(UnsupportedError, match="bigbird_random"):
-    exporter.hf_config(arch, cfg, set())
+  names = {n for r in arch.rules(cfg, None) for n in r.hf}
+  exporter.hf_config(arch, cfg.replace(bigbird_random="hf"), names)  # what transformers runs
+  with pytest.raises(UnsupportedError, match="{'bigbird_random': 'seeded'}"):
+    exporter.hf_config(arch, cfg, names)
+
+
+def test_original_full_imports_as_softmax_attention(tmp_path):
+  """attention_type='original_full' is BERT's attention: model.attention_kind='softmax', with
+  no bigbird_* keys set; hidden states within 1e-5 and the config round trip."""
+  from tfjax.hf import exporter  # pylint: disable=import-outside-toplevel
+  model = _hf_model(transformers.BigBirdModel, attention_type="original_full")
+  path = str(tmp_path / "hf")
+  model.save_pretrained(path)
+  cfg, params = importer.load(path)
+  assert cfg.attention.kind == "softmax"
+  ids = _inputs(seed=6)[0][:, :24]
+  with torch.no_grad():
+    ref = model(torch.from_numpy(ids)).last_hidden_state.numpy()
+  module = build_model(cfg)
+  ours = fast_jit(lambda p, x: module.apply({"params": p}, x))(params, ids.astype(np.int32))
+  _assert_close(ours["hidden"], ref)
+  arch = registry.architecture("big_bird")
+  out = exporter.hf_config(arch, cfg, {n for r in arch.rules(cfg, None) for n in r.hf})
+  assert out["attention_type"] == "original_full"
