@@ -206,8 +206,11 @@ def random_blocks(length: int, block_size: int, num_random: int, heads: int, see
   rng = np.random.RandomState(seed)
   num_blocks = length // block_size
   if length in LEGACY_LENGTHS:
-    return _legacy(rng, num_blocks, heads, num_random, max_len // block_size, block_size)
-  return _planned(rng, num_blocks, heads, num_random)
+    table = _legacy(rng, num_blocks, heads, num_random, max_len // block_size, block_size)
+  else:
+    table = _planned(rng, num_blocks, heads, num_random)
+  table.setflags(write=False)  # cached and shared by every caller
+  return table
 
 
 def key_blocks(random_HxMxR: np.ndarray, num_blocks: int):
