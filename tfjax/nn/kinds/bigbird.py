@@ -27,8 +27,9 @@ Random blocks (`model.bigbird_random`, a per-layer pattern fixed when the step i
           so block 0's keys are counted r + 1 times in the softmax of rows 1..n-2 (transformers
           makes evaluation deterministic that way). Hugging Face imports set it.
 A key block that appears twice in a row's key set (hf evaluation; the 1024/3072/4096 plan may
-draw a window block) is counted twice, as transformers counts it; otherwise the result equals
-softmax attention under the dense mask of the pattern (tests/nn/test_bigbird.py).
+draw a window block or the last block) is counted twice, as transformers counts it; otherwise
+the result equals softmax attention under the dense mask of the pattern
+(tests/nn/test_bigbird.py).
 
 Masks: segment ids mark padding (0; its keys are dropped, its queries give zeros, as
 transformers' attention_mask) and, in packed rows, documents (a key is seen only by queries of
