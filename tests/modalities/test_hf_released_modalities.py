@@ -3,11 +3,10 @@
 families: each entry below is the full set of fields of a published checkpoint's config.json
 (values as released), with only the widths, depths and Whisper's input length cut to a tiny
 model (vocabularies, image, patch and mel sizes, token ids and generation fields stay as
-released). transformers builds
-a random model from those fields; its directory gets the released config.json back
-(save_pretrained would rewrite it); tfjax reads it and must give transformers' outputs within
-1e-5, Whisper's greedy tokens equal to transformers' generate; export writes a directory that
-transformers loads to the same weights and outputs. Fields that change the math are refused by
+released). transformers builds a random model from those fields; its directory gets the
+released config.json back (save_pretrained would rewrite it); tfjax reads it and must give
+transformers' outputs within 1e-5, Whisper's greedy tokens equal to transformers' generate;
+export writes a directory that transformers loads to the same weights and outputs. Fields that change the math are refused by
 name. No download: the field values were checked against the copies named beside each set."""
 
 from __future__ import annotations
