@@ -92,6 +92,12 @@ FACTORIES = {
     "bert": lambda: T.BertForMaskedLM(T.BertConfig(**_small(max_position_embeddings=32))),
     "roberta": lambda: T.RobertaForMaskedLM(T.RobertaConfig(
         **_small(max_position_embeddings=34), type_vocab_size=1, pad_token_id=1)),
+    # hidden_act is the FFN's and BERT's MLM head's activation; RoBERTa's head is exact GELU.
+    "bert_gelu_new": lambda: T.BertForMaskedLM(T.BertConfig(
+        **_small(max_position_embeddings=32), hidden_act="gelu_new")),
+    "roberta_relu": lambda: T.RobertaForMaskedLM(T.RobertaConfig(
+        **_small(max_position_embeddings=34), type_vocab_size=1, pad_token_id=1,
+        hidden_act="relu")),
     "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(
         vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=1,
         num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16)),
@@ -114,7 +120,8 @@ DECODERS = ("llama", "llama3", "llama_linear_rope", "mistral", "qwen2", "qwen3",
             "gemma3", "gpt2", "gpt_neox", "gpt_neox_sequential", "phi", "phi3", "opt",
             "opt_post_ln", "falcon7b", "falcon40b", "falcon_sequential")
 # qwen3's QK-norm is in the default run through tests/hf/test_hf_released.py (Qwen3-0.6B's fields).
-FAST = ("llama3", "qwen2", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart", "marian")
+FAST = ("llama3", "qwen2", "gemma2", "gpt2", "gpt_neox", "phi", "bert", "t5v11", "bart", "marian",
+        "bert_gelu_new")
 
 
 def _randomize(model, seed=0):
@@ -186,7 +193,7 @@ def _parity(tmp_path, name):
   model, hf_dir = _hf_dir(tmp_path, name)
   run = _import(hf_dir, str(tmp_path / "run"))
   ids = _ids()
-  if name == "roberta":  # positions count non-pad tokens only; tfjax's agree without padding
+  if name.startswith("roberta"):  # positions count non-pad tokens only; tfjax's agree without padding
     ids[ids == model.config.pad_token_id] = 0
   decoder_ids = _ids(seed=3, length=7) if name in SEQ2SEQ else None
   _assert_close(_tfjax_logits(run, ids, decoder_ids), _hf_logits(model, ids, decoder_ids))
@@ -205,7 +212,7 @@ def _parity(tmp_path, name):
   # Export -> from_pretrained: the same tensors, so bit-identical logits.
   out_dir = str(tmp_path / "exported")
   assert cli.main(["export", f"--workdir={run.workdir}", f"--hf_dir={out_dir}"]) == 0
-  auto = {"bert": T.AutoModelForMaskedLM, "roberta": T.AutoModelForMaskedLM}.get(
+  auto = T.AutoModelForMaskedLM if name.startswith(("bert", "roberta")) else {}.get(
       name, T.AutoModelForSeq2SeqLM if name in SEQ2SEQ else T.AutoModelForCausalLM)
   reloaded = auto.from_pretrained(out_dir).eval()
   assert type(reloaded) is type(model)
@@ -219,6 +226,24 @@ def _parity(tmp_path, name):
 @pytest.mark.parametrize("name", FAST)
 def test_parity(tmp_path, name):
   _parity(tmp_path, name)
+
+
+def test_mlm_head_activation_follows_each_architectures_rule(tmp_path):
+  """BERT's hidden_act sets the MLM head's activation too; RoBERTa's head is exact GELU whatever
+  hidden_act says. A run whose head and FFN disagree has no BERT config.json: refused by name."""
+  from tfjax.hf import exporter  # pylint: disable=import-outside-toplevel
+  _, bert_dir = _hf_dir(tmp_path, "bert_gelu_new")
+  _, roberta_dir = _hf_dir(tmp_path, "roberta_relu")
+  bert_cfg = _import(bert_dir, str(tmp_path / "bert")).model_config
+  roberta_cfg = _import(roberta_dir, str(tmp_path / "roberta")).model_config
+  assert (bert_cfg.feed_forward.activation, bert_cfg.mlm_activation) == ("gelu_tanh", "gelu_tanh")
+  assert (roberta_cfg.feed_forward.activation, roberta_cfg.mlm_activation) == ("relu", "gelu")
+  with pytest.raises(mapping.UnsupportedError, match="model.mlm_activation='gelu_tanh'"):
+    exporter.hf_config(registry.architecture("bert"), bert_cfg.replace(mlm_activation="gelu_tanh",
+                                                                        ffn="gelu"), set())
+  with pytest.raises(mapping.UnsupportedError, match="model.mlm_activation='relu'"):
+    exporter.hf_config(registry.architecture("roberta"), roberta_cfg.replace(
+        mlm_activation="relu"), set())
 
 
 @pytest.mark.slow

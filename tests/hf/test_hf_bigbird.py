@@ -80,8 +80,8 @@ def _sparse_path_taken(model):
 
 
 def test_released_config_reads_as_bigbird_attention():
-  """Every field of bigbird-roberta-base's config.json is mapped or ignored; with the released
-  MLM head (gelu_new) the import stops, naming hidden_act."""
+  """Every field of bigbird-roberta-base's config.json is mapped or ignored; its gelu_new is the
+  tanh GELU of the FFN and of the MLM head (BigBirdPredictionHeadTransform reads hidden_act)."""
   arch = registry.architecture("big_bird")
   fields = Fields(RELEASED, "big_bird", arch.ignored)
   cfg = ModelConfig.from_flat(arch.config_from_hf("big_bird", fields, set())).validated()
@@ -92,8 +92,9 @@ def test_released_config_reads_as_bigbird_attention():
   assert (kind_cfg.block_size, kind_cfg.num_random_blocks, kind_cfg.random, kind_cfg.seed) == (
       64, 3, "hf", 0)
   assert (cfg.max_len, cfg.type_vocab_size, cfg.d_model, cfg.num_layers) == (4096, 2, 768, 12)
-  with pytest.raises(UnsupportedError, match="hidden_act='gelu_new'"):
-    arch.config_from_hf("big_bird", Fields(RELEASED, "big_bird", arch.ignored), MLM_NAMES)
+  with_head = ModelConfig.from_flat(arch.config_from_hf(
+      "big_bird", Fields(RELEASED, "big_bird", arch.ignored), MLM_NAMES)).validated()
+  assert (with_head.mlm_head, with_head.mlm_activation) == (True, "gelu_tanh")
 
 
 @pytest.mark.parametrize("case", [
@@ -143,11 +144,12 @@ def test_bigbird_model_parity_in_eval_and_training_mode(tmp_path):
   assert np.abs(outs[True] - outs[False]).max() > 1e-2  # the random blocks matter
 
 
-def test_bigbird_mlm_parity_and_export_round_trip(tmp_path):
-  """BigBirdForMaskedLM (hidden_act='gelu': tfjax's MLM head is exact GELU) imported with the
-  CLI: logits within 1e-5 of model.eval(); the same parameter count; export -> from_pretrained
-  gives the same tensors and bit-identical logits."""
-  model = _hf_model(transformers.BigBirdForMaskedLM, hidden_act="gelu")
+@pytest.mark.parametrize("act", ["gelu_new", "gelu"])
+def test_bigbird_mlm_parity_and_export_round_trip(tmp_path, act):
+  """BigBirdForMaskedLM (hidden_act as released, gelu_new, and exact gelu: the FFN's and the MLM
+  head's activation) imported with the CLI: logits within 1e-5 of model.eval(); the same
+  parameter count; export -> from_pretrained gives the same tensors and bit-identical logits."""
+  model = _hf_model(transformers.BigBirdForMaskedLM, hidden_act=act)
   hf_dir = str(tmp_path / "hf")
   model.save_pretrained(hf_dir)
   assert cli.main(["import", f"--hf_dir={hf_dir}", f"--workdir={tmp_path / 'run'}"]) == 0

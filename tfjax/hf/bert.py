@@ -34,9 +34,6 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   f.expect("is_decoder", (False,), False)
   f.expect("add_cross_attention", (False,), False)
   mlm = "cls.predictions.transform.dense.weight" in names
-  if mlm and act != "gelu":
-    raise UnsupportedError(f"bert hidden_act={act!r} with an MLM head: tfjax's MLM head uses "
-                           "exact GELU as BERT's does")
   if not f.get("tie_word_embeddings", True):
     raise UnsupportedError("bert config.json tie_word_embeddings=False is not supported")
   pooler = f"{_prefix(names)}pooler.dense.weight" in names
@@ -48,11 +45,15 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
               embed_norm=True, position="learned",
               max_len=f.get("max_position_embeddings", 512),
               type_vocab_size=f.get("type_vocab_size", 2), tie_embeddings=True,
-              mlm_head=mlm, pooler=pooler)
+              mlm_head=mlm, mlm_activation=ACTS[act], pooler=pooler)
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
   del kind
+  if cfg.mlm_head and cfg.mlm_activation != cfg.feed_forward.activation:
+    raise UnsupportedError(
+        f"model.mlm_activation={cfg.mlm_activation!r} differs from the FFN's "
+        f"{cfg.feed_forward.activation!r}: Hugging Face's hidden_act sets both; set them alike")
   return dict(model_type="bert", vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.attention.num_heads,
               intermediate_size=cfg.feed_forward.d_ff,

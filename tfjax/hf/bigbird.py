@@ -12,9 +12,9 @@ the attention by `attention_type`:
 Export writes the same fields back; a bigbird run with bigbird_random='seeded' or another seed
 computes something transformers does not, and the exporter's config round trip refuses it.
 
-tfjax's MLM head applies exact GELU (tfjax/nn/models.py), so a checkpoint with an MLM head must
-have hidden_act='gelu'; the released google/bigbird-roberta-* use gelu_new and import as
-BigBirdModel (without the cls.* tensors) only.
+hidden_act sets the FFN's and the MLM head's activation (model.ffn, model.mlm_activation), as
+in BERT; the released google/bigbird-roberta-* use gelu_new (tanh GELU), also BigBirdConfig's
+default when the field is absent.
 """
 
 from __future__ import annotations
@@ -49,13 +49,9 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   attention = f.expect("attention_type", tuple(ATTENTION_TYPES), "block_sparse")
   block_size = f.get("block_size", 64)
   num_random = f.get("num_random_blocks", 3)
-  act = f.get("hidden_act", "gelu_new")
-  if "cls.predictions.transform.dense.weight" in names and act != "gelu":
-    raise UnsupportedError(
-        f"big_bird config.json hidden_act={act!r} with an MLM head (cls.predictions.*): "
-        "tfjax's MLM head applies exact GELU; import the encoder without its head "
-        "(BigBirdModel) or a checkpoint with hidden_act='gelu'")
-  cfg = bert.config_from_hf(kind, f, _as_bert(names))
+  act = bert.ACTS.get(f.get("hidden_act", "gelu_new"))  # BigBirdConfig's default
+  cfg = bert.config_from_hf(kind, f, _as_bert(names))  # refuses an unknown hidden_act
+  cfg.update(ffn=act, mlm_activation=act)
   cfg.update(attention_bias=bool(f.get("use_bias", True)), attention_out_bias=True,
              embed_scale=bool(f.get("rescale_embeddings", False)),
              attention_kind=ATTENTION_TYPES[attention])

@@ -5,7 +5,7 @@ released models), so the table has max_position_embeddings = max_len + pad + 1 r
 position p reads row p + pad + 1 (tfjax `position_offset`). transformers counts p over the
 non-pad tokens only, so the two agree on inputs whose pad tokens come last (right padding);
 the encoder layers are BERT's (tfjax/hf/bert.py), the MLM head is `lm_head` (dense, GELU,
-LayerNorm, tied decoder, bias).
+LayerNorm, tied decoder, bias): exact GELU whatever hidden_act says (RobertaLMHead's `gelu`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from tfjax.hf import bert
-from tfjax.hf.mapping import Fields
+from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 
 # config.json fields RobertaForMaskedLM does not read: none beyond mapping.IGNORED.
@@ -37,12 +37,17 @@ def config_from_hf(kind: str, f: Fields, names: set) -> dict:
   as_bert |= {"bert." + n[len(prefix):] for n in names if prefix and n.startswith(prefix)}
   cfg = bert.config_from_hf(kind, f, as_bert)
   offset = int(f.get("pad_token_id", 1)) + 1
-  cfg.update(max_len=cfg["max_len"] - offset, position_offset=offset)
+  cfg.update(max_len=cfg["max_len"] - offset, position_offset=offset, mlm_activation="gelu")
   return cfg
 
 
 def config_to_hf(kind: str, cfg: ModelConfig) -> dict:
-  out = bert.config_to_hf(kind, cfg)
+  if cfg.mlm_head and cfg.mlm_activation != "gelu":
+    raise UnsupportedError(f"model.mlm_activation={cfg.mlm_activation!r}: {kind}'s MLM head "
+                           "applies exact GELU whatever hidden_act says; set it to 'gelu'")
+  # bert's check (head and FFN share hidden_act) does not hold here: hand it the FFN's.
+  out = bert.config_to_hf(kind, dataclasses.replace(
+      cfg, mlm_activation=cfg.feed_forward.activation))
   out.update(model_type="roberta", max_position_embeddings=cfg.position_table_rows,
              pad_token_id=cfg.positions.offset - 1)
   return out

@@ -41,6 +41,7 @@ POSITIONS = tuple(POSITION_KINDS)
 # Init of the dense matrices (tfjax/nn/inits.py).
 INITS = ("normal", "xavier_uniform")
 REMATS = ("none", "full", "dots")
+MLM_ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")  # tfjax/nn/ffn.py's ACTIVATIONS
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 AUTO = "auto"  # config.model.dtype / attention_impl: chosen for the platform (resolve_auto)
 
@@ -72,6 +73,8 @@ class ModelConfig(Section):
   scale_tied_logits: bool = False    # tied head reads h * d_model^-0.5 (T5 v1.0)
   type_vocab_size: int = 0           # encoder token-type (segment A/B) embeddings; 0 = none
   mlm_head: bool = True              # encoder: dense+act+norm, then (tied) decoder with bias
+  mlm_activation: str = "gelu"       # the MLM head's act: gelu (BERT) | gelu_tanh | relu | silu;
+                                     # HF's hidden_act sets it with the FFN's (BigBird: gelu_new)
   pooler: bool = False               # encoder: tanh(dense(h_[CLS]))
   num_classes: int = 0               # encoder: sequence classifier on the pooled output
   dropout: float = 0.0               # embeddings and every residual branch
@@ -193,6 +196,7 @@ class ModelConfig(Section):
       raise ValueError(
           f"model.pooler/num_classes/type_vocab_size are encoder options; "
           f"model.family={self.family!r} does not use them")
+    one_of("model.mlm_activation", self.mlm_activation, MLM_ACTIVATIONS)
     if self.num_classes and not self.pooler:
       raise ValueError("model.num_classes > 0 classifies the pooled output: set model.pooler=True")
     if self.num_decoder_layers is not None and self.family != "encoder_decoder":

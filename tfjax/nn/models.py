@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from tfjax.nn import axes
 from tfjax.nn.config import ModelConfig
-from tfjax.nn.ffn import dense, gelu
+from tfjax.nn.ffn import ACTIVATIONS, dense
 from tfjax.nn.layers import LayerStack
 from tfjax.nn.masks import default_positions
 from tfjax.nn.norms import Norm
@@ -164,7 +164,7 @@ class Encoder(nn.Module):
     out = {"hidden": h_BxLxD}
     if cfg.mlm_head:
       t_BxLxD = dense(cfg, cfg.d_model, (axes.EMBED, axes.MLP), "mlm_transform", True)(h_BxLxD)
-      t_BxLxD = Norm(cfg, name="mlm_norm")(gelu(t_BxLxD))
+      t_BxLxD = Norm(cfg, name="mlm_norm")(ACTIVATIONS[cfg.mlm_activation](t_BxLxD))
       bias = self.param("mlm_bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                                  (axes.VOCAB,)), (cfg.vocab_size,))
       out["mlm_logits"] = _lm_logits(cfg, embedder, t_BxLxD, bias=bias)
