@@ -7,8 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import run_helpers
+from conftest import random_params, tiny_config, to_numpy
 from np_reference import rand
+from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import performer
+from tfjax.nn.models import build_model
+from tfjax.training import flops, train
+from tfjax.training import params as param_accounting
 
 
 def np_features(x, w, kernel="softmax"):
@@ -184,3 +190,117 @@ def test_gradients_are_finite_and_match_the_quadratic_form():
   numeric = (ref(eps) - ref(-eps)) / (2 * eps)
   analytic = sum(np.sum(np.asarray(g) * d) for g, d in zip(grads, direction))
   np.testing.assert_allclose(analytic, numeric, rtol=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered kind: block, redraw, model, counts, training
+# ---------------------------------------------------------------------------------------------
+def np_block(p, x, w, mask=None):
+  """Projections, the paper's estimator with W, output projection: [B, T, D] float64."""
+  proj = lambda name: np.einsum("btd,dhk->bthk", x, p[name]["kernel"]) + p[name]["bias"]
+  o = np_favor(proj("query"), proj("key"), proj("value"), w, mask)
+  return np.einsum("bthe,hed->btd", o, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_block_computes_favor_with_its_fixed_projection(causal):
+  """MultiHeadAttention of kind 'performer' = the NumPy estimator with the layer's fixed W (the
+  seed folded with the module path: () for a module applied on its own)."""
+  cfg = tiny_config(attention_kind="performer", position="none", performer_features=12,
+                    performer_seed=3)
+  module = MultiHeadAttention(cfg, causal=causal)
+  x = rand((2, 6, 16))
+  params = random_params(module, x, seed=4, scale=0.4)
+  y = np.asarray(jax.jit(module.apply)({"params": params}, x))
+  w = np.asarray(performer.fixed_projection_MxE(3, (), 12, cfg.dim_per_head))
+  mask = np.tril(np.ones((6, 6)))[None].repeat(2, 0) if causal else None
+  np.testing.assert_allclose(y, np_block(to_numpy(params), np.asarray(x, np.float64), w, mask),
+                             rtol=2e-5, atol=2e-5)
+
+
+def test_fixed_draws_differ_per_layer_and_seed_and_repeat_exactly():
+  draw = lambda seed, path: np.asarray(performer.fixed_projection_MxE(seed, path, 8, 8))
+  a = draw(0, ("decoder", "layers_0", "attention"))
+  np.testing.assert_array_equal(a, draw(0, ("decoder", "layers_0", "attention")))
+  assert not np.allclose(a, draw(0, ("decoder", "layers_1", "attention")))
+  assert not np.allclose(a, draw(1, ("decoder", "layers_0", "attention")))
+
+
+def test_redraw_step_draws_from_the_training_rng_and_eval_uses_the_fixed_draw():
+  cfg = tiny_config(attention_kind="performer", position="none", performer_features=8,
+                    performer_redraw="step")
+  x = rand((1, 5, 16))
+  params = random_params(MultiHeadAttention(cfg, causal=True), x, seed=5)
+  train = MultiHeadAttention(cfg.replace(deterministic=False), causal=True)
+  run = lambda module, **kw: np.asarray(jax.jit(
+      lambda p, rngs: module.apply({"params": p}, x, rngs=rngs))(params, kw.get("rngs", {})))
+  step_a = run(train, rngs={"dropout": jax.random.PRNGKey(1)})
+  np.testing.assert_array_equal(step_a, run(train, rngs={"dropout": jax.random.PRNGKey(1)}))
+  assert not np.allclose(step_a, run(train, rngs={"dropout": jax.random.PRNGKey(2)}))
+  fixed = run(MultiHeadAttention(cfg.replace(performer_redraw="fixed"), causal=True))
+  np.testing.assert_array_equal(run(MultiHeadAttention(cfg, causal=True)), fixed)
+  with pytest.raises(ValueError, match="performer_redraw='step'.*'dropout'"):
+    train.apply({"params": params}, x)
+
+
+def test_a_decoder_of_performer_attention_is_causal():
+  """Changing tokens from position 5 on leaves the logits before it unchanged (2 layers, RoPE,
+  packed-style segment ids absent)."""
+  cfg = tiny_config(attention_kind="performer", family="decoder", num_layers=2,
+                    position="rope", performer_features=16)
+  model = build_model(cfg)
+  tokens = np.random.default_rng(0).integers(0, 31, (2, 9)).astype(np.int32)
+  params = random_params(model, tokens, seed=6)
+  apply = jax.jit(lambda t: model.apply({"params": params}, t))
+  changed = tokens.copy()
+  changed[:, 5:] = (changed[:, 5:] + 7) % 31
+  before, after = np.asarray(apply(tokens)), np.asarray(apply(changed))
+  np.testing.assert_allclose(after[:, :5], before[:, :5], rtol=1e-6, atol=1e-6)
+  assert not np.allclose(after[:, 5:], before[:, 5:])
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder", "encoder_decoder"])
+def test_no_parameters_of_its_own_and_flops_flat_in_the_length(family):
+  """W is drawn, not learned: the initialized tree counts exactly softmax's parameters, and the
+  analytic count agrees; FLOPs per token are 6N plus the closed form per attention."""
+  kw = dict(family=family, num_layers=2, position="none", num_kv_heads=1)
+  cfg = tiny_config(attention_kind="performer", performer_features=24, **kw)
+  counts = param_accounting.count_by_category(cfg)
+  assert counts == param_accounting.count_by_category(tiny_config(**kw))
+  assert param_accounting.analytic_count(cfg) == sum(counts.values())
+  heads, kv_heads, head_dim, m = 2, 1, 8, 24
+  per_attention = 3 * (heads * (4 * m * head_dim + 2 * m) + kv_heads * (4 * m * head_dim + m))
+  attentions = {"decoder": 2, "encoder": 2, "encoder_decoder": 6}[family]
+  n = param_accounting.analytic_count(cfg) - param_accounting.lookup_only_count(cfg)
+  for seq_len in (16, 4096):
+    assert flops.flops_per_token(cfg, seq_len) == 6 * n + attentions * per_attention
+
+
+@pytest.mark.parametrize("overrides,patterns", [
+    (dict(window=4), ["model.window=4", "performer", "window=None"]),
+    (dict(position="alibi"), ["model.position='alibi'", "performer"]),
+    (dict(decode=True), ["performer", "decode=True"]),
+    (dict(attention_dropout=0.1), ["model.attention_dropout=0.1", "performer"]),
+    (dict(performer_features=0), ["model.performer_features=0", "positive"]),
+    (dict(performer_kernel="exp"), ["model.performer_kernel='exp'", "'softmax', 'relu'"]),
+    (dict(performer_redraw="always"), ["model.performer_redraw='always'", "'fixed', 'step'"]),
+])
+def test_rejects_what_the_estimator_cannot_compute(overrides, patterns):
+  with pytest.raises(ValueError) as info:
+    tiny_config(**{"attention_kind": "performer", "position": "none", **overrides})
+  for pattern in patterns:
+    assert pattern in str(info.value), str(info.value)
+
+
+def test_performer_trains_through_the_training_loop(tmp_path):
+  """train_and_evaluate of a decoder on the copy task with redrawn features: finite losses that
+  fall."""
+  config = run_helpers.tiny_config(num_steps=12, eval_every=12, checkpoint_every=12)
+  config.model.update(attention_kind="performer", performer_features=32,
+                      performer_redraw="step")
+  config.data.test_lengths = (8,)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(config, workdir)
+  losses = [m["train/loss"] for m in run_helpers.read_metrics(workdir) if "train/loss" in m]
+  assert len(losses) == 12 and all(np.isfinite(losses))
+  assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses

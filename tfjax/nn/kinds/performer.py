@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from tfjax.nn.attention_kinds import AttentionKind, register_attention_kind
 from tfjax.nn.choices import one_of
 from tfjax.nn.sections import Section, flat_key
 
@@ -231,3 +232,63 @@ def _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, kv_segment_ids_BxS, q_segme
                                 ids_N, num_segments=n)
   q_ids_BxT = jnp.arange(batch)[:, None] * slots + q_segment_ids_BxT
   return s_NxKxMxE[q_ids_BxT], z_NxKxM[q_ids_BxT]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kind: projection draw, attend, FLOPs, validation, registration
+# ---------------------------------------------------------------------------------------------
+def fixed_projection_MxE(seed: int, path: tuple, num_features: int, head_dim: int):
+  """The 'fixed' W of the attention module at `path` (its flax scope path): performer_seed
+  folded with a CRC-32 of the path, so each layer draws its own, identically every call."""
+  layer = zlib.crc32("/".join(path).encode()) & 0x7FFFFFFF
+  rng = jax.random.fold_in(jax.random.PRNGKey(seed), layer)
+  return orthogonal_projection_MxE(rng, num_features, head_dim)
+
+
+def projection_MxE(owner, head_dim: int):
+  """W of this call: redrawn from the 'dropout' stream in a training forward pass with
+  performer_redraw='step', else the layer's fixed draw."""
+  section = owner.config.attention.kind_config
+  if section.redraw == "step" and not owner.config.deterministic:
+    if not owner.has_rng("dropout"):
+      raise ValueError("model.performer_redraw='step' redraws the features from the 'dropout' "
+                       "rng in a training forward pass (deterministic=False): pass "
+                       "rngs={'dropout': key} to apply, or set performer_redraw='fixed'")
+    return orthogonal_projection_MxE(owner.make_rng("dropout"), section.features, head_dim)
+  return fixed_projection_MxE(section.seed, tuple(owner.scope.path), section.features, head_dim)
+
+
+def attend(owner, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility, logits_bias):
+  """The heads' outputs [B, T, H, E] by FAVOR+ (`favor_attention`)."""
+  del logits_bias  # logits_bias=False: validation rejects ALiBi and T5
+  w_MxE = projection_MxE(owner, q_BxTxHxE.shape[-1])
+  out_BxTxHxE = favor_attention(
+      q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, causal=visibility.causal,
+      kernel=owner.config.attention.kind_config.kernel,
+      q_segment_ids_BxT=visibility.q_segment_ids_BxT,
+      kv_segment_ids_BxS=visibility.kv_segment_ids_BxS)
+  return out_BxTxHxE.astype(q_BxTxHxE.dtype)
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+  """Per query head: W q (2 m E), phi(q) S (2 m E), phi(q) . z (2 m); per kv head: W k (2 m E),
+  phi(k) v^T into S (2 m E), phi(k) into z (m); the backward pass twice the forward (x3). The
+  prefix sums of the causal form add the same m E + m per key. No seq_len term: O(L m E) in
+  all. Elementwise exp / relu and the stabilizer's max are not counted."""
+  del seq_len
+  m, head_dim = cfg.attention.kind_config.features, cfg.dim_per_head
+  forward = (cfg.attention.num_heads * (4 * m * head_dim + 2 * m)
+             + cfg.attention.kv_heads * (4 * m * head_dim + m))
+  return 3.0 * forward
+
+
+def check(cfg: ModelConfig) -> None:
+  if cfg.attention.window is not None:
+    raise ValueError(
+        f"model.window={cfg.attention.window} is a sliding window, which "
+        f"model.attention_kind={NAME!r} cannot take (its prefix sums run over every earlier "
+        "key); set model.window=None")
+
+
+PERFORMER = register_attention_kind(AttentionKind(
+    NAME, attend=attend, flops_per_token=flops_per_token, check=check, section=PerformerConfig))
