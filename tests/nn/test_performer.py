@@ -10,6 +10,7 @@ import pytest
 import run_helpers
 from conftest import random_params, tiny_config, to_numpy
 from np_reference import rand
+from tfjax.inference import cached_model
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import performer
 from tfjax.nn.models import build_model
@@ -279,7 +280,6 @@ def test_no_parameters_of_its_own_and_flops_flat_in_the_length(family):
 @pytest.mark.parametrize("overrides,patterns", [
     (dict(window=4), ["model.window=4", "performer", "window=None"]),
     (dict(position="alibi"), ["model.position='alibi'", "performer"]),
-    (dict(decode=True), ["performer", "decode=True"]),
     (dict(attention_dropout=0.1), ["model.attention_dropout=0.1", "performer"]),
     (dict(performer_features=0), ["model.performer_features=0", "positive"]),
     (dict(performer_kernel="exp"), ["model.performer_kernel='exp'", "'softmax', 'relu'"]),
@@ -290,6 +290,61 @@ def test_rejects_what_the_estimator_cannot_compute(overrides, patterns):
     tiny_config(**{"attention_kind": "performer", "position": "none", **overrides})
   for pattern in patterns:
     assert pattern in str(info.value), str(info.value)
+
+
+@pytest.fixture
+def fast_compiles():
+  """Tiny models: XLA's optimization passes cost more than they save (as tests/inference)."""
+  name = "jax_disable_most_optimizations"
+  try:
+    previous = jax.config.read(name)
+    jax.config.update(name, True)
+  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
+    previous = None
+  yield
+  if previous is not None:
+    jax.config.update(name, previous)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(family="encoder_decoder", position="learned", num_kv_heads=1),
+    dict(family="decoder", position="rope", num_layers=2, scan_layers=True, num_kv_heads=1)])
+def test_cached_decoding_equals_the_full_forward_pass(overrides, fast_compiles):
+  """Rows with prompts of 4, 2 and 1 tokens share a left-padded prefill (padding adds no key to
+  the running sums), then 6 one-token steps continue the cached (c, S, z): every position
+  equals the row's own full forward pass (cross-attention through the encoder's cached keys)."""
+  del fast_compiles
+  cfg = tiny_config(attention_kind="performer", performer_features=16, **overrides)
+  model = build_model(cfg)
+  seqs_BxL = np.random.default_rng(1).integers(1, 31, (3, 10)).astype(np.int32)
+  enc_BxS = np.random.default_rng(2).integers(1, 31, (3, 5)).astype(np.int32)
+  args = (enc_BxS,) if cfg.family == "encoder_decoder" else ()
+  params = random_params(model, *args, seqs_BxL, seed=7)
+  lengths = (4, 2, 1)
+
+  @jax.jit
+  def cached_and_full():
+    full_BxLxV = model.apply({"params": params}, *args, seqs_BxL)
+    lengths_B = jnp.asarray(lengths)
+    pos_BxP, seg_BxP = cached_model.left_padded_positions(lengths_B, 4)
+    prompts_BxP = jnp.where(seg_BxP == 1, jnp.take_along_axis(seqs_BxL, pos_BxP, axis=1), 0)
+    encoded = cached_model.encode(cfg, params, enc_BxS) if args else None
+    cache = cached_model.init_cache(cfg, 3, 10, encoder_len=5 if args else None)
+    prefill_BxPxV, cache = cached_model.forward_cached(cfg, params, cache, prompts_BxP, pos_BxP,
+                                                       seg_BxP, encoded)
+
+    def step(cache, t):
+      pos_Bx1 = (lengths_B + t)[:, None]
+      tokens_Bx1 = jnp.take_along_axis(seqs_BxL, pos_Bx1, axis=1)
+      logits_Bx1xV, cache = cached_model.forward_cached(cfg, params, cache, tokens_Bx1, pos_Bx1)
+      return cache, logits_Bx1xV[:, 0]
+
+    return prefill_BxPxV, jax.lax.scan(step, cache, jnp.arange(6))[1], full_BxLxV
+
+  prefill_BxPxV, steps_NxBxV, full_BxLxV = cached_and_full()
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(prefill_BxPxV[b, 4 - n:], full_BxLxV[b, :n], atol=2e-5)
+    np.testing.assert_allclose(steps_NxBxV[:, b], full_BxLxV[b, n:n + 6], atol=2e-5)
 
 
 def test_performer_trains_through_the_training_loop(tmp_path):

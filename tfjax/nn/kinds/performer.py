@@ -44,8 +44,12 @@ forward pass (config.deterministic=False) from the training step's 'dropout' rng
 one rng tfjax/training/steps.py passes; make_rng folds in the layer's path and nn.scan splits
 it per layer), and uses the 'fixed' W in eval: the paper's periodic redraw at period 1.
 
+Decoding (decode=True): causal self-attention keeps the running (c, S, z) per kv head in the
+'cache' collection, O(m E) whatever the length (`decode_step`); cross-attention caches the
+encoder's keys and values (tfjax/nn/kv_cache.py) and recomputes their sums each step.
+
 Rejected: logits-bias positions (ALiBi, T5: the bias is not a product of features), sliding
-windows (model.window), softmax's attention_scale/softcap/dropout, and decode=True (no cache).
+windows (model.window) and softmax's attention_scale/softcap/dropout.
 Shape letters as in tfjax/nn/axes.py, plus M = features, G = query heads per kv head.
 """
 
@@ -59,6 +63,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from tfjax.nn import kv_cache
 from tfjax.nn.attention_kinds import AttentionKind, register_attention_kind
 from tfjax.nn.choices import one_of
 from tfjax.nn.sections import Section, flat_key
@@ -170,14 +175,20 @@ def _combine(left, right):
           z_l * scale_l[..., None] + z_r * scale_r[..., None], jnp.logical_or(start_l, start_r))
 
 
-def causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS):
-  """Prefix sums over s <= t within a segment: (S_t [B, S, K, M, E], z_t [B, S, K, M]), both
-  scaled by exp(-c_t), c_t the running max of the key shifts (cancels in the ratio)."""
+def causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS, initial=None):
+  """Prefix sums over s <= t within a segment: (c_t [B, S, K], S_t [B, S, K, M, E], z_t
+  [B, S, K, M]), S and z scaled by exp(-c_t), c_t the running max of the key shifts (cancels in
+  the ratio). `initial`: (c, S, z) of the keys before these (a decoding cache), else none."""
   kv_BxSxKxMxE = jnp.einsum("bskm,bske->bskme", phi_k_BxSxKxM, v_BxSxKxE.astype(jnp.float32))
-  starts_BxSxK = jnp.broadcast_to(starts_BxS[:, :, None], a_BxSxK.shape)
-  _, s_BxSxKxMxE, z_BxSxKxM, _ = jax.lax.associative_scan(
-      _combine, (a_BxSxK, kv_BxSxKxMxE, phi_k_BxSxKxM, starts_BxSxK), axis=1)
-  return s_BxSxKxMxE, z_BxSxKxM
+  elements = (a_BxSxK, kv_BxSxKxMxE, phi_k_BxSxKxM,
+              jnp.broadcast_to(starts_BxS[:, :, None], a_BxSxK.shape))
+  if initial is not None:  # the cached sums as element 0, continued by the new keys
+    elements = tuple(jnp.concatenate([first[:, None], rest], axis=1) for first, rest in
+                     zip(initial + (jnp.zeros(a_BxSxK[:, 0].shape, bool),), elements))
+  c_BxSxK, s_BxSxKxMxE, z_BxSxKxM, _ = jax.lax.associative_scan(_combine, elements, axis=1)
+  if initial is not None:
+    return c_BxSxK[:, 1:], s_BxSxKxMxE[:, 1:], z_BxSxKxM[:, 1:]
+  return c_BxSxK, s_BxSxKxMxE, z_BxSxKxM
 
 
 def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, kernel: str,
@@ -195,12 +206,12 @@ def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, ker
   if causal:
     if q_len != kv_len:
       raise ValueError(f"causal Performer attention needs as many queries as keys, got "
-                       f"{q_len} and {kv_len} (decoding with a cache is not available)")
+                       f"{q_len} and {kv_len} (decoding continues cached sums: decode_step)")
     seg_BxS = kv_segment_ids_BxS if kv_segment_ids_BxS is not None else q_segment_ids_BxT
     starts_BxS = jnp.zeros((batch, kv_len), bool)
     if seg_BxS is not None:
       starts_BxS = starts_BxS.at[:, 1:].set(seg_BxS[:, 1:] != seg_BxS[:, :-1])
-    s_BxTxKxMxE, z_BxTxKxM = causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS)
+    _, s_BxTxKxMxE, z_BxTxKxM = causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS)
   elif q_segment_ids_BxT is not None and kv_segment_ids_BxS is not None:
     s_BxTxKxMxE, z_BxTxKxM = _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE,
                                            kv_segment_ids_BxS, q_segment_ids_BxT)
@@ -258,15 +269,55 @@ def projection_MxE(owner, head_dim: int):
   return fixed_projection_MxE(section.seed, tuple(owner.scope.path), section.features, head_dim)
 
 
+def decode_step(owner, q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, w_MxE, kernel: str, visibility):
+  """Causal self-attention of T new tokens (prefill or one step) continuing the running sums
+  (c, S, z) kept in the 'cache' collection (O(m E) per kv head, whatever the length), which
+  it then advances. Padding tokens (segment id 0) add no key; starts never reset the sums."""
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_heads, m = k_BxTxKxE.shape[2], w_MxE.shape[0]
+  shift = owner.variable("cache", "performer_shift",
+                         lambda: jnp.full((batch, kv_heads), _NEG, jnp.float32))
+  sums = owner.variable("cache", "performer_s", jnp.zeros, (batch, kv_heads, m, head_dim))
+  norms = owner.variable("cache", "performer_z", jnp.zeros, (batch, kv_heads, m))
+  seg_BxT = visibility.q_segment_ids_BxT
+  visible_BxT = None if seg_BxT is None else seg_BxT != 0
+  phi_k_BxTxKxM, a_BxTxK = key_features(k_BxTxKxE, w_MxE, kernel, visible_BxT)
+  c_BxTxK, s_BxTxKxMxE, z_BxTxKxM = causal_sums(
+      phi_k_BxTxKxM, a_BxTxK, v_BxTxKxE, jnp.zeros((batch, q_len), bool),
+      initial=(shift.value, sums.value, norms.value))
+  if not owner.is_initializing():  # init builds the empty cache
+    shift.value, sums.value, norms.value = c_BxTxK[:, -1], s_BxTxKxMxE[:, -1], z_BxTxKxM[:, -1]
+  phi_q_BxTxKxGxM = query_features(q_BxTxHxE, w_MxE, kernel).reshape(
+      batch, q_len, kv_heads, heads // kv_heads, m)
+  out_BxTxKxGxE = _ratio(phi_q_BxTxKxGxM, s_BxTxKxMxE, z_BxTxKxM)
+  if visible_BxT is not None:
+    out_BxTxKxGxE = out_BxTxKxGxE * visible_BxT[:, :, None, None, None]
+  return out_BxTxKxGxE.reshape(batch, q_len, heads, head_dim)
+
+
+def cache(owner, k_new_BxTxKxE, v_new_BxTxKxE, positions_BxT, visibility, *, cross: bool):
+  """The `cache` hook: cross-attention caches the encoder's keys and values as softmax does
+  (tfjax/nn/kv_cache.py; their sums are recomputed each step, O(S m E)); causal self-attention
+  hands its new keys to `attend`, which keeps the running sums (`decode_step`)."""
+  if cross:
+    return kv_cache.step(owner, k_new_BxTxKxE, v_new_BxTxKxE, positions_BxT, visibility,
+                         cross=True)
+  return k_new_BxTxKxE, v_new_BxTxKxE, visibility
+
+
 def attend(owner, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility, logits_bias):
-  """The heads' outputs [B, T, H, E] by FAVOR+ (`favor_attention`)."""
+  """The heads' outputs [B, T, H, E] by FAVOR+ (`favor_attention`, or `decode_step` while
+  decoding causal self-attention)."""
   del logits_bias  # logits_bias=False: validation rejects ALiBi and T5
   w_MxE = projection_MxE(owner, q_BxTxHxE.shape[-1])
-  out_BxTxHxE = favor_attention(
-      q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, causal=visibility.causal,
-      kernel=owner.config.attention.kind_config.kernel,
-      q_segment_ids_BxT=visibility.q_segment_ids_BxT,
-      kv_segment_ids_BxS=visibility.kv_segment_ids_BxS)
+  kernel = owner.config.attention.kind_config.kernel
+  if owner.config.decode and visibility.causal:
+    out_BxTxHxE = decode_step(owner, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, kernel, visibility)
+  else:
+    out_BxTxHxE = favor_attention(
+        q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, causal=visibility.causal, kernel=kernel,
+        q_segment_ids_BxT=visibility.q_segment_ids_BxT,
+        kv_segment_ids_BxS=visibility.kv_segment_ids_BxS)
   return out_BxTxHxE.astype(q_BxTxHxE.dtype)
 
 
@@ -291,4 +342,5 @@ def check(cfg: ModelConfig) -> None:
 
 
 PERFORMER = register_attention_kind(AttentionKind(
-    NAME, attend=attend, flops_per_token=flops_per_token, check=check, section=PerformerConfig))
+    NAME, attend=attend, flops_per_token=flops_per_token, cache=cache, check=check,
+    section=PerformerConfig))
