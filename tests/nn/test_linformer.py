@@ -15,6 +15,20 @@ from tfjax.training import flops, train
 from tfjax.training import params as param_accounting
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fast_compiles():
+  """Tiny shapes: XLA's optimization passes cost more than they save (as tests/inference)."""
+  name = "jax_disable_most_optimizations"
+  try:
+    previous = jax.config.read(name)
+    jax.config.update(name, True)
+  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
+    previous = None
+  yield
+  if previous is not None:
+    jax.config.update(name, previous)
+
+
 def np_linformer_block(p, x, seg=None):
   """head_h = softmax(Q_h (E_h K_h)^T / sqrt(d)) (F_h V_h) (eq. 7) with E, F the first L columns
   of the layer's [k, n] (shared) or [K, k, n] (per kv head) matrices; padding keys and values

@@ -18,6 +18,20 @@ from tfjax.training import flops, train
 from tfjax.training import params as param_accounting
 
 
+@pytest.fixture(autouse=True, scope="module")
+def fast_compiles():
+  """Tiny shapes: XLA's optimization passes cost more than they save (as tests/inference)."""
+  name = "jax_disable_most_optimizations"
+  try:
+    previous = jax.config.read(name)
+    jax.config.update(name, True)
+  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
+    previous = None
+  yield
+  if previous is not None:
+    jax.config.update(name, previous)
+
+
 def np_features(x, w, kernel="softmax"):
   """phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(m), x' = x E^-1/4 (paper eq. 5, h = exp(-|x|^2/2));
   relu: relu(W x) / sqrt(m). x [..., E], w [m, E], float64."""
@@ -292,28 +306,13 @@ def test_rejects_what_the_estimator_cannot_compute(overrides, patterns):
     assert pattern in str(info.value), str(info.value)
 
 
-@pytest.fixture
-def fast_compiles():
-  """Tiny models: XLA's optimization passes cost more than they save (as tests/inference)."""
-  name = "jax_disable_most_optimizations"
-  try:
-    previous = jax.config.read(name)
-    jax.config.update(name, True)
-  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
-    previous = None
-  yield
-  if previous is not None:
-    jax.config.update(name, previous)
-
-
 @pytest.mark.parametrize("overrides", [
     dict(family="encoder_decoder", position="learned", num_kv_heads=1),
     dict(family="decoder", position="rope", num_layers=2, scan_layers=True, num_kv_heads=1)])
-def test_cached_decoding_equals_the_full_forward_pass(overrides, fast_compiles):
+def test_cached_decoding_equals_the_full_forward_pass(overrides):
   """Rows with prompts of 4, 2 and 1 tokens share a left-padded prefill (padding adds no key to
   the running sums), then 6 one-token steps continue the cached (c, S, z): every position
   equals the row's own full forward pass (cross-attention through the encoder's cached keys)."""
-  del fast_compiles
   cfg = tiny_config(attention_kind="performer", performer_features=16, **overrides)
   model = build_model(cfg)
   seqs_BxL = np.random.default_rng(1).integers(1, 31, (3, 10)).astype(np.int32)
