@@ -89,6 +89,11 @@ def test_orthogonal_features_are_orthogonal_blocks_with_chi_norms():
   assert abs(sq_norms.mean() - head_dim) < 0.3, sq_norms.mean()  # std of the mean ~0.06
   assert abs(sq_norms.var() - 2 * head_dim) < 3.0, sq_norms.var()  # chi^2_E: variance 2E
   assert not np.allclose(w[:head_dim], w[head_dim:2 * head_dim])  # blocks drawn independently
+  # Each row is marginally N(0, I), whatever its place in its block: over the 512 blocks, the
+  # i-th rows' mean is 0 (std 1/sqrt(512) ~ 0.044 per coordinate). Householder QR without
+  # making R's diagonal positive fails this: its first row always has a negative first entry.
+  by_place = w.reshape(-1, head_dim, head_dim).mean(0)  # [place in block, coordinate]
+  assert np.abs(by_place).max() < 0.2, by_place
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "relu"])
