@@ -119,27 +119,28 @@ def orthogonal_projection_MxE(rng, num_features: int, head_dim: int):
 
 
 def feature_exponents(x_BxLxKxE, w_MxE):
-  """w.x' - |x'|^2 / 2 with x' = x E^-1/4: [B, L, K, M] float32 (phi = exp of it / sqrt(m))."""
+  """w.x' - |x'|^2 / 2 with x' = x E^-1/4: [B, L, K, M] float32 (phi = exp of it / sqrt(m));
+  K is any heads axis (query or kv heads)."""
   x_BxLxKxE = x_BxLxKxE.astype(jnp.float32) * x_BxLxKxE.shape[-1] ** -0.25
   proj_BxLxKxM = jnp.einsum("blke,me->blkm", x_BxLxKxE, w_MxE)
   return proj_BxLxKxM - 0.5 * jnp.sum(jnp.square(x_BxLxKxE), -1, keepdims=True)
 
 
-def query_features(q_BxTxKxE, w_MxE, kernel: str):
-  """phi(q) [B, T, K, M], shifted by each row's max exponent (softmax) or relu(W q) / sqrt(m)."""
+def query_features(q_BxTxHxE, w_MxE, kernel: str):
+  """phi(q) [B, T, H, M]: exp(e - the row's max e) / sqrt(m) (softmax), relu(W q) / sqrt(m)."""
   m = w_MxE.shape[0]
   if kernel == "relu":
-    return jax.nn.relu(jnp.einsum("btke,me->btkm", q_BxTxKxE.astype(jnp.float32), w_MxE)) / \
-        math.sqrt(m)
-  e_BxTxKxM = feature_exponents(q_BxTxKxE, w_MxE)
-  shift_BxTxKx1 = jax.lax.stop_gradient(jnp.max(e_BxTxKxM, -1, keepdims=True))
-  return jnp.exp(e_BxTxKxM - shift_BxTxKx1) / math.sqrt(m)
+    proj_BxTxHxM = jnp.einsum("bthe,me->bthm", q_BxTxHxE.astype(jnp.float32), w_MxE)
+    return jax.nn.relu(proj_BxTxHxM) / math.sqrt(m)
+  e_BxTxHxM = feature_exponents(q_BxTxHxE, w_MxE)
+  shift_BxTxHx1 = jax.lax.stop_gradient(jnp.max(e_BxTxHxM, -1, keepdims=True))
+  return jnp.exp(e_BxTxHxM - shift_BxTxHx1) / math.sqrt(m)
 
 
 def key_features(k_BxSxKxE, w_MxE, kernel: str, visible_BxS):
-  """(phi(k) [B, S, K, M] unshifted-by-sequence, per-key shift [B, S, K]): softmax features are
-  exp(e - a_s) with a_s the key's own max exponent (stop-gradient), the caller rescales by
-  exp(a_s - c) for its shift c; relu features have a_s = 0. Invisible keys: phi = 0, a = _NEG."""
+  """(phi(k) [B, S, K, M], shift a [B, S, K]): softmax features are exp(e - a_s) / sqrt(m), a_s
+  the key's own max exponent (no gradient); the caller brings them to a common shift c by
+  exp(a_s - c). relu features have a_s = 0. Invisible keys: phi = 0, a = _NEG."""
   m = w_MxE.shape[0]
   if kernel == "relu":
     phi_BxSxKxM = jax.nn.relu(
@@ -233,14 +234,15 @@ def _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, kv_segment_ids_BxS, q_segme
   slots = kv_len + 1  # ids 0..S: packing numbers at most S segments in a row of S tokens
   ids_N = (jnp.arange(batch)[:, None] * slots + kv_segment_ids_BxS).reshape(-1)
   n = batch * slots
-  c_NxK = jax.ops.segment_max(a_BxSxK.reshape(batch * kv_len, -1), ids_N, num_segments=n)
+  c_NxK = jax.ops.segment_max(a_BxSxK.reshape(ids_N.shape[0], -1), ids_N, num_segments=n)
   scale_BxSxK = jnp.exp(a_BxSxK - c_NxK[ids_N].reshape(a_BxSxK.shape))
   phi_k_BxSxKxM = phi_k_BxSxKxM * scale_BxSxK[..., None]
   kv_BxSxKxMxE = jnp.einsum("bskm,bske->bskme", phi_k_BxSxKxM, v_BxSxKxE)
-  s_NxKxMxE = jax.ops.segment_sum(kv_BxSxKxMxE.reshape(n - batch, *kv_BxSxKxMxE.shape[2:]),
-                                  ids_N, num_segments=n)
-  z_NxKxM = jax.ops.segment_sum(phi_k_BxSxKxM.reshape(n - batch, *phi_k_BxSxKxM.shape[2:]),
-                                ids_N, num_segments=n)
+  keys = batch * kv_len  # the flattened (row, key) axis that ids_N labels
+  s_NxKxMxE = jax.ops.segment_sum(kv_BxSxKxMxE.reshape(keys, *kv_BxSxKxMxE.shape[2:]), ids_N,
+                                  num_segments=n)
+  z_NxKxM = jax.ops.segment_sum(phi_k_BxSxKxM.reshape(keys, *phi_k_BxSxKxM.shape[2:]), ids_N,
+                                num_segments=n)
   q_ids_BxT = jnp.arange(batch)[:, None] * slots + q_segment_ids_BxT
   return s_NxKxMxE[q_ids_BxT], z_NxKxM[q_ids_BxT]
 
