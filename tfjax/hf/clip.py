@@ -25,6 +25,10 @@ IGNORED = frozenset({"logit_scale_init_value"})
 SUB_IGNORED = frozenset({"projection_dim", "tf_legacy_loss", "use_bfloat16",
                          "tie_word_embeddings", "cross_attention_hidden_size"})
 
+# CLIPTextConfig's eos_token_id default (transformers >= 4.31, PR #24773): a text_config without
+# the field pools at the first <|endoftext|>. Configs written before dump eos_token_id (2) itself.
+EOS = 49407
+
 _LAYER = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
           "o": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2", "ln1": "layer_norm1",
           "ln2": "layer_norm2"}
@@ -50,9 +54,9 @@ def config_from_hf(f: Fields, names: set) -> CLIPConfig:
       d_model=t.get("hidden_size", 512), num_layers=t.get("num_hidden_layers", 12),
       num_heads=t.get("num_attention_heads", 8), d_ff=t.get("intermediate_size", 2048),
       ffn=vit.activation(t, "hidden_act", "quick_gelu"),
-      norm_eps=float(t.get("layer_norm_eps", 1e-5)), eos_id=t.get("eos_token_id", 2))
+      norm_eps=float(t.get("layer_norm_eps", 1e-5)), eos_id=t.get("eos_token_id", EOS))
   vision = ViTConfig(
-      image_size=v.get("image_size", 224), patch_size=v.get("patch_size", 32),
+      image_size=vit.square(v, "image_size", 224), patch_size=vit.square(v, "patch_size", 32),
       channels=v.get("num_channels", 3), d_model=v.get("hidden_size", 768),
       num_layers=v.get("num_hidden_layers", 12), num_heads=v.get("num_attention_heads", 12),
       d_ff=v.get("intermediate_size", 3072), ffn=vit.activation(v, "hidden_act", "quick_gelu"),

@@ -32,9 +32,10 @@ def activation(f: Fields, key: str, default: str) -> str:
   return ACTS[act]
 
 
-def square(f: Fields, key: str) -> int:
-  """An image/patch size: an int, or [h, w] with h == w (tfjax's patches and grid are square)."""
-  value = f.require(key)
+def square(f: Fields, key: str, default: int | None = None) -> int:
+  """An image/patch size: an int, or [h, w] with h == w (tfjax's patches and grid are square);
+  required unless a `default` is given."""
+  value = f.require(key) if default is None else f.get(key, default)
   if isinstance(value, (list, tuple)):
     if len(value) != 2 or value[0] != value[1]:
       raise UnsupportedError(f"{f.arch} config.json {key}={value!r}: tfjax reads square sizes")

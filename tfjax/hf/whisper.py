@@ -34,6 +34,7 @@ SINUSOID_ATOL = 1e-5
 
 
 def config_from_hf(f: Fields, names: set) -> WhisperConfig:
+  """Absent token ids take WhisperConfig's defaults (decoder start 50257, eos and pad 50256)."""
   del names
   if not f.get("tie_word_embeddings", True):
     raise UnsupportedError("whisper tie_word_embeddings=False is not supported (every released "
@@ -50,7 +51,7 @@ def config_from_hf(f: Fields, names: set) -> WhisperConfig:
       decoder_heads=f.require("decoder_attention_heads"), decoder_ffn=f.require("decoder_ffn_dim"),
       ffn=vit.activation(f, "activation_function", "gelu"),
       decoder_start_id=f.get("decoder_start_token_id", 50257),
-      eos_id=f.get("eos_token_id", 50257), pad_id=f.get("pad_token_id", 50257)).validated()
+      eos_id=f.get("eos_token_id", 50256), pad_id=f.get("pad_token_id", 50256)).validated()
 
 
 def config_to_hf(cfg: WhisperConfig) -> dict:
