@@ -8,8 +8,10 @@ config validation (tfjax/nn/attention.py's AttentionConfig), the block, decoding
 (tfjax/training/flops.py) and parameter counts (tfjax/training/params.py). Softmax attention with
 its implementations (tfjax/nn/softmax_attention.py) is the default kind.
 
-Hugging Face conversion (tfjax/hf) maps softmax attention only: exporting a run of another kind
-fails with an UnsupportedError naming model.attention_kind (the exporter's config round trip).
+Hugging Face conversion (tfjax/hf) maps softmax attention, Longformer's and BigBird's (their
+architectures' modules set the kind's keys); exporting a run of a kind the target architecture
+cannot express fails with an UnsupportedError naming model.attention_kind (the exporter's config
+round trip). The built-in kinds beside softmax are the files of tfjax/nn/kinds/.
 
 Shape letters as in tfjax/nn/axes.py.
 """
