@@ -1,0 +1,105 @@
+"""Funnel Transformer (`model_type` funnel): FunnelModel (with the up-sampling decoder) and
+FunnelBaseModel (encoder only) <-> tfjax's Funnel (tfjax/nn/funnel.py). Which of the two a
+checkpoint holds is read from its tensors (decoder.layers.* present or not); tensor names are
+what save_pretrained writes for those classes (no `funnel.` prefix).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfjax.hf import mapping, vit
+from tfjax.hf.mapping import Fields, UnsupportedError
+from tfjax.nn.funnel import Funnel, FunnelConfig
+
+MODEL_TYPE = "funnel"
+HF_CLASS = "FunnelModel"
+CONFIG = FunnelConfig
+# Fields transformers' Funnel models do not read: the released configs' legacy rel_attn_type
+# (the code reads attention_type), type_vocab_size and max_position_embeddings (token types
+# enter only through the same-segment matrix, positions are computed from the length; there
+# are no tables), the output-layer tie (the bare models have no output layer) and the init std.
+IGNORED = frozenset({"rel_attn_type", "type_vocab_size", "max_position_embeddings",
+                     "tie_word_embeddings", "hidden_dropout", "initializer_std"})
+
+
+def hf_class(cfg: FunnelConfig) -> str:
+  return "FunnelModel" if cfg.decoder else "FunnelBaseModel"
+
+
+def config_from_hf(f: Fields, names: set) -> FunnelConfig:
+  decoder = any(n.startswith("decoder.") for n in names)
+  try:
+    return FunnelConfig(
+        vocab_size=f.require("vocab_size"), block_sizes=tuple(f.require("block_sizes")),
+        block_repeats=tuple(f.get("block_repeats") or ()), decoder=decoder,
+        num_decoder_layers=f.get("num_decoder_layers", 2), d_model=f.require("d_model"),
+        n_head=f.require("n_head"), d_head=f.require("d_head"), d_inner=f.require("d_inner"),
+        ffn=vit.activation(f, "hidden_act", "gelu_new"),
+        norm_eps=float(f.get("layer_norm_eps", 1e-9)),
+        pooling=f.expect("pooling_type", ("mean", "max"), "mean"),
+        attention_type=f.expect("attention_type", ("relative_shift", "factorized"),
+                                "relative_shift"),
+        separate_cls=f.get("separate_cls", True), truncate_seq=f.get("truncate_seq", True),
+        pool_q_only=f.get("pool_q_only", True)).validated()
+  except ValueError as e:
+    raise UnsupportedError(f"funnel config.json: {e}") from e
+
+
+def config_to_hf(cfg: FunnelConfig) -> dict:
+  if cfg.mlm_head or cfg.num_classes:
+    raise UnsupportedError(
+        "tfjax.hf exports the Funnel backbone (FunnelModel / FunnelBaseModel), not a model with "
+        "mlm_head or num_classes: rebuild the config with mlm_head=False, num_classes=0 and "
+        "drop those parameters ('mlm_bias', 'classifier*')")
+  return dict(model_type=MODEL_TYPE, vocab_size=cfg.vocab_size,
+              block_sizes=list(cfg.block_sizes), block_repeats=list(cfg.block_repeats),
+              num_decoder_layers=cfg.num_decoder_layers, d_model=cfg.d_model,
+              n_head=cfg.n_head, d_head=cfg.d_head, d_inner=cfg.d_inner,
+              hidden_act=vit.ACT_NAMES[cfg.ffn], layer_norm_eps=cfg.norm_eps,
+              pooling_type=cfg.pooling, attention_type=cfg.attention_type,
+              separate_cls=cfg.separate_cls, truncate_seq=cfg.truncate_seq,
+              pool_q_only=cfg.pool_q_only)
+
+
+def layer_rules(cfg: FunnelConfig, hf: str, tj: tuple) -> list:
+  """One FunnelLayer: `hf` its module prefix, `tj` its tfjax path."""
+  n, att = cfg.n_head, tj + ("attention",)
+  out = [mapping.heads_in(f"{hf}attention.q_head.weight", att + ("query", "kernel"), n)]
+  for short, name in (("k", "key"), ("v", "value")):
+    out += [mapping.heads_in(f"{hf}attention.{short}_head.weight", att + (name, "kernel"), n),
+            mapping.heads_bias(f"{hf}attention.{short}_head.bias", att + (name, "bias"), n)]
+  out += [mapping.heads_out(f"{hf}attention.post_proj.weight", att + ("out", "kernel"), n),
+          mapping.copy(f"{hf}attention.post_proj.bias", att + ("out", "bias"))]
+  out += [mapping.copy(f"{hf}attention.{p}", att + (p,))
+          for p in ("r_w_bias", "r_r_bias", "r_kernel", "r_s_bias", "seg_embed")]
+  out += vit.norm_rules(f"{hf}attention.layer_norm", att + ("norm",))
+  for hf_name, path in (("linear_1", "wi"), ("linear_2", "wo")):
+    out += [mapping.linear(f"{hf}ffn.{hf_name}.weight", tj + ("ffn", path, "kernel")),
+            mapping.copy(f"{hf}ffn.{hf_name}.bias", tj + ("ffn", path, "bias"))]
+  return out + vit.norm_rules(f"{hf}ffn.layer_norm", tj + ("ffn_norm",))
+
+
+def rules(cfg: FunnelConfig) -> list:
+  out = [mapping.copy("embeddings.word_embeddings.weight", ("tokens", "embedding"))]
+  out += vit.norm_rules("embeddings.layer_norm", ("embed_norm",))
+  for b, size in enumerate(cfg.block_sizes):
+    for i in range(size):
+      out += layer_rules(cfg, f"encoder.blocks.{b}.{i}.", (f"blocks_{b}_{i}",))
+  if cfg.decoder:
+    for i in range(cfg.num_decoder_layers):
+      out += layer_rules(cfg, f"decoder.layers.{i}.", (f"decoder_{i}",))
+  return out
+
+
+def droppable(cfg: FunnelConfig, name: str) -> bool:
+  del cfg, name
+  return False
+
+
+def model(cfg: FunnelConfig):
+  return Funnel(cfg)
+
+
+def example_inputs(cfg: FunnelConfig) -> tuple:
+  return (np.zeros((1, 2 ** len(cfg.block_sizes)), np.int32),)  # long enough to pool
