@@ -1,7 +1,8 @@
-"""Funnel Transformer (`model_type` funnel): FunnelModel (with the up-sampling decoder) and
-FunnelBaseModel (encoder only) <-> tfjax's Funnel (tfjax/nn/funnel.py). Which of the two a
-checkpoint holds is read from its tensors (decoder.layers.* present or not); tensor names are
-what save_pretrained writes for those classes (no `funnel.` prefix).
+"""Funnel Transformer (`model_type` funnel): FunnelModel (with the up-sampling decoder),
+FunnelBaseModel (encoder only) and FunnelForMaskedLM (FunnelModel under `funnel.` plus
+lm_head.bias; its lm_head.weight is the tied token table, not stored) <-> tfjax's Funnel
+(tfjax/nn/funnel.py). Which one a checkpoint holds is read from its tensor names (decoder.layers.*
+present or not, lm_head.bias present or not); they are what save_pretrained writes.
 """
 
 from __future__ import annotations
@@ -18,17 +19,27 @@ CONFIG = FunnelConfig
 # Fields transformers' Funnel models do not read: the released configs' legacy rel_attn_type
 # (the code reads attention_type), type_vocab_size and max_position_embeddings (token types
 # enter only through the same-segment matrix, positions are computed from the length; there
-# are no tables), the output-layer tie (the bare models have no output layer) and the init std.
+# are no tables), the output-layer tie (checked for FunnelForMaskedLM; the bare models have no
+# output layer) and the init std.
 IGNORED = frozenset({"rel_attn_type", "type_vocab_size", "max_position_embeddings",
                      "tie_word_embeddings", "hidden_dropout", "initializer_std"})
 
 
 def hf_class(cfg: FunnelConfig) -> str:
+  if cfg.mlm_head:
+    return "FunnelForMaskedLM"
   return "FunnelModel" if cfg.decoder else "FunnelBaseModel"
 
 
+def _prefix(cfg: FunnelConfig) -> str:
+  return "funnel." if cfg.mlm_head else ""
+
+
 def config_from_hf(f: Fields, names: set) -> FunnelConfig:
-  decoder = any(n.startswith("decoder.") for n in names)
+  mlm = "lm_head.bias" in names
+  decoder = any(n.startswith(("decoder.", "funnel.decoder.")) for n in names)
+  if mlm:  # the output layer is the token table (an untied one would be an unread tensor)
+    f.expect("tie_word_embeddings", (True,), True)
   try:
     return FunnelConfig(
         vocab_size=f.require("vocab_size"), block_sizes=tuple(f.require("block_sizes")),
@@ -41,18 +52,19 @@ def config_from_hf(f: Fields, names: set) -> FunnelConfig:
         attention_type=f.expect("attention_type", ("relative_shift", "factorized"),
                                 "relative_shift"),
         separate_cls=f.get("separate_cls", True), truncate_seq=f.get("truncate_seq", True),
-        pool_q_only=f.get("pool_q_only", True)).validated()
+        pool_q_only=f.get("pool_q_only", True), mlm_head=mlm).validated()
   except ValueError as e:
     raise UnsupportedError(f"funnel config.json: {e}") from e
 
 
 def config_to_hf(cfg: FunnelConfig) -> dict:
-  if cfg.mlm_head or cfg.num_classes:
+  if cfg.num_classes:
     raise UnsupportedError(
-        "tfjax.hf exports the Funnel backbone (FunnelModel / FunnelBaseModel), not a model with "
-        "mlm_head or num_classes: rebuild the config with mlm_head=False, num_classes=0 and "
-        "drop those parameters ('mlm_bias', 'classifier*')")
-  return dict(model_type=MODEL_TYPE, vocab_size=cfg.vocab_size,
+        "tfjax.hf exports FunnelModel, FunnelBaseModel and FunnelForMaskedLM, not the "
+        "num_classes head: rebuild the config with num_classes=0 and drop the 'classifier*' "
+        "parameters to export the backbone")
+  extra = {"tie_word_embeddings": True} if cfg.mlm_head else {}
+  return dict(**extra, model_type=MODEL_TYPE, vocab_size=cfg.vocab_size,
               block_sizes=list(cfg.block_sizes), block_repeats=list(cfg.block_repeats),
               num_decoder_layers=cfg.num_decoder_layers, d_model=cfg.d_model,
               n_head=cfg.n_head, d_head=cfg.d_head, d_inner=cfg.d_inner,
@@ -81,20 +93,31 @@ def layer_rules(cfg: FunnelConfig, hf: str, tj: tuple) -> list:
 
 
 def rules(cfg: FunnelConfig) -> list:
-  out = [mapping.copy("embeddings.word_embeddings.weight", ("tokens", "embedding"))]
-  out += vit.norm_rules("embeddings.layer_norm", ("embed_norm",))
+  pre = _prefix(cfg)
+  out = [mapping.copy(f"{pre}embeddings.word_embeddings.weight", ("tokens", "embedding"))]
+  out += vit.norm_rules(f"{pre}embeddings.layer_norm", ("embed_norm",))
   for b, size in enumerate(cfg.block_sizes):
     for i in range(size):
-      out += layer_rules(cfg, f"encoder.blocks.{b}.{i}.", (f"blocks_{b}_{i}",))
+      out += layer_rules(cfg, f"{pre}encoder.blocks.{b}.{i}.", (f"blocks_{b}_{i}",))
   if cfg.decoder:
     for i in range(cfg.num_decoder_layers):
-      out += layer_rules(cfg, f"decoder.layers.{i}.", (f"decoder_{i}",))
+      out += layer_rules(cfg, f"{pre}decoder.layers.{i}.", (f"decoder_{i}",))
+  if cfg.mlm_head:
+    out.append(mapping.copy("lm_head.bias", ("mlm_bias",)))
   return out
 
 
 def droppable(cfg: FunnelConfig, name: str) -> bool:
-  del cfg, name
-  return False
+  """A stored copy of the tied output layer (check_derived checks it is the token table)."""
+  return cfg.mlm_head and name == "lm_head.weight"
+
+
+def check_derived(cfg: FunnelConfig, ckpt) -> None:
+  if cfg.mlm_head and "lm_head.weight" in ckpt.names:
+    table = ckpt.get("funnel.embeddings.word_embeddings.weight")
+    if not np.array_equal(ckpt.get("lm_head.weight"), table):
+      raise UnsupportedError("lm_head.weight differs from the token table although "
+                             "tie_word_embeddings is true; tfjax's output layer is the table")
 
 
 def model(cfg: FunnelConfig):
