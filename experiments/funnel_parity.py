@@ -42,6 +42,7 @@ def main():
   types[:, 0], types[:, length // 2:] = 2, 1
   for cls_name, overrides in (("FunnelModel", {}), ("FunnelBaseModel", {}),
                               ("FunnelForMaskedLM", {}),
+                              ("FunnelForSequenceClassification", {"num_labels": 3}),
                               ("FunnelModel", {"attention_type": "factorized"})):
     torch.manual_seed(0)
     hf = perturbed(getattr(T, cls_name)(T.FunnelConfig(**{**SMALL, **overrides})))
@@ -51,11 +52,12 @@ def main():
     with torch.no_grad():
       out = hf(torch.tensor(ids), attention_mask=torch.tensor(mask),
                token_type_ids=torch.tensor(types))
-    want = (out.logits if cls_name == "FunnelForMaskedLM" else out.last_hidden_state).numpy()
+    head = cfg.mlm_head or cfg.num_classes
+    want = (out.logits if head else out.last_hidden_state).numpy()
     outs = jax.jit(modalities.model(cfg).apply)({"params": params}, ids, mask, types)
-    rows = [("logits" if cfg.mlm_head else "last_hidden_state", want,
-             outs["mlm_logits" if cfg.mlm_head else "hidden"])]
-    if cfg.mlm_head:  # the hidden state the tied output layer projects
+    rows = [("logits" if head else "last_hidden_state", want,
+             outs["mlm_logits" if cfg.mlm_head else "logits" if head else "hidden"])]
+    if head:  # the hidden state the head reads
       with torch.no_grad():
         hidden = hf.funnel(torch.tensor(ids), attention_mask=torch.tensor(mask),
                            token_type_ids=torch.tensor(types)).last_hidden_state.numpy()

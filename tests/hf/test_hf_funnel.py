@@ -48,10 +48,10 @@ def hf_config(**overrides):
 
 
 def hf_model(cls_name="FunnelModel", seed=0, **overrides):
-  """A random model, every parameter moved by N(0, 0.3^2) (HF's init leaves LayerNorms at
+  """A random model (3 labels for the classifier), every parameter moved by N(0, 0.3^2) (HF's init leaves LayerNorms at
   identity and biases at 0, which would hide their mapping)."""
   torch.manual_seed(seed)
-  model = getattr(transformers, cls_name)(hf_config(**overrides))
+  model = getattr(transformers, cls_name)(hf_config(num_labels=3, **overrides))
   gen = torch.Generator().manual_seed(seed)
   with torch.no_grad():
     for p in model.parameters():
@@ -91,13 +91,16 @@ def load(tmp_path, model):
 
 @pytest.mark.parametrize("cls_name,attention_type,length", [
     ("FunnelModel", "relative_shift", 13), ("FunnelBaseModel", "relative_shift", 16),
-    ("FunnelForMaskedLM", "factorized", 16)])
+    ("FunnelForMaskedLM", "factorized", 16),
+    ("FunnelForSequenceClassification", "relative_shift", 13)])
 def test_funnel_matches_transformers(tmp_path, cls_name, attention_type, length):
   hf = hf_model(cls_name, attention_type=attention_type)
   cfg, params = load(tmp_path, hf)
-  assert (cfg.decoder, cfg.mlm_head, cfg.attention_type, cfg.block_sizes, cfg.ffn) == (
-      cls_name != "FunnelBaseModel", cls_name == "FunnelForMaskedLM", attention_type,
-      (2, 2, 2), "gelu_tanh")
+  base = cls_name in ("FunnelBaseModel", "FunnelForSequenceClassification")
+  assert (cfg.decoder, cfg.mlm_head, cfg.num_classes, cfg.attention_type, cfg.block_sizes,
+          cfg.ffn) == (not base, cls_name == "FunnelForMaskedLM",
+                       3 if cls_name == "FunnelForSequenceClassification" else 0,
+                       attention_type, (2, 2, 2), "gelu_tanh")
   x = inputs(length)
   got = tfjax_outputs(cfg, params, *x)
   if cfg.mlm_head:
@@ -107,9 +110,12 @@ def test_funnel_matches_transformers(tmp_path, cls_name, attention_type, length)
     np.testing.assert_allclose(got["mlm_logits"], want_logits, rtol=0,
                                atol=ATOL * np.abs(want_logits).max())
     hf = hf.funnel
+  if cfg.num_classes:
+    np.testing.assert_allclose(got["logits"], hf_outputs(hf, *x), atol=ATOL, rtol=0)
+    hf = hf.funnel
   want = hf_outputs(hf, *x)
   got = got["hidden"]
-  # The base model's output is the twice-pooled sequence: 16 -> 8 -> 4 tokens.
+  # The base model's output is the twice-pooled sequence: 16 -> 8 -> 4, 13 -> 7 -> 4 tokens.
   assert want.shape[1] == (length if cfg.decoder else 4)
   assert np.abs(want).max() > 0.5  # not a degenerate comparison
   np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
@@ -130,7 +136,8 @@ def test_funnel_options_match_transformers(tmp_path, overrides):
                              atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("cls_name", ["FunnelModel", "FunnelBaseModel", "FunnelForMaskedLM"])
+@pytest.mark.parametrize("cls_name", ["FunnelModel", "FunnelBaseModel", "FunnelForMaskedLM",
+                                      "FunnelForSequenceClassification"])
 def test_funnel_export_round_trip(tmp_path, cls_name):
   hf = hf_model(cls_name, seed=3)
   cfg, params = load(tmp_path, hf)
@@ -152,7 +159,7 @@ def test_funnel_errors_name_the_problem(tmp_path):
   cfg = FunnelConfig(block_sizes=(1, 1, 1)).validated()
   with pytest.raises(ValueError, match="2 tokens is too short for 3 funnel blocks.*at least 5"):
     modalities.model(cfg).init(jax.random.PRNGKey(0), np.zeros((1, 2), np.int32))
-  with pytest.raises(UnsupportedError, match="num_classes=0"):
+  with pytest.raises(UnsupportedError, match="set decoder=False"):
     modalities.export(FunnelConfig(num_classes=2), {}, str(tmp_path / "x"))
   with pytest.raises(ValueError, match="mlm_head=True .* set decoder=True"):
     FunnelConfig(mlm_head=True, decoder=False).validated()

@@ -1,8 +1,11 @@
-"""Funnel Transformer (`model_type` funnel): FunnelModel (with the up-sampling decoder),
-FunnelBaseModel (encoder only) and FunnelForMaskedLM (FunnelModel under `funnel.` plus
-lm_head.bias; its lm_head.weight is the tied token table, not stored) <-> tfjax's Funnel
-(tfjax/nn/funnel.py). Which one a checkpoint holds is read from its tensor names (decoder.layers.*
-present or not, lm_head.bias present or not); they are what save_pretrained writes.
+"""Funnel Transformer (`model_type` funnel) <-> tfjax's Funnel (tfjax/nn/funnel.py):
+  FunnelModel                       the encoder and the up-sampling decoder
+  FunnelBaseModel                   the encoder only
+  FunnelForMaskedLM                 FunnelModel under `funnel.`, plus lm_head.bias (lm_head.weight
+                                    is the tied token table, not stored)
+  FunnelForSequenceClassification   FunnelBaseModel under `funnel.`, plus classifier.linear_hidden
+                                    and classifier.linear_out (tanh MLP on token 0)
+Which one a checkpoint holds is read from its tensor names (what save_pretrained writes).
 """
 
 from __future__ import annotations
@@ -28,15 +31,20 @@ IGNORED = frozenset({"rel_attn_type", "type_vocab_size", "max_position_embedding
 def hf_class(cfg: FunnelConfig) -> str:
   if cfg.mlm_head:
     return "FunnelForMaskedLM"
+  if cfg.num_classes:
+    return "FunnelForSequenceClassification"
   return "FunnelModel" if cfg.decoder else "FunnelBaseModel"
 
 
 def _prefix(cfg: FunnelConfig) -> str:
-  return "funnel." if cfg.mlm_head else ""
+  return "funnel." if cfg.mlm_head or cfg.num_classes else ""
 
 
 def config_from_hf(f: Fields, names: set) -> FunnelConfig:
   mlm = "lm_head.bias" in names
+  classes = 0
+  if "classifier.linear_out.weight" in names:
+    classes = len(f.get("id2label") or {}) or int(f.get("num_labels", 2))
   decoder = any(n.startswith(("decoder.", "funnel.decoder.")) for n in names)
   if mlm:  # the output layer is the token table (an untied one would be an unread tensor)
     f.expect("tie_word_embeddings", (True,), True)
@@ -52,18 +60,22 @@ def config_from_hf(f: Fields, names: set) -> FunnelConfig:
         attention_type=f.expect("attention_type", ("relative_shift", "factorized"),
                                 "relative_shift"),
         separate_cls=f.get("separate_cls", True), truncate_seq=f.get("truncate_seq", True),
-        pool_q_only=f.get("pool_q_only", True), mlm_head=mlm).validated()
+        pool_q_only=f.get("pool_q_only", True), mlm_head=mlm,
+        num_classes=classes).validated()
   except ValueError as e:
     raise UnsupportedError(f"funnel config.json: {e}") from e
 
 
 def config_to_hf(cfg: FunnelConfig) -> dict:
-  if cfg.num_classes:
+  if cfg.num_classes and cfg.decoder:
     raise UnsupportedError(
-        "tfjax.hf exports FunnelModel, FunnelBaseModel and FunnelForMaskedLM, not the "
-        "num_classes head: rebuild the config with num_classes=0 and drop the 'classifier*' "
-        "parameters to export the backbone")
+        "FunnelForSequenceClassification classifies the encoder's output (FunnelBaseModel); "
+        "a tfjax Funnel with num_classes and decoder=True has no Hugging Face class: set "
+        "decoder=False")
   extra = {"tie_word_embeddings": True} if cfg.mlm_head else {}
+  if cfg.num_classes:
+    labels = {i: f"LABEL_{i}" for i in range(cfg.num_classes)}
+    extra.update(id2label=labels, label2id={v: k for k, v in labels.items()})
   return dict(**extra, model_type=MODEL_TYPE, vocab_size=cfg.vocab_size,
               block_sizes=list(cfg.block_sizes), block_repeats=list(cfg.block_repeats),
               num_decoder_layers=cfg.num_decoder_layers, d_model=cfg.d_model,
@@ -104,6 +116,10 @@ def rules(cfg: FunnelConfig) -> list:
       out += layer_rules(cfg, f"{pre}decoder.layers.{i}.", (f"decoder_{i}",))
   if cfg.mlm_head:
     out.append(mapping.copy("lm_head.bias", ("mlm_bias",)))
+  if cfg.num_classes:
+    for hf_name, path in (("linear_hidden", "classifier_hidden"), ("linear_out", "classifier")):
+      out += [mapping.linear(f"classifier.{hf_name}.weight", (path, "kernel")),
+              mapping.copy(f"classifier.{hf_name}.bias", (path, "bias"))]
   return out
 
 

@@ -42,7 +42,9 @@ class FunnelConfig:
   HF gelu_new); norm_eps; pooling: mean | max; attention_type: relative_shift | factorized;
   separate_cls, truncate_seq, pool_q_only (module docstring); init_range: the uniform init bound
   of the relative-attention biases; init_std: the dense layers' init std (None: HF's
-  1/sqrt(fan_in + fan_out)); mlm_head, num_classes: training heads (0 / False: none)."""
+  1/sqrt(fan_in + fan_out)); mlm_head: FunnelForMaskedLM's output layer; num_classes:
+  FunnelForSequenceClassification's head on token 0 of `hidden` (0 / False: none). No dropout:
+  the model computes transformers' eval-mode forward."""
   vocab_size: int = 64
   block_sizes: tuple = (2, 2, 2)
   block_repeats: tuple = ()
@@ -101,7 +103,8 @@ class FunnelConfig:
         family="encoder", vocab_size=self.vocab_size, d_model=self.d_model, num_layers=1,
         num_heads=self.n_head, head_dim=self.d_head, d_ff=self.d_inner, ffn=self.ffn,
         ffn_bias=True, norm="layernorm", norm_eps=self.norm_eps, norm_placement="post",
-        position="none", mlm_head=False, init_std=self.init_std or 0.02,
+        position="none", mlm_head=False, scaled_residual_init=False,
+        init_std=self.init_std or (self.d_model + self.d_inner) ** -0.5,  # HF's FFN init
         dtype=self.dtype)).validated()
 
   def lengths(self, seq_len: int) -> list:

@@ -160,16 +160,17 @@ def relative_shift(scores_BxNxTxR, context_len: int, shift: int):
 
   Transformer-XL's relative shift (transformers' _relative_shift_gather): viewed as [R, T], the
   first `shift` rows dropped, viewed back as [T, R - shift], the first context_len columns kept.
-  Row i thereby starts i * shift' entries later, which puts the score of distance p_i - p_j under
-  key j (tests/nn/test_funnel.py checks it against that gather)."""
+  In flat indices, entry [i, j] of the result is entry [i, shift (T - i) + j] of the input: row
+  i's window slides by `shift` distances per row, which puts the score of distance p_i - p_j
+  under key j (tests/nn/test_funnel.py checks that for each kind of layer)."""
   b, n, t, r = scores_BxNxTxR.shape
   x = scores_BxNxTxR.reshape(b, n, r, t)[:, :, shift:, :]
   return x.reshape(b, n, t, r - shift)[..., :context_len]
 
 
 class FunnelAttention(nn.Module):
-  """One layer's relative attention and its post-LN residual (module docstring).
-  `blocks`: the tfjax ModelConfig of the layer norms (FunnelConfig.blocks())."""
+  """One layer's relative attention and its post-LN residual (module docstring); the norm is
+  tfjax's Norm under FunnelConfig.blocks()."""
   config: object  # FunnelConfig
   block_index: int
 
