@@ -175,8 +175,38 @@ def test_funnel_trains_tiny(tmp_path):
 
 @pytest.mark.slow  # a minute on a busy CPU; test_funnel_trains_tiny is the quick sibling
 def test_funnel_trains_on_config(tmp_path):
-  """configs/funnel_synthetic.py:test: accuracy well above chance (1/8)."""
+  """configs/funnel_synthetic.py:test: accuracy well above chance (1/8); the trained run exports
+  as transformers' FunnelForMaskedLM with the same logits."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
   from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
   result = train.train(config_module().get_config("test"), str(tmp_path / "run"))
   assert result["final_loss"] < 0.8 * result["first_loss"]
   assert result["eval_accuracy"] > 0.25
+  task, params = train.load_run(str(tmp_path / "run"))
+  modalities.export(task.cfg, params, str(tmp_path / "hf"))
+  hf = transformers.FunnelForMaskedLM.from_pretrained(str(tmp_path / "hf")).eval()
+  batch = task.batch(np.random.default_rng(7), 8)
+  with torch.no_grad():
+    want = hf(torch.tensor(batch["inputs"]).long(),
+              token_type_ids=torch.tensor(batch["token_types"]).long()).logits.numpy()
+  got = task.model().apply({"params": params}, batch["inputs"],
+                           token_type_ids=batch["token_types"])["mlm_logits"]
+  np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_funnel_task_refuses_mismatched_configs():
+  from tfjax.modalities import tasks  # pylint: disable=import-outside-toplevel
+  config = config_module().get_config("test")
+  config.model.mlm_head = False
+  with pytest.raises(ValueError, match="set config.model.mlm_head=True"):
+    tasks.build(config)
+  config = config_module().get_config("test")
+  config.data.seq_len = 2
+  with pytest.raises(ValueError, match="too short for 3 funnel blocks"):
+    tasks.build(config)
+  config = config_module().get_config("test")
+  config.model.vocab_size = 8
+  with pytest.raises(ValueError, match="vocab_size=8 < 3 \\+ data.symbols=8"):
+    tasks.build(config)
