@@ -159,6 +159,11 @@ def test_funnel_errors_name_the_problem(tmp_path):
   cfg = FunnelConfig(block_sizes=(1, 1, 1)).validated()
   with pytest.raises(ValueError, match="2 tokens is too short for 3 funnel blocks.*at least 5"):
     modalities.model(cfg).init(jax.random.PRNGKey(0), np.zeros((1, 2), np.int32))
+  with pytest.raises(ValueError, match="give \\[batch, length\\]"):
+    modalities.model(cfg).init(jax.random.PRNGKey(0), np.zeros((8,), np.int32))
+  with pytest.raises(ValueError, match="attention_mask of shape \\(1, 7\\) differs"):
+    modalities.model(cfg).init(jax.random.PRNGKey(0), np.zeros((1, 8), np.int32),
+                               np.ones((1, 7), np.float32))
   with pytest.raises(UnsupportedError, match="set decoder=False"):
     modalities.export(FunnelConfig(num_classes=2), {}, str(tmp_path / "x"))
   with pytest.raises(ValueError, match="mlm_head=True .* set decoder=True"):

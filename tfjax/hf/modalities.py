@@ -9,9 +9,10 @@ from memory:
   logits = modalities.model(cfg).apply({"params": params}, ...)
   modalities.export(cfg, params, out_dir)        # -> a directory transformers loads
 
-Each family module (tfjax/hf/vit.py, clip.py, whisper.py) gives MODEL_TYPE, HF_CLASS, IGNORED,
-config_from_hf(fields, names), config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg)
-and example_inputs(cfg), the same vocabulary as the text families (tfjax/hf/mapping.py). The
+Each family module (tfjax/hf/vit.py, clip.py, whisper.py, funnel.py) gives MODEL_TYPE, HF_CLASS
+(or hf_class(cfg) where the config picks the class), IGNORED, config_from_hf(fields, names),
+config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg) and example_inputs(cfg), the
+same vocabulary as the text families (tfjax/hf/mapping.py). The
 checks are the text importer's: every parameter produced exactly once with its shape, every
 checkpoint tensor read (or derived by the model, `droppable`), every config.json field mapped,
 checked or ignored, and an export's config translated back to the same config.

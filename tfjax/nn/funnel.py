@@ -182,6 +182,12 @@ class Funnel(nn.Module):
   def __call__(self, ids_BxL, attention_mask=None, token_type_ids=None):
     cfg = self.config
     blocks = cfg.blocks()
+    if ids_BxL.ndim != 2:
+      raise ValueError(f"funnel token ids of shape {tuple(ids_BxL.shape)}: give [batch, length]")
+    for name, x in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+      if x is not None and tuple(x.shape) != tuple(ids_BxL.shape):
+        raise ValueError(f"funnel {name} of shape {tuple(x.shape)} differs from the ids' "
+                         f"{tuple(ids_BxL.shape)}; give one entry per token")
     seq_len = ids_BxL.shape[1]
     cfg.lengths(seq_len)  # the clear error for inputs too short to pool
     mask_BxL = jnp.ones(ids_BxL.shape) if attention_mask is None else attention_mask
