@@ -1,4 +1,5 @@
-"""Train a modality front-end (ViT, CLIP, Whisper) on synthetic data (docs/modalities.md):
+"""Train a modality front-end (ViT, CLIP, Whisper) or the Funnel Transformer on synthetic data
+(docs/modalities.md, docs/attention/funnel.md):
 
   python experiments/train_modality.py --config=configs/vit_synthetic.py --workdir=DIR \
       [--config.train.num_steps=300 ...] [--export_hf=HF_DIR]

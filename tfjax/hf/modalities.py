@@ -1,4 +1,4 @@
-"""Hugging Face import and export of the non-text front-ends (ViT, CLIP, Whisper).
+"""Hugging Face import and export of the models outside ModelConfig (ViT, CLIP, Whisper, Funnel).
 
 These models are not `ModelConfig` families (tfjax/nn/vision.py, clip.py, audio.py hold their
 own small configs around the shared encoder/decoder blocks), so they do not become training-run
@@ -9,9 +9,10 @@ from memory:
   logits = modalities.model(cfg).apply({"params": params}, ...)
   modalities.export(cfg, params, out_dir)        # -> a directory transformers loads
 
-Each family module (tfjax/hf/vit.py, clip.py, whisper.py) gives MODEL_TYPE, HF_CLASS, IGNORED,
-config_from_hf(fields, names), config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg)
-and example_inputs(cfg), the same vocabulary as the text families (tfjax/hf/mapping.py). The
+Each family module (tfjax/hf/vit.py, clip.py, whisper.py, funnel.py) gives MODEL_TYPE, HF_CLASS
+(or hf_class(cfg) where the config picks the class), IGNORED, config_from_hf(fields, names),
+config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg) and example_inputs(cfg), the
+same vocabulary as the text families (tfjax/hf/mapping.py). The
 checks are the text importer's: every parameter produced exactly once with its shape, every
 checkpoint tensor read (or derived by the model, `droppable`), every config.json field mapped,
 checked or ignored, and an export's config translated back to the same config.
@@ -28,10 +29,10 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import clip, reader, shards, vit, whisper
+from tfjax.hf import clip, funnel, reader, shards, vit, whisper
 from tfjax.hf.mapping import Fields, UnsupportedError
 
-FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip, whisper)}
+FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip, whisper, funnel)}
 
 
 def family(model_type):
@@ -144,7 +145,8 @@ def export(cfg, params, hf_dir: str, max_shard_size=shards.DEFAULT_MAX_SHARD_SIZ
       tensors[name] = np.array(value, dtype=np.float32, order="C")  # keeps 0-d scalars 0-d
   if hasattr(module, "derived_tensors"):
     tensors.update(module.derived_tensors(cfg))
-  config.update(architectures=[module.HF_CLASS], dtype="float32")
+  hf_class = module.hf_class(cfg) if hasattr(module, "hf_class") else module.HF_CLASS
+  config.update(architectures=[hf_class], dtype="float32")
   os.makedirs(hf_dir, exist_ok=True)
   shards.write(tensors, hf_dir, max_shard_size)
   with open(os.path.join(hf_dir, "config.json"), "w", encoding="utf-8") as f:

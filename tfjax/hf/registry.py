@@ -105,7 +105,7 @@ ARCHITECTURES = {a.model_type: a for a in (
 
 
 # model_types tfjax.hf.modalities reads (in memory; not run directories).
-MODALITIES = ("vit", "clip", "whisper")
+MODALITIES = ("vit", "clip", "whisper", "funnel")
 
 
 def missing_switches(arch: Architecture) -> list:
@@ -131,7 +131,7 @@ def architecture(model_type: Optional[str]) -> Architecture:
   arch = ARCHITECTURES.get(model_type)
   if model_type in MODALITIES:
     raise UnsupportedError(
-        f"Hugging Face model_type {model_type!r} is an image/speech front-end, not a text "
+        f"Hugging Face model_type {model_type!r} is not a ModelConfig family, not a "
         "training run: load and export it with tfjax.hf.modalities (docs/modalities.md)")
   if arch is None:
     raise UnsupportedError(

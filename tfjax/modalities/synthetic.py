@@ -9,6 +9,9 @@ its input, with a known chance level, generated from a seed (no files, no networ
   utterances  log-mel-like features of a short transcript for Whisper: each token is a fixed
               random spectral template held for a few frames (random durations), plus noise;
               the target is [SOT, tokens..., EOT].
+  motifs      token sequences repeating a random motif, some tokens masked, for the Funnel
+              Transformer's masked language modelling (recover a token from a copy one period
+              away).
 """
 
 from __future__ import annotations
@@ -72,3 +75,27 @@ def utterances(rng: np.random.Generator, batch: int, frames: int, mels: int, sym
     for symbol, start, end in zip(row, bounds[:-1], bounds[1:]):
       features[b, start:end] += templates[symbol]
   return features.astype(np.float32), tokens
+
+
+# Token ids of the synthetic motif sequences (Funnel MLM): 0 pad, 1 [CLS], 2 [MASK], symbols from 3.
+CLS, MASK, FIRST_SYMBOL = 1, 2, 3
+
+
+def motifs(rng: np.random.Generator, batch: int, length: int, symbols: int, periods,
+           mask_rate: float):
+  """(inputs [B, length], labels [B, length], weights [B, length]) for masked language modelling:
+  [CLS] then a random motif of `symbols` symbols, its period drawn from `periods`, repeated to
+  fill the row; `mask_rate` of the non-[CLS] tokens (at least one) replaced by [MASK], their
+  labels the original ids (weight 1). A masked token is recoverable from a copy one period away,
+  so a model must attend by relative position (chance: 1 / symbols)."""
+  labels = np.zeros((batch, length), np.int32)
+  for b in range(batch):
+    period = int(rng.choice(periods))
+    motif = rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + symbols, size=period)
+    labels[b, 1:] = np.resize(motif, length - 1)
+  labels[:, 0] = CLS
+  masked = rng.random((batch, length)) < mask_rate
+  masked[:, 0] = False
+  masked[np.arange(batch), rng.integers(1, length, size=batch)] = True
+  inputs = np.where(masked, MASK, labels).astype(np.int32)
+  return inputs, labels, masked.astype(np.float32)

@@ -5,6 +5,8 @@ fields of the modality's config dataclass, `config.data` the synthetic data's si
   vit      cross-entropy of the class logits; eval: accuracy (chance 1/classes)
   clip     the symmetric contrastive loss; eval: image->text retrieval accuracy within a batch
   whisper  next-token cross-entropy of the transcript; eval: greedy exact-match rate
+  funnel   masked-token cross-entropy on repeated motifs (FunnelForMaskedLM: the decoder's
+           token-level output); eval: masked-token accuracy (chance 1/symbols)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import optax
 from tfjax.modalities import synthetic
 from tfjax.nn.audio import Whisper, WhisperConfig, greedy_decode
 from tfjax.nn.clip import CLIP, CLIPConfig, contrastive_loss
+from tfjax.nn.funnel import Funnel, FunnelConfig
 from tfjax.nn.vision import ViTClassifier, ViTConfig
 
 
@@ -170,7 +173,54 @@ class WhisperTask(Task):
     return {**metrics, "exact_match": jnp.mean(match)}
 
 
-TASKS = {t.name: t for t in (ViTTask, CLIPTask, WhisperTask)}
+class FunnelTask(Task):
+  """Masked language modelling on synthetic motifs (synthetic.motifs): ids 0 pad, 1 [CLS]
+  (token type 2, as the Funnel tokenizer marks it), 2 [MASK], symbols from 3."""
+  name = "funnel"
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.cfg = FunnelConfig(**dict(config.model)).validated()
+    d = self.data
+    if not self.cfg.mlm_head:
+      raise ValueError("the funnel task predicts masked tokens: set config.model.mlm_head=True")
+    if self.cfg.vocab_size < synthetic.FIRST_SYMBOL + d.symbols:
+      raise ValueError(f"config.model.vocab_size={self.cfg.vocab_size} < 3 + data.symbols="
+                       f"{d.symbols}: raise the vocabulary")
+    self.cfg.lengths(d.seq_len)  # the model's error for sequences too short to pool
+
+  def model(self):
+    return Funnel(self.cfg)
+
+  def init(self, key):
+    # Jitted: op-by-op, the unrolled blocks' init compiles each small op separately (slower).
+    return jax.jit(self.model().init)(key, *self.example(self.batch(np.random.default_rng(0), 1)))
+
+  def batch(self, rng, size):
+    d = self.data
+    inputs, labels, weights = synthetic.motifs(rng, size, d.seq_len, d.symbols,
+                                               tuple(d.periods), d.mask_rate)
+    types = np.zeros_like(inputs)
+    types[:, 0] = 2
+    return {"inputs": inputs, "token_types": types, "labels": labels, "weights": weights}
+
+  def example(self, batch):
+    return batch["inputs"], None, batch["token_types"]
+
+  def loss(self, params, batch):
+    logits = self.model().apply({"params": params}, batch["inputs"],
+                                token_type_ids=batch["token_types"])["mlm_logits"]
+    w = batch["weights"]
+    token_loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+    loss = jnp.sum(token_loss * w) / jnp.sum(w)
+    correct = (jnp.argmax(logits, -1) == batch["labels"]) * w
+    return loss, {"loss": loss, "accuracy": jnp.sum(correct) / jnp.sum(w)}
+
+  def evaluate(self, params, batch):
+    return self.loss(params, batch)[1]
+
+
+TASKS = {t.name: t for t in (ViTTask, CLIPTask, WhisperTask, FunnelTask)}
 
 
 def build(config) -> Task:
