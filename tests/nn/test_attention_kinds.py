@@ -2,6 +2,8 @@
 file alone (no library file names it), and the model, validation, parameter counts, FLOPs / MFU
 and the training loop all take it."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,9 @@ import run_helpers
 from conftest import random_params, tiny_config, to_numpy
 from np_reference import rand
 from tfjax.nn import attention_kinds, axes
+from tfjax.nn import config as config_module
 from tfjax.nn.attention import MultiHeadAttention
+from tfjax.nn.sections import Section, flat_key
 from tfjax.nn.softmax_attention import SOFTMAX
 from tfjax.training import experiment, flops, train
 from tfjax.training import params as param_accounting
@@ -27,8 +31,9 @@ def toy_attend(owner, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility, logits_bias):
   one sequence each: padding keys (segment id 0) are dropped from the sums."""
   del logits_bias  # the kind takes none (logits_bias=False rejects ALiBi and T5)
   heads = q_BxTxHxE.shape[2]
+  gain_init = owner.config.attention.kind_config.log_gain_init  # the kind's own config key
   log_gain_H = owner.param("toy_log_gain", nn.with_logical_partitioning(
-      nn.initializers.zeros, (axes.HEADS,)), (heads,))
+      nn.initializers.constant(gain_init), (axes.HEADS,)), (heads,))
   q_feat_BxTxHxE = (jax.nn.elu(q_BxTxHxE.astype(jnp.float32)) + 1.0) * jnp.exp(log_gain_H)[:, None]
   k_feat_BxSxHxE = jax.nn.elu(k_BxSxKxE.astype(jnp.float32)) + 1.0
   if visibility.kv_segment_ids_BxS is not None:
@@ -56,13 +61,59 @@ def toy_check(cfg):
                      "key with num_kv_heads = num_heads: use family='decoder', no window, no GQA")
 
 
+@dataclasses.dataclass(frozen=True)
+class ToyConfig(Section):
+  """The toy kind's own config key, declared with the kind (no library file names it)."""
+  log_gain_init: float = flat_key("toy_linear_log_gain_init", 0.0)
+
+  def validate(self, model) -> None:
+    if not abs(self.log_gain_init) < 10:
+      raise ValueError(f"model.toy_linear_log_gain_init={self.log_gain_init} must lie in "
+                       "(-10, 10): exp of it scales the query features")
+
+
 @pytest.fixture
 def toy_kind():
   kind = attention_kinds.register_attention_kind(attention_kinds.AttentionKind(
       TOY, attend=toy_attend, flops_per_token=toy_flops, params=lambda cfg: cfg.attention.num_heads,
-      check=toy_check))
+      check=toy_check, section=ToyConfig))
   yield kind
   del attention_kinds.ATTENTION_KINDS[TOY]
+
+
+def test_a_kinds_own_config_keys_are_config_model_keys_read_by_that_kind_only(toy_kind):
+  """The kind's section joins config.model (with its default, settable like any key), the block
+  reads it as cfg.attention.kind_config, its validation runs, and another kind rejects it."""
+  key = "toy_linear_log_gain_init"
+  assert key in config_module.FLAT_KEYS
+  model = config_module.default_model_config()
+  assert model[key] == 0.0
+  model.attention_kind, model[key], model.position = TOY, 0.5, "none"
+  cfg = config_module.ModelConfig.from_config(model)
+  assert cfg.attention.kind_config == ToyConfig(0.5) and cfg.to_flat()[key] == 0.5
+  params = nn.meta.unbox(MultiHeadAttention(cfg, causal=True).init(
+      jax.random.PRNGKey(0), rand((1, 4, cfg.d_model))))
+  np.testing.assert_array_equal(np.asarray(params["params"]["toy_log_gain"]),
+                                np.full(cfg.attention.num_heads, 0.5))
+  assert tiny_config().attention.kind_config is None  # softmax declares no section
+  with pytest.raises(ValueError) as info:
+    tiny_config(**{key: 0.5})  # softmax does not read it
+  for pattern in (f"model.{key}=0.5", f"attention_kind='{TOY}' only", "'softmax'", "0.0"):
+    assert pattern in str(info.value), str(info.value)
+  with pytest.raises(ValueError, match=rf"model.{key}=12.0 must lie in"):
+    tiny_config(attention_kind=TOY, position="none", **{key: 12.0})
+  with pytest.raises(AttributeError, match=r"cfg.attention.kind_config.log_gain_init"):
+    getattr(cfg, key)
+  with pytest.raises(TypeError, match=rf"declares config keys \['{key}'\]"):
+    attention_kinds.register_attention_kind(dataclasses.replace(toy_kind, name="toy_clone"))
+  assert "toy_clone" not in attention_kinds.ATTENTION_KINDS
+
+
+def test_an_unregistered_kinds_keys_leave_config_model():
+  assert "toy_linear_log_gain_init" not in config_module.FLAT_KEYS
+  assert "toy_linear_log_gain_init" not in config_module.default_model_config()
+  with pytest.raises(ValueError, match="unknown model config key"):
+    config_module.ModelConfig.from_flat({"toy_linear_log_gain_init": 0.5})
 
 
 def np_linear_attention(p, x):
@@ -134,6 +185,7 @@ def test_a_kind_registered_in_a_test_trains_through_the_training_loop(toy_kind, 
   del toy_kind
   config = run_helpers.tiny_config(num_steps=12, eval_every=12, checkpoint_every=12)
   config.model.attention_kind = TOY
+  config.model.toy_linear_log_gain_init = 0.25  # the kind's own key, as --config.model.X sets it
   config.data.test_lengths = (8,)  # one eval program: the kind's training is what's tested
   config.train.peak_flops = 1e9  # CPUs are not in the peak table; a given peak turns MFU on
   workdir = str(tmp_path / "run")

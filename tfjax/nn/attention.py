@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 import flax.linen as nn
 
 from tfjax.nn import axes
-from tfjax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind, attention_kind
+from tfjax.nn.attention_kinds import ATTENTION_KINDS, AttentionKind, attention_kind, kind_sections
 from tfjax.nn.choices import one_of
 from tfjax.nn.inits import kernel_init
 from tfjax.nn.masks import LogitsBias, Visibility, default_positions
 from tfjax.nn.norms import NORMS, Norm
 from tfjax.nn.positions import POSITION_KINDS, position_kind
-from tfjax.nn.sections import Section, flat_key
+from tfjax.nn.sections import Section, flat_key, internal
 # Importing softmax_attention registers the default kind, model.attention_kind='softmax'.
 from tfjax.nn import softmax_attention  # pylint: disable=unused-import
 
@@ -53,7 +53,9 @@ class AttentionConfig(Section):
   query_pre_attn_scalar^-0.5). softcap: scores = cap * tanh(scores / cap) before biases and masks
   (Gemma 2: 50; xla attention only). dropout: on the attention weights (xla attention only).
   kind: a registered AttentionKind (tfjax/nn/attention_kinds.py; softmax); scale, softcap and
-  dropout are softmax's.
+  dropout are softmax's. kind_sections: (kind name, its section) of every registered kind that
+  declares config keys (AttentionKind.section), at their defaults unless given; `kind_config` is
+  the chosen kind's.
   """
   num_heads: int = 4
   num_kv_heads: Optional[int] = None
@@ -67,9 +69,45 @@ class AttentionConfig(Section):
   softcap: Optional[float] = flat_key("attention_softcap", None)
   dropout: float = flat_key("attention_dropout", 0.0)
   kind: str = flat_key("attention_kind", "softmax")
+  kind_sections: tuple = internal(())
 
   # Keys read by the attention kinds that list them in AttentionKind.reads only.
   KIND_KEYS: ClassVar = ("attention_scale", "attention_softcap", "attention_dropout")
+
+  def __post_init__(self):
+    object.__setattr__(self, "kind_sections", self.all_kind_sections())
+
+  def all_kind_sections(self) -> tuple:
+    """(name, section) of every registered kind with a section: the given ones, defaults for
+    the others (a kind registered after this config was built included), so flat() holds every
+    config.model key; a tuple of frozen sections keeps the config hashable."""
+    given = dict(self.kind_sections)
+    return tuple((name, given.get(name) or section()) for name, section in kind_sections())
+
+  @classmethod
+  def flat_fields(cls):
+    """The attention keys, then each registered kind's (read as cfg.attention.kind_config.X)."""
+    out = super().flat_fields()
+    for _, section in kind_sections():
+      out += tuple(f._replace(path=("kind_config",) + f.path) for f in section.flat_fields())
+    return out
+
+  @classmethod
+  def from_flat(cls, items) -> "AttentionConfig":
+    base = super().from_flat(items)
+    return dataclasses.replace(base, kind_sections=tuple(
+        (name, section.from_flat(items)) for name, section in kind_sections()))
+
+  def flat(self) -> dict:
+    out = super().flat()
+    for _, section in self.all_kind_sections():
+      out.update(section.flat())
+    return out
+
+  @property
+  def kind_config(self) -> Optional[Section]:
+    """The chosen kind's own config section (AttentionKind.section), None if it declares none."""
+    return dict(self.all_kind_sections()).get(self.kind)
 
   @property
   def kv_heads(self) -> int:
@@ -126,6 +164,16 @@ class AttentionConfig(Section):
     if model.decode and kind.cache is None:
       raise ValueError(f"model.attention_kind={self.kind!r} has no decoding cache, so "
                        "decode=True (generation) is not available for it")
+    for name, section in self.all_kind_sections():
+      if name != self.kind:
+        given, defaults = section.flat(), section.flat_defaults()
+        for key, value in given.items():
+          if value != defaults[key]:
+            raise ValueError(
+                f"model.{key}={value!r} is read by model.attention_kind={name!r} only, not "
+                f"{self.kind!r}; leave it at {defaults[key]!r} or set attention_kind={name!r}")
+    if self.kind_config is not None:
+      self.kind_config.validate(model)
     kind.check(model)
 
   def _validate_window(self, model) -> None:

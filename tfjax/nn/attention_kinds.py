@@ -17,7 +17,7 @@ Shape letters as in tfjax/nn/axes.py.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 if TYPE_CHECKING:
   from tfjax.nn.config import ModelConfig
@@ -52,7 +52,12 @@ class AttentionKind:
   params(cfg): parameters of one attention beyond W_Q, W_K, W_V, W_O and the qk norms.
   check(cfg): the kind's own validation (a ValueError naming the flat key and the fix).
   reads: the AttentionConfig keys of `KIND_KEYS` the kind reads (others must keep their
-    defaults). logits_bias: whether `attend` adds a position kind's LogitsBias (ALiBi, T5); a
+    defaults). section: the kind's own config, a tfjax.nn.sections.Section subclass whose fields
+    are flat keys named after the kind (`features: int = flat_key("performer_features", 256)`)
+    and whose `validate(model)` checks them; every registered kind's keys are config.model keys
+    with their defaults, a key of another kind than model.attention_kind must keep its default,
+    and the block and hooks read the chosen kind's values as `cfg.attention.kind_config`.
+    logits_bias: whether `attend` adds a position kind's LogitsBias (ALiBi, T5); a
     kind without it rejects such position kinds.
   """
   name: str
@@ -62,6 +67,7 @@ class AttentionKind:
   params: Callable[[ModelConfig], int] = no_params
   check: Callable[[ModelConfig], None] = no_check
   reads: tuple = ()
+  section: Optional[type] = None
   logits_bias: bool = False
 
 
@@ -69,9 +75,24 @@ ATTENTION_KINDS: Dict[str, AttentionKind] = {}
 
 
 def register_attention_kind(kind: AttentionKind) -> AttentionKind:
-  """Adds `kind` to the registry (validation and every consumer see it at once)."""
+  """Adds `kind` to the registry (validation and every consumer see it at once; its section's
+  keys join config.model for configs built from then on)."""
+  if kind.section is not None:
+    taken = {key: other.name for other in ATTENTION_KINDS.values()
+             if other.section is not None and other.name != kind.name
+             for key in other.section.flat_keys()}
+    clash = sorted(key for key in kind.section.flat_keys() if key in taken)
+    if clash:
+      raise TypeError(f"attention kind {kind.name!r} declares config keys {clash} that kind "
+                      f"{taken[clash[0]]!r} already declares; prefix each key with the kind's name")
   ATTENTION_KINDS[kind.name] = kind
   return kind
+
+
+def kind_sections() -> Tuple[Tuple[str, type], ...]:
+  """(kind name, section class) of the registered kinds that declare a section."""
+  return tuple((kind.name, kind.section) for kind in ATTENTION_KINDS.values()
+               if kind.section is not None)
 
 
 def attention_kind(cfg: ModelConfig) -> AttentionKind:

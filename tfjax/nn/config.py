@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from tfjax.nn.attention import QK_NORMS, AttentionConfig
+from tfjax.nn import kinds  # pylint: disable=unused-import  # registers the built-in kinds
 from tfjax.nn.choices import one_of
 from tfjax.nn.ffn import FFNS, GATED_FFNS, FfnConfig
 from tfjax.nn.norms import NORMS, PLACEMENTS, NormConfig
@@ -93,7 +94,7 @@ class ModelConfig(Section):
 
   def __getattr__(self, name: str):
     """Only missing attributes land here: a section's flat key names its one spelling."""
-    path = _SECTION_PATHS.get(name)
+    path = _section_paths().get(name)
     if path is None:
       raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
     raise AttributeError(
@@ -145,10 +146,11 @@ class ModelConfig(Section):
   @classmethod
   def from_flat(cls, items: dict) -> "ModelConfig":
     """The config of flat keys `items` (missing ones at their defaults), not yet validated."""
-    unknown = sorted(set(items) - set(FLAT_KEYS))
+    keys = flat_keys()
+    unknown = sorted(set(items) - set(keys))
     if unknown:
       raise ValueError(
-          f"unknown model config key(s) {unknown}; valid keys are: {sorted(FLAT_KEYS)}")
+          f"unknown model config key(s) {unknown}; valid keys are: {sorted(keys)}")
     return super().from_flat(items)
 
   def replace(self, **kwargs) -> "ModelConfig":
@@ -226,15 +228,31 @@ class ModelConfig(Section):
 
 # The sections of ModelConfig and their classes.
 SECTIONS = dict(ModelConfig.nested_sections())
-# Every config.model key: the model-wide fields, then each section's.
-FLAT_KEYS = ModelConfig.flat_keys()
-if len(set(FLAT_KEYS)) != len(FLAT_KEYS):  # two fields spelled alike: give one a flat_key(...)
-  raise TypeError(f"config.model keys declared twice: "
-                  f"{sorted({k for k in FLAT_KEYS if FLAT_KEYS.count(k) > 1})}")
-# A section's flat key -> its field's path (`num_heads` -> 'attention.num_heads').
-_SECTION_PATHS = {f.key: ".".join(f.path) for f in ModelConfig.flat_fields() if len(f.path) > 1}
-# Optional keys (default None) and their type, for typed command-line placeholders.
-_OPTIONAL_FIELDS = ModelConfig.optional_types()
+
+
+def flat_keys() -> tuple:
+  """Every config.model key: the model-wide fields, then each section's, then each registered
+  attention kind's (a kind registered later, e.g. from a test, joins at once). `FLAT_KEYS` (a
+  module attribute) is the same tuple."""
+  keys = ModelConfig.flat_keys()
+  if len(set(keys)) != len(keys):  # two fields spelled alike: give one a flat_key(...)
+    raise TypeError(f"config.model keys declared twice: "
+                    f"{sorted({k for k in keys if keys.count(k) > 1})}")
+  return keys
+
+
+def _section_paths() -> dict:
+  """A section's flat key -> its field's path (`num_heads` -> 'attention.num_heads')."""
+  return {f.key: ".".join(f.path) for f in ModelConfig.flat_fields() if len(f.path) > 1}
+
+
+def __getattr__(name: str):
+  if name == "FLAT_KEYS":
+    return flat_keys()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+flat_keys()  # the built-in keys are checked at import
 
 
 def platform_kind(platform: Optional[str] = None) -> str:
@@ -286,15 +304,17 @@ def default_model_config(**overrides):
   line; values not given here keep the ModelConfig defaults.
   """
   from ml_collections import config_dict  # pylint: disable=g-import-not-at-top
-  unknown = sorted(set(overrides) - set(FLAT_KEYS))
+  unknown = sorted(set(overrides) - set(flat_keys()))
   if unknown:
     raise ValueError(f"unknown model config key(s) {unknown}")
+  # Optional keys (default None) and their type, for typed command-line placeholders.
+  optional = ModelConfig.optional_types()
   # dtype and attention_impl default to 'auto' (resolve_auto: the platform's fast path); a
   # ModelConfig built directly keeps its concrete float32 / xla defaults.
   values = {**ModelConfig().to_flat(), "dtype": AUTO, "attention_impl": AUTO, **overrides}
   cfg = config_dict.ConfigDict()
   for key, value in values.items():
-    if key in _OPTIONAL_FIELDS and value is None:
-      value = config_dict.placeholder(_OPTIONAL_FIELDS[key])
+    if key in optional and value is None:
+      value = config_dict.placeholder(optional[key])
     setattr(cfg, key, value)
   return cfg

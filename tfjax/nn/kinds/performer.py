@@ -1,0 +1,294 @@
+"""Performer FAVOR+ attention, `model.attention_kind='performer'` (Choromanski et al. 2021,
+"Rethinking Attention with Performers"; docs/attention/performer.md).
+
+Softmax attention's kernel exp(q.k / sqrt(E)) is estimated with m positive random features
+(FAVOR+, the paper's eq. 5 with h(x) = exp(-|x|^2 / 2)): with x' = x * E^-1/4 and the rows w_i of
+an m x E projection W,
+
+  phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(m),   E_W[phi(q) . phi(k)] = exp(q.k / sqrt(E)),
+
+so attention is out_t = phi(q_t) S / phi(q_t) . z, with S = sum_s phi(k_s) v_s^T [m, E] and
+z = sum_s phi(k_s) [m] over the keys query t sees: O(L m E) time instead of O(L^2 E).
+- bidirectional (encoders, cross-attention): one S and z per sequence (per segment with
+  packed segment ids: jax.ops.segment_sum over S + 1 slots, ids as tfjax/data/packing.py
+  makes them, 0 = padding);
+- causal (decoders): prefix sums S_t, z_t over s <= t (an associative scan; no T x S matrix),
+  restarted where the segment id changes (segments are contiguous runs, as packing makes them).
+Keys of segment id 0 (padding) drop out of the sums.
+
+W is orthogonal random features (the paper's section 2.4, the reference's
+GaussianOrthogonalRandomMatrix with scaling=0): stacked blocks of E orthonormal rows (QR of a
+Gaussian E x E matrix), each row rescaled by an independent chi(E) norm (the norm of a Gaussian
+E-vector), so each row is marginally Gaussian. One W per layer, shared by its heads.
+
+Numerical stabilization (the reference, google-research/performer fast_attention, subtracts
+max_i w_i.x per query row and one max over the keys before exp): every shift below is constant
+over what the ratio sums, so it cancels exactly between numerator and denominator.
+- queries: each row's own max over features of the exponent w.q' - |q'|^2/2 (its top feature is
+  exactly 1, so a query's features never all underflow);
+- keys, bidirectional: the max of the key exponents over the visible keys of the sequence (of
+  the segment when segment ids are given), per batch row and kv head;
+- keys, causal: the running max over s <= t, carried through the scan (the partial sums are
+  rescaled by exp(c_old - c_new) as online softmax does), so no future key moves an earlier
+  output: the causal form is exactly causal. The shifts carry no gradient (they cancel).
+No epsilon is added to the features (the reference adds 1e-6, which biases the estimate); a
+query that sees no key (all padding) gets 0.
+
+performer_kernel='relu' is the paper's generalized kernel phi(x) = relu(W x) / sqrt(m) (no
+scaling of x, no stabilizer needed): linear attention, not an estimate of softmax.
+
+Feature redraw (performer_redraw): 'fixed' draws W from performer_seed folded with the
+module's path (per layer; with scan_layers=True the layers are one scanned module, so they
+share one W), the same in training, eval and under jit. 'step' redraws W on every training
+forward pass (config.deterministic=False) from the training step's 'dropout' rng stream (the
+one rng tfjax/training/steps.py passes; make_rng folds in the layer's path and nn.scan splits
+it per layer), and uses the 'fixed' W in eval: the paper's periodic redraw at period 1.
+
+Rejected: logits-bias positions (ALiBi, T5: the bias is not a product of features), sliding
+windows (model.window), softmax's attention_scale/softcap/dropout, and decode=True (no cache).
+Shape letters as in tfjax/nn/axes.py, plus M = features, G = query heads per kv head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+from tfjax.nn.attention_kinds import AttentionKind, register_attention_kind
+from tfjax.nn.choices import one_of
+from tfjax.nn.sections import Section, flat_key
+
+if TYPE_CHECKING:
+  from tfjax.nn.config import ModelConfig
+
+NAME = "performer"
+KERNELS = ("softmax", "relu")
+REDRAWS = ("fixed", "step")
+_NEG = -1e30  # finite "no key yet" shift: exp(_NEG - c) is 0 and never inf - inf
+
+
+@dataclasses.dataclass(frozen=True)
+class PerformerConfig(Section):
+  """features: m random features per layer; kernel: softmax (FAVOR+) | relu; redraw: fixed |
+  step (see the module docstring); seed: the fixed draw's seed."""
+  features: int = flat_key("performer_features", 256)
+  kernel: str = flat_key("performer_kernel", "softmax")
+  redraw: str = flat_key("performer_redraw", "fixed")
+  seed: int = flat_key("performer_seed", 0)
+
+  def validate(self, model) -> None:
+    del model
+    if not (isinstance(self.features, int) and self.features >= 1):
+      raise ValueError(f"model.performer_features={self.features!r} must be a positive "
+                       "integer (the number m of random features)")
+    one_of("model.performer_kernel", self.kernel, KERNELS)
+    one_of("model.performer_redraw", self.redraw, REDRAWS)
+    if not (isinstance(self.seed, int) and self.seed >= 0):
+      raise ValueError(f"model.performer_seed={self.seed!r} must be a non-negative integer")
+
+
+# ---------------------------------------------------------------------------------------------
+# The math, as pure functions
+# ---------------------------------------------------------------------------------------------
+def orthogonal_projection_MxE(rng, num_features: int, head_dim: int):
+  """W [m, E] float32: ceil(m / E) blocks of E orthonormal rows, truncated to m rows, each scaled
+  by the norm of an independent Gaussian E-vector (chi(E)). Each block is Q of the QR of a
+  Gaussian matrix with R's diagonal made positive (Mezzadri 2007): without that sign fix,
+  Householder QR's Q is not Haar-distributed (its first row always has a negative first entry),
+  and the features' estimate is biased."""
+  blocks = -(-num_features // head_dim)
+  block_rng, norm_rng = jax.random.split(rng)
+  g_NxExE = jax.random.normal(block_rng, (blocks, head_dim, head_dim), jnp.float32)
+  q_NxExE, r_NxExE = jnp.linalg.qr(g_NxExE)
+  signs_NxE = jnp.sign(jnp.diagonal(r_NxExE, axis1=1, axis2=2))
+  rows_NxExE = jnp.swapaxes(q_NxExE * signs_NxE[:, None, :], 1, 2)  # Q's columns as rows
+  w_MxE = rows_NxExE.reshape(blocks * head_dim, head_dim)[:num_features]
+  norms_M = jnp.linalg.norm(
+      jax.random.normal(norm_rng, (num_features, head_dim), jnp.float32), axis=1)
+  return w_MxE * norms_M[:, None]
+
+
+def feature_exponents(x_BxLxKxE, w_MxE):
+  """w.x' - |x'|^2 / 2 with x' = x E^-1/4: [B, L, K, M] float32 (phi = exp of it / sqrt(m))."""
+  x_BxLxKxE = x_BxLxKxE.astype(jnp.float32) * x_BxLxKxE.shape[-1] ** -0.25
+  proj_BxLxKxM = jnp.einsum("blke,me->blkm", x_BxLxKxE, w_MxE)
+  return proj_BxLxKxM - 0.5 * jnp.sum(jnp.square(x_BxLxKxE), -1, keepdims=True)
+
+
+def query_features(q_BxTxKxE, w_MxE, kernel: str):
+  """phi(q) [B, T, K, M], shifted by each row's max exponent (softmax) or relu(W q) / sqrt(m)."""
+  m = w_MxE.shape[0]
+  if kernel == "relu":
+    return jax.nn.relu(jnp.einsum("btke,me->btkm", q_BxTxKxE.astype(jnp.float32), w_MxE)) / \
+        math.sqrt(m)
+  e_BxTxKxM = feature_exponents(q_BxTxKxE, w_MxE)
+  shift_BxTxKx1 = jax.lax.stop_gradient(jnp.max(e_BxTxKxM, -1, keepdims=True))
+  return jnp.exp(e_BxTxKxM - shift_BxTxKx1) / math.sqrt(m)
+
+
+def key_features(k_BxSxKxE, w_MxE, kernel: str, visible_BxS):
+  """(phi(k) [B, S, K, M] unshifted-by-sequence, per-key shift [B, S, K]): softmax features are
+  exp(e - a_s) with a_s the key's own max exponent (stop-gradient), the caller rescales by
+  exp(a_s - c) for its shift c; relu features have a_s = 0. Invisible keys: phi = 0, a = _NEG."""
+  m = w_MxE.shape[0]
+  if kernel == "relu":
+    phi_BxSxKxM = jax.nn.relu(
+        jnp.einsum("bske,me->bskm", k_BxSxKxE.astype(jnp.float32), w_MxE)) / math.sqrt(m)
+    a_BxSxK = jnp.zeros(phi_BxSxKxM.shape[:3], jnp.float32)
+  else:
+    e_BxSxKxM = feature_exponents(k_BxSxKxE, w_MxE)
+    a_BxSxK = jax.lax.stop_gradient(jnp.max(e_BxSxKxM, -1))
+    phi_BxSxKxM = jnp.exp(e_BxSxKxM - a_BxSxK[..., None]) / math.sqrt(m)
+  if visible_BxS is not None:
+    phi_BxSxKxM = phi_BxSxKxM * visible_BxS[:, :, None, None]
+    a_BxSxK = jnp.where(visible_BxS[:, :, None], a_BxSxK, _NEG)
+  return phi_BxSxKxM, a_BxSxK
+
+
+def _ratio(phi_q_BxTxKxGxM, s_BxTxKxMxE, z_BxTxKxM):
+  """phi(q) S / phi(q) . z per query (0 where the query sees no key: z = 0)."""
+  num_BxTxKxGxE = jnp.einsum("btkgm,btkme->btkge", phi_q_BxTxKxGxM, s_BxTxKxMxE)
+  den_BxTxKxG = jnp.einsum("btkgm,btkm->btkg", phi_q_BxTxKxGxM, z_BxTxKxM)
+  safe_BxTxKxG = jnp.where(den_BxTxKxG > 0, den_BxTxKxG, 1.0)
+  return jnp.where((den_BxTxKxG > 0)[..., None], num_BxTxKxGxE / safe_BxTxKxG[..., None], 0.0)
+
+
+def _combine(left, right):
+  """Associative step of the causal scan: segmented (a start drops the left part) sums whose
+  shift c is the running max; each side is rescaled to the common shift."""
+  c_l, s_l, z_l, start_l = left
+  c_r, s_r, z_r, start_r = right
+  c = jnp.where(start_r, c_r, jnp.maximum(c_l, c_r))
+  scale_l = jnp.where(start_r, 0.0, jnp.exp(c_l - c))
+  scale_r = jnp.exp(c_r - c)
+  return (c, s_l * scale_l[..., None, None] + s_r * scale_r[..., None, None],
+          z_l * scale_l[..., None] + z_r * scale_r[..., None], jnp.logical_or(start_l, start_r))
+
+
+def causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS):
+  """Prefix sums over s <= t within a segment: (S_t [B, S, K, M, E], z_t [B, S, K, M]), both
+  scaled by exp(-c_t), c_t the running max of the key shifts (cancels in the ratio)."""
+  kv_BxSxKxMxE = jnp.einsum("bskm,bske->bskme", phi_k_BxSxKxM, v_BxSxKxE.astype(jnp.float32))
+  starts_BxSxK = jnp.broadcast_to(starts_BxS[:, :, None], a_BxSxK.shape)
+  _, s_BxSxKxMxE, z_BxSxKxM, _ = jax.lax.associative_scan(
+      _combine, (a_BxSxK, kv_BxSxKxMxE, phi_k_BxSxKxM, starts_BxSxK), axis=1)
+  return s_BxSxKxMxE, z_BxSxKxM
+
+
+def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, kernel: str,
+                    q_segment_ids_BxT=None, kv_segment_ids_BxS=None):
+  """FAVOR+ attention [B, T, H, E] float32 for the projection w_MxE (see the module docstring);
+  H = K * G query heads share kv head K // G as GQA does."""
+  batch, q_len, heads, head_dim = q_BxTxHxE.shape
+  kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
+  groups = heads // kv_heads
+  visible_BxS = None if kv_segment_ids_BxS is None else kv_segment_ids_BxS != 0
+  phi_q_BxTxKxGxM = query_features(q_BxTxHxE, w_MxE, kernel).reshape(
+      batch, q_len, kv_heads, groups, -1)
+  phi_k_BxSxKxM, a_BxSxK = key_features(k_BxSxKxE, w_MxE, kernel, visible_BxS)
+  v_BxSxKxE = v_BxSxKxE.astype(jnp.float32)
+  if causal:
+    if q_len != kv_len:
+      raise ValueError(f"causal Performer attention needs as many queries as keys, got "
+                       f"{q_len} and {kv_len} (decoding with a cache is not available)")
+    seg_BxS = kv_segment_ids_BxS if kv_segment_ids_BxS is not None else q_segment_ids_BxT
+    starts_BxS = jnp.zeros((batch, kv_len), bool)
+    if seg_BxS is not None:
+      starts_BxS = starts_BxS.at[:, 1:].set(seg_BxS[:, 1:] != seg_BxS[:, :-1])
+    s_BxTxKxMxE, z_BxTxKxM = causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS)
+  elif q_segment_ids_BxT is not None and kv_segment_ids_BxS is not None:
+    s_BxTxKxMxE, z_BxTxKxM = _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE,
+                                           kv_segment_ids_BxS, q_segment_ids_BxT)
+  else:
+    c_Bx1xK = jnp.max(a_BxSxK, axis=1, keepdims=True)  # one shift per sequence and kv head
+    phi_k_BxSxKxM = phi_k_BxSxKxM * jnp.exp(a_BxSxK - c_Bx1xK)[..., None]
+    s_BxTxKxMxE = jnp.einsum("bskm,bske->bkme", phi_k_BxSxKxM, v_BxSxKxE)[:, None]
+    z_BxTxKxM = jnp.sum(phi_k_BxSxKxM, axis=1)[:, None]
+  out_BxTxKxGxE = _ratio(phi_q_BxTxKxGxM, s_BxTxKxMxE, z_BxTxKxM)
+  if q_segment_ids_BxT is not None:  # a padding query sees no key (tfjax/nn/masks.py's rule)
+    out_BxTxKxGxE = out_BxTxKxGxE * (q_segment_ids_BxT != 0)[:, :, None, None, None]
+  return out_BxTxKxGxE.reshape(batch, q_len, heads, head_dim)
+
+
+def _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, kv_segment_ids_BxS, q_segment_ids_BxT):
+  """Per-segment S and z (jax.ops.segment_sum over S + 1 ids per row), each scaled by its
+  segment's max key shift, gathered at every query's segment id: [B, T, K, M, E], [B, T, K, M]."""
+  batch, kv_len = kv_segment_ids_BxS.shape
+  slots = kv_len + 1  # ids 0..S: packing numbers at most S segments in a row of S tokens
+  ids_N = (jnp.arange(batch)[:, None] * slots + kv_segment_ids_BxS).reshape(-1)
+  n = batch * slots
+  c_NxK = jax.ops.segment_max(a_BxSxK.reshape(batch * kv_len, -1), ids_N, num_segments=n)
+  scale_BxSxK = jnp.exp(a_BxSxK - c_NxK[ids_N].reshape(a_BxSxK.shape))
+  phi_k_BxSxKxM = phi_k_BxSxKxM * scale_BxSxK[..., None]
+  kv_BxSxKxMxE = jnp.einsum("bskm,bske->bskme", phi_k_BxSxKxM, v_BxSxKxE)
+  s_NxKxMxE = jax.ops.segment_sum(kv_BxSxKxMxE.reshape(n - batch, *kv_BxSxKxMxE.shape[2:]),
+                                  ids_N, num_segments=n)
+  z_NxKxM = jax.ops.segment_sum(phi_k_BxSxKxM.reshape(n - batch, *phi_k_BxSxKxM.shape[2:]),
+                                ids_N, num_segments=n)
+  q_ids_BxT = jnp.arange(batch)[:, None] * slots + q_segment_ids_BxT
+  return s_NxKxMxE[q_ids_BxT], z_NxKxM[q_ids_BxT]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kind: projection draw, attend, FLOPs, validation, registration
+# ---------------------------------------------------------------------------------------------
+def fixed_projection_MxE(seed: int, path: tuple, num_features: int, head_dim: int):
+  """The 'fixed' W of the attention module at `path` (its flax scope path): performer_seed
+  folded with a CRC-32 of the path, so each layer draws its own, identically every call."""
+  layer = zlib.crc32("/".join(path).encode()) & 0x7FFFFFFF
+  rng = jax.random.fold_in(jax.random.PRNGKey(seed), layer)
+  return orthogonal_projection_MxE(rng, num_features, head_dim)
+
+
+def projection_MxE(owner, head_dim: int):
+  """W of this call: redrawn from the 'dropout' stream in a training forward pass with
+  performer_redraw='step', else the layer's fixed draw."""
+  section = owner.config.attention.kind_config
+  if section.redraw == "step" and not owner.config.deterministic:
+    if not owner.has_rng("dropout"):
+      raise ValueError("model.performer_redraw='step' redraws the features from the 'dropout' "
+                       "rng in a training forward pass (deterministic=False): pass "
+                       "rngs={'dropout': key} to apply, or set performer_redraw='fixed'")
+    return orthogonal_projection_MxE(owner.make_rng("dropout"), section.features, head_dim)
+  return fixed_projection_MxE(section.seed, tuple(owner.scope.path), section.features, head_dim)
+
+
+def attend(owner, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility, logits_bias):
+  """The heads' outputs [B, T, H, E] by FAVOR+ (`favor_attention`)."""
+  del logits_bias  # logits_bias=False: validation rejects ALiBi and T5
+  w_MxE = projection_MxE(owner, q_BxTxHxE.shape[-1])
+  out_BxTxHxE = favor_attention(
+      q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, causal=visibility.causal,
+      kernel=owner.config.attention.kind_config.kernel,
+      q_segment_ids_BxT=visibility.q_segment_ids_BxT,
+      kv_segment_ids_BxS=visibility.kv_segment_ids_BxS)
+  return out_BxTxHxE.astype(q_BxTxHxE.dtype)
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+  """Per query head: W q (2 m E), phi(q) S (2 m E), phi(q) . z (2 m); per kv head: W k (2 m E),
+  phi(k) v^T into S (2 m E), phi(k) into z (m); the backward pass twice the forward (x3). The
+  prefix sums of the causal form add the same m E + m per key. No seq_len term: O(L m E) in
+  all. Elementwise exp / relu and the stabilizer's max are not counted."""
+  del seq_len
+  m, head_dim = cfg.attention.kind_config.features, cfg.dim_per_head
+  forward = (cfg.attention.num_heads * (4 * m * head_dim + 2 * m)
+             + cfg.attention.kv_heads * (4 * m * head_dim + m))
+  return 3.0 * forward
+
+
+def check(cfg: ModelConfig) -> None:
+  if cfg.attention.window is not None:
+    raise ValueError(
+        f"model.window={cfg.attention.window} is a sliding window, which "
+        f"model.attention_kind={NAME!r} cannot take (its prefix sums run over every earlier "
+        "key); set model.window=None")
+
+
+PERFORMER = register_attention_kind(AttentionKind(
+    NAME, attend=attend, flops_per_token=flops_per_token, check=check, section=PerformerConfig))
