@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from tfjax.hf import (bart, bert, falcon, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta,
                      t5)
+from tfjax.hf import longformer
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -84,6 +85,9 @@ ARCHITECTURES = {a.model_type: a for a in (
     Architecture("roberta", "RobertaForMaskedLM", "mlm", roberta.config_from_hf,
                  roberta.config_to_hf, roberta.rules, roberta.droppable, ("position_offset",),
                  _ignored(roberta, "roberta")),
+    Architecture("longformer", "LongformerForMaskedLM", "mlm", longformer.config_from_hf,
+                 longformer.config_to_hf, longformer.rules, longformer.droppable,
+                 ("position_offset",), _ignored(longformer, "longformer")),
     _seq2seq("bart", "BartForConditionalGeneration", bart,
              ("share_positions", "position_offset", "final_logits_bias")),
     _seq2seq("mbart", "MBartForConditionalGeneration", bart,

@@ -245,8 +245,9 @@ class MultiHeadAttention(nn.Module):
     k_BxSxKxE, v_BxSxKxE, visibility = self.cache(k_BxSxKxE, v_BxSxKxE, positions_BxT,
                                                   visibility)
     logits_bias = self.logits_bias(relative_table, visibility, q_len, k_BxSxKxE.shape[1])
+    inputs = {"x_BxTxD": x_BxTxD} if self.kind.inputs else {}  # AttentionKind.inputs
     out_BxTxHxE = self.kind.attend(self, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility,
-                                   logits_bias)
+                                   logits_bias, **inputs)
     return self.output_projection(out_BxTxHxE, d_model)
 
   def projections(self, x_BxTxD, kv_BxSxD):

@@ -58,7 +58,8 @@ class AttentionKind:
     with their defaults, a key of another kind than model.attention_kind must keep its default,
     and the block and hooks read the chosen kind's values as `cfg.attention.kind_config`.
     logits_bias: whether `attend` adds a position kind's LogitsBias (ALiBi, T5); a
-    kind without it rejects such position kinds.
+    kind without it rejects such position kinds. inputs: `attend` also takes the block input
+    as keyword x_BxTxD (projections of its own, e.g. Longformer's global ones).
   """
   name: str
   attend: Callable
@@ -69,6 +70,7 @@ class AttentionKind:
   reads: tuple = ()
   section: Optional[type] = None
   logits_bias: bool = False
+  inputs: bool = False
 
 
 ATTENTION_KINDS: Dict[str, AttentionKind] = {}
