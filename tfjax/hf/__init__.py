@@ -3,7 +3,7 @@
   registry.py   architectures by config.json model_type
   mapping.py    tensor rules (HF <-> tfjax layouts) and the strict config.json field reader
   gpt2.py, llama.py, gemma3.py, phi3.py, gpt_neox.py, phi.py, falcon.py, opt.py, bert.py,
-  roberta.py, bart.py, t5.py
+  roberta.py, bigbird.py, bart.py, t5.py
                 the per-family config and tensor mappings (and their ignorable fields)
   vit.py, clip.py, whisper.py
                 the image and speech front-ends' mappings (tfjax/nn/vision.py, clip.py, audio.py)

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from tfjax.hf import (bart, bert, falcon, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta,
                      t5)
 from tfjax.hf import longformer
+from tfjax.hf import bigbird
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.nn.config import ModelConfig
 
@@ -82,6 +83,9 @@ ARCHITECTURES = {a.model_type: a for a in (
     _decoder("phi3", "Phi3ForCausalLM", phi3, needs=("rotary_fraction",)),
     Architecture("bert", "BertForMaskedLM", "mlm", bert.config_from_hf, bert.config_to_hf,
                  _bert_rules, bert.droppable, ignored=_ignored(bert, "bert")),
+    Architecture("big_bird", "BigBirdForMaskedLM", "mlm", bigbird.config_from_hf,
+                 bigbird.config_to_hf, bigbird.rules, bigbird.droppable,
+                 ignored=_ignored(bigbird, "big_bird")),
     Architecture("roberta", "RobertaForMaskedLM", "mlm", roberta.config_from_hf,
                  roberta.config_to_hf, roberta.rules, roberta.droppable, ("position_offset",),
                  _ignored(roberta, "roberta")),
