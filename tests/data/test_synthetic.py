@@ -203,4 +203,4 @@ def test_errors():
     SyntheticDataset("copy", train_lengths=(5, 2))
   with pytest.raises(ValueError, match="outside"):
     _dataset("copy").train_batch(0, 4, row_start=3, row_count=2)
-  assert set(synthetic.TASKS) == set(SEQUENCE_TASKS) | {"majority"}
+  assert set(synthetic.TASKS) == set(SEQUENCE_TASKS) | {"majority", "listops"}

@@ -56,6 +56,14 @@ QUOTED = {
         ("Zhang & Sennrich 2019", "abstract", "running time cut, low (%)"): 7,
         ("Zhang & Sennrich 2019", "abstract", "running time cut, high (%)"): 64,
     },
+    "lra_listops": {  # Tay et al. 2021, "Long Range Arena", table 1, ListOps accuracy (%)
+        ("Tay 2021", "table 1", "Transformer"): 36.37,
+        ("Tay 2021", "table 1", "Local Attention"): 15.82,
+        ("Tay 2021", "table 1", "Performer"): 18.01,
+        ("Tay 2021", "table 1", "Linformer"): 35.70,
+        ("Tay 2021", "table 1", "Longformer"): 35.63,
+        ("Tay 2021", "table 1", "BigBird"): 36.05,
+    },
 }
 # Citations, years and row names are no quoted results.
 _NOT_NUMBERS = re.compile(r"(table|figure|section|fig\.)\s*\d+(\.\d+)*|\b(19|20)\d\d\b|"
@@ -94,6 +102,9 @@ def test_the_configs_tables_of_published_numbers_match_the_papers():
           "sinusoidal": "absolute (sinusoidal)"}
   assert mrr == {k: QUOTED["position_lengthgen"][("Kazemnejad 2023", "figure 1", r)]
                  for k, r in rows.items()}
+  lra = sweep.load_module(path("lra_listops"))
+  assert lra.PUBLISHED == {k: QUOTED["lra_listops"][("Tay 2021", "table 1", r)]
+                           for k, r in lra.LRA_NAMES.items()}
 
 
 def test_the_number_filter_keeps_results_and_drops_citations():

@@ -75,7 +75,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   # All datasets.
   c.seed = 0  # training stream: row r of batch i depends only on (seed, i, r)
   c.eval_seed = 1234  # evaluation data; keep fixed so different runs see the same eval set
-  # Synthetic tasks (copy, reverse, sort, addition, associative_recall, majority).
+  # Synthetic tasks (copy, reverse, sort, addition, associative_recall, majority, listops).
   c.train_lengths = (1, 16)  # inclusive (min, max) task length for training rows
   c.test_lengths = (8, 16, 24, 32)  # one eval group 'len_<n>' per length
   c.form = "decoder"  # 'decoder' (task='lm') | 'seq2seq' (task='seq2seq'); majority: classification
@@ -133,7 +133,8 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
   loaded from `workdir` (None: not saved). 'prepared' (tfjax.data.prepared) serves the same
   tasks from a tfjax-prepare directory, whose tokenizer must be the one `workdir` holds, if any.
   Synthetic sequence tasks serve 'lm' with
-  form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' serves 'classification'.
+  form='decoder' and 'seq2seq' with form='seq2seq'; 'majority' and 'listops' serve
+  'classification'.
   """
   name = _require(data_config, "name")
   one_of("data.name", name, DATASETS)
@@ -169,13 +170,13 @@ def make_dataset(data_config, task: str, workdir: Optional[str] = None):
                        doc_split=get("doc_split"), doc_chunk_tokens=get("doc_chunk_tokens"),
                        eval_mode=get("eval_mode"), mlm_prob=get("mlm_prob"), seed=get("seed"),
                        eval_seed=get("eval_seed"))
-  # data_config.form is ignored by majority, which has only the classification layout.
-  form = "classification" if name == "majority" else get("form")
+  # data.form is ignored by majority and listops, which have only the classification layout.
+  form = "classification" if synthetic.TASKS[name].is_classification else get("form")
   one_of("data.form", form, synthetic.FORMS + ("classification",))
   expected = {"decoder": "lm", "seq2seq": "seq2seq", "classification": "classification"}[form]
   if task != expected:
     raise ValueError(f"synthetic task {name!r} with form {form!r} serves task {expected!r}, not "
-                     f"{task!r} (decoder -> 'lm', seq2seq -> 'seq2seq', majority -> "
+                     f"{task!r} (decoder -> 'lm', seq2seq -> 'seq2seq', majority / listops -> "
                      "'classification')")
   return synthetic.SyntheticDataset(
       name, form=form, train_lengths=tuple(get("train_lengths")),

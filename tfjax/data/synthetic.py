@@ -13,6 +13,9 @@ Tasks (the "length" n of an example means, per task):
   majority            n symbols -> the class of the strictly most frequent symbol (ties are
                       broken at generation time by flipping one occurrence), an encoder
                       sequence-classification task (task='classification')
+  listops             ListOps as the Long Range Arena generates it (tfjax.data.listops): an
+                      expression of n // 4 to n tokens -> its value, 10 classes
+                      (task='classification'); fixed alphabet, `num_symbols` is ignored
 
 Vocabulary: PAD=0, BOS=1, SEP=2, EOS=3, then the task's symbols from id 4 on (`vocab_size`).
 BOS doubles as the [CLS] token of classification rows.
@@ -48,6 +51,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tfjax.data import listops
 from tfjax.nn.choices import one_of
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
@@ -175,7 +179,26 @@ class _Majority(_Task):
     return x, int(winner)
 
 
-TASKS = {t.name: t for t in (_Copy, _Reverse, _Sort, _Addition, _AssociativeRecall, _Majority)}
+class _ListOps(_Task):
+  name = "listops"
+  is_classification = True
+
+  def __init__(self, num_symbols: int):
+    del num_symbols  # fixed alphabet: digits, operators and ']'
+    super().__init__(len(listops.SYMBOLS))
+    # One character each, as decode() joins them: X MAX, N MIN, D MED, S SM.
+    self.symbol_strings = list(listops.DIGITS) + list("XNDS") + [listops.CLOSE]
+    self.num_classes = listops.NUM_CLASSES
+
+  def answer_len(self, n):
+    return 0
+
+  def generate(self, rng, n):
+    return listops.generate(rng, n)
+
+
+TASKS = {t.name: t for t in (_Copy, _Reverse, _Sort, _Addition, _AssociativeRecall, _Majority,
+                             _ListOps)}
 FORMS = ("decoder", "seq2seq")
 
 
@@ -227,7 +250,7 @@ class SyntheticDataset:
       self.encoder_len, self.decoder_len = self.row_lengths(max(hi, *self.test_lengths))
     else:
       self.seq_len = self.row_lengths(max(hi, *self.test_lengths))
-      self.num_classes = self._task.num_symbols
+      self.num_classes = getattr(self._task, "num_classes", self._task.num_symbols)
 
   def row_lengths(self, n: int):
     """Row length(s) that fit a task instance of length n in this form."""
