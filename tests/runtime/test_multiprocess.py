@@ -46,7 +46,8 @@ def launch(workdir, mesh, num_processes=2, devices_per_process=4, overrides=()):
   port = free_port()
   env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu",
              TFJAX_CACHE_DIR=os.path.join(workdir, "cache"),  # a relaunch loads its programs
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process} "
+             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "  # the suite's (tests/conftest.py)
+                       f"--xla_force_host_platform_device_count={devices_per_process} "
                        f"{FAST_COMPILE}")
   for key in _LAUNCH_ENV:
     env.pop(key, None)

@@ -83,7 +83,8 @@ def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
 def test_eight_devices_train_like_one_shard_by_the_rules_and_resume_across_meshes(tmp_path):
   """One test (one subprocess, whatever pytest-xdist does): every check on its report."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
+             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "  # the suite's (tests/conftest.py)
+                       f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
   result = subprocess.run([sys.executable, os.path.join(TESTS, "scaleout_helper.py"),
                            str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=400)
