@@ -29,6 +29,22 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture(scope="module")
+def fast_compiles():
+  """Tiny models: XLA's optimization passes cost far more than they save. What the environment
+  above does on a CPU-only machine, for a module's tests on any machine
+  (`pytestmark = pytest.mark.usefixtures("fast_compiles")`)."""
+  name = "jax_disable_most_optimizations"
+  try:
+    previous = jax.config.read(name)
+    jax.config.update(name, True)
+  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
+    previous = None
+  yield
+  if previous is not None:
+    jax.config.update(name, previous)
+
+
 from tfjax.nn.config import ModelConfig
 from tfjax.training import cpu_fusion
 

@@ -19,18 +19,7 @@ from tfjax.nn.models import build_model
 VOCAB = 13
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_compiles():
-  """Tiny models: XLA's optimization passes cost far more than they save (halves test time)."""
-  name = "jax_disable_most_optimizations"
-  try:
-    previous = jax.config.read(name)
-    jax.config.update(name, True)
-  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
-    previous = None
-  yield
-  if previous is not None:
-    jax.config.update(name, previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: tiny shapes
 
 
 def tiny_config(**overrides) -> ModelConfig:

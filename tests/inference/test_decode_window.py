@@ -23,18 +23,7 @@ PROMPTS = [[3, 7, 1, 9, 4], [5, 2, 8, 6, 1, 3, 10, 2, 7, 4]]  # the second is lo
 ENCODER = [[4, 5, 6], [7, 8]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_compiles():
-  """Tiny models: XLA's optimization passes cost far more than they save."""
-  name = "jax_disable_most_optimizations"
-  try:
-    previous = jax.config.read(name)
-    jax.config.update(name, True)
-  except (AttributeError, KeyError):
-    previous = None
-  yield
-  if previous is not None:
-    jax.config.update(name, previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: tiny shapes
 
 
 def config(**overrides) -> ModelConfig:

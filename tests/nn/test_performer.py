@@ -18,18 +18,7 @@ from tfjax.training import flops, train
 from tfjax.training import params as param_accounting
 
 
-@pytest.fixture(autouse=True, scope="module")
-def fast_compiles():
-  """Tiny shapes: XLA's optimization passes cost more than they save (as tests/inference)."""
-  name = "jax_disable_most_optimizations"
-  try:
-    previous = jax.config.read(name)
-    jax.config.update(name, True)
-  except (AttributeError, KeyError):  # only a speed-up: run optimized where the flag is gone
-    previous = None
-  yield
-  if previous is not None:
-    jax.config.update(name, previous)
+pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: tiny shapes
 
 
 def np_features(x, w, kernel="softmax"):
