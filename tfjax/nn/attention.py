@@ -200,8 +200,8 @@ class AttentionConfig(Section):
 # nn.Einsum, not nn.DenseGeneral: DenseGeneral initializes a flattened 2-D kernel and applies the
 # 3-D logical sharding constraint to it when a mesh is active, which fails (flax issue #3676).
 # Same parameters (kernel [embed, heads, head_dim], bias [heads, head_dim]), same values.
-def _projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_model: int,
-                init_gain: float = 1.0):
+def head_projection(cfg: ModelConfig, heads: int, heads_axis: str, name: str, d_model: int,
+                    init_gain: float = 1.0):
   """x [B, L, D] -> [B, L, heads, E]; `heads_axis` is the logical axis of the heads dimension."""
   return nn.Einsum(
       (d_model, heads, cfg.dim_per_head), "btd,dhk->bthk", use_bias=cfg.attention.bias,
@@ -255,14 +255,14 @@ class MultiHeadAttention(nn.Module):
     reads the cached encoder keys); q and k normalized per head by model.qk_norm."""
     cfg = self.config
     attention = cfg.attention
-    q_BxTxHxE = _projection(cfg, attention.num_heads, axes.HEADS, "query",
+    q_BxTxHxE = head_projection(cfg, attention.num_heads, axes.HEADS, "query",
                             x_BxTxD.shape[-1])(x_BxTxD)
     k_BxSxKxE = v_BxSxKxE = None
     if not (self.cross and cfg.decode and kv_BxSxD is None):
       source_BxSxD = x_BxTxD if not self.cross else kv_BxSxD
-      k_BxSxKxE = _projection(cfg, attention.kv_heads, axes.KV_HEADS, "key",
+      k_BxSxKxE = head_projection(cfg, attention.kv_heads, axes.KV_HEADS, "key",
                               source_BxSxD.shape[-1])(source_BxSxD)
-      v_BxSxKxE = _projection(cfg, attention.kv_heads, axes.KV_HEADS, "value",
+      v_BxSxKxE = head_projection(cfg, attention.kv_heads, axes.KV_HEADS, "value",
                               source_BxSxD.shape[-1],
                               init_gain=cfg.norms.init_gain)(source_BxSxD)  # DeepNorm beta
     if attention.qk_norm != "none":  # per head over head_dim, before RoPE

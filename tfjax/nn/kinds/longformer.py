@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.nn import axes
-from tfjax.nn.attention import _projection  # the block's own W_Q/W_K/W_V init and sharding
+from tfjax.nn.attention import head_projection  # the block's own W_Q/W_K/W_V init and sharding
 from tfjax.nn.attention_kinds import AttentionKind, register_attention_kind
 from tfjax.nn.masks import MASK_VALUE
 from tfjax.nn.positions import position_kind
@@ -166,7 +166,7 @@ def attend(owner: nn.Module, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility, logits
   segment_ids_BxT = visibility.kv_segment_ids_BxS
   # The global projections always exist (transformers' checkpoints hold them); with G = 0 they
   # are applied to no token, which creates their parameters and computes nothing.
-  qg, kg, vg = (_projection(cfg, heads, axes.HEADS, name, x_BxTxD.shape[-1])
+  qg, kg, vg = (head_projection(cfg, heads, axes.HEADS, name, x_BxTxD.shape[-1])
                 for name in GLOBAL_PROJECTIONS)
   source_BxSxD = x_BxTxD if g else x_BxTxD[:, :0]
   qg_BxGxHxE, kg_BxTxHxE, vg_BxTxHxE = qg(x_BxTxD[:, :g]), kg(source_BxSxD), vg(source_BxSxD)
