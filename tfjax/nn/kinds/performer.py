@@ -252,10 +252,12 @@ def _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, kv_segment_ids_BxS, q_segme
 # ---------------------------------------------------------------------------------------------
 def fixed_projection_MxE(seed: int, path: tuple, num_features: int, head_dim: int):
   """The 'fixed' W of the attention module at `path` (its flax scope path): performer_seed
-  folded with a CRC-32 of the path, so each layer draws its own, identically every call."""
+  folded with a CRC-32 of the path, so each layer draws its own, identically every call. Drawn
+  at trace time (a constant of the compiled step, not a QR per layer in every step)."""
   layer = zlib.crc32("/".join(path).encode()) & 0x7FFFFFFF
-  rng = jax.random.fold_in(jax.random.PRNGKey(seed), layer)
-  return orthogonal_projection_MxE(rng, num_features, head_dim)
+  with jax.ensure_compile_time_eval():
+    rng = jax.random.fold_in(jax.random.PRNGKey(seed), layer)
+    return orthogonal_projection_MxE(rng, num_features, head_dim)
 
 
 def projection_MxE(owner, head_dim: int):
