@@ -43,11 +43,19 @@ _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 GRID = {
     "smoke": dict(layers=(2, 4), lr=(3e-3,), high_lr=3e-2, warmup=40, seeds=(0, 1), steps=150,
                   width=64),
-    "medium": dict(layers=(6, 12), lr=(3e-3,), high_lr=1e-2, warmup=60, seeds=(0, 1, 2),
-                   steps=600, width=64),
+    # Medium is the setting where the paper's reference behaviour holds (pilots of stops 41-42):
+    # at 12 layers, lr 2e-3 and 150 warmup steps post-LN trains with warmup in every seed and
+    # stays at the unigram loss without it in most. At lr 3e-3 / 60 warmup steps (the earlier
+    # medium grid) post-LN failed with warmup too, so no warmup claim was testable; at 6 layers
+    # and lr 2e-3 both arms trained. 8 seeds per claim arm: Fisher's test can reach p < 0.05.
+    "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
+                   steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=(0, 1, 2, 3, 4),
+                   qk_norm=False, grad_init="xavier_uniform",
+                   xavier=dict(placements=("pre", "post"), warmups=("W",), layers="all")),
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }
+XAVIER = dict(placements=("post",), warmups=(0, "W"), layers="first")  # smoke, full
 # Keys the arms change relative to get_config (tests/research/test_ablation_configs.py checks this).
 ARM_KEYS = ("model.norm_placement", "model.norm", "model.qk_norm", "model.init",
             "model.num_layers", "optimizer.lr", "optimizer.warmup_steps")
@@ -65,7 +73,7 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
   main = {"model.init": "normal", "optimizer.warmup_steps": w, "optimizer.lr": lr}
   pairs = {**main, "model.norm_placement": ["pre", "post"], "model.qk_norm": "none"}
   pair_lines = ("model.norm_placement", "model.num_layers", "model.norm") + lr_line
-  return dict(
+  report = dict(
       metrics=["eval/loss", "diverged", "failed", "unigram/loss", "train/steps_per_sec",
                "init/grad_norm_ffn_wo"],
       plots=[
@@ -101,6 +109,9 @@ def REPORT(scale=None):  # pylint: disable=invalid-name  (a sweep's REPORT, per 
            "ylabel": "training steps/s", "file": "norm_steps_per_sec.png",
            "title": "training speed (comparable only from an idle machine, --parallel=1)"},
       ])
+  if not grid.get("qk_norm", True):  # no QK-norm arms at this scale
+    report["plots"] = [p for p in report["plots"] if p["file"] != "norm_qk_norm.png"]
+  return report
 
 
 def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
@@ -109,9 +120,9 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   grid = GRID[_lm.check_scale(scale, "norm.py")]
 
   def arm(metric, placement="pre", warmup=grid["warmup"], norm="layernorm",
-          layers=grid["layers"][0]):
+          layers=grid["layers"][0], init="normal"):
     return {"model.norm_placement": placement, "model.norm": norm, "model.qk_norm": "none",
-            "model.init": "normal", "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
+            "model.init": init, "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
             "optimizer.warmup_steps": warmup, "metric": metric}
   deep = grid["layers"][-1]
   grad_ratio = f"init/grad_norm_ffn_wo@{deep} / init/grad_norm_ffn_wo@1"
@@ -125,6 +136,15 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   # Xiong et al.'s reference: post-LN *with* warmup trains (their figure 2, 6 layers). Where it
   # does not at this lr / warmup / init / depth, the warmup claims cannot be tested here.
   xiong = trains("post", grid["layers"][0], why=" (Xiong et al. fig. 2)")
+  # Wang et al. and Ding et al. compare where post-LN fails. Here that is training without
+  # warmup (with warmup post-LN trains at this depth: the control above), so their claims are
+  # read at warmup 0, and only where post-LN does fail there.
+  postln_fails = {"where": {k: v for k, v in arm("failed", "post", 0, layers=deep).items()
+                            if k != "metric"}, "metric": "failed", "min": 0.5,
+                  "what": f"post-LN without warmup fails in at least half the seeds at {deep} "
+                          f"layers (the setting the stability claims need)"}
+  grad_init = grid.get("grad_init", "normal")  # Xiong et al. analyse Xavier's init
+  init_note = " (Xavier init, as Xiong et al.)" if grad_init == "xavier_uniform" else ""
   return [
       dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
            paper="BLEU 8.45 without vs ~34 with (6 layers; Xiong et al. figure 2)", kind="count",
@@ -139,14 +159,17 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            a=arm("eval/loss", norm="rmsnorm"), b=arm("eval/loss"), expect="less",
            controls=[trains("pre", grid["layers"][0])]),
       # Wang et al.'s claim needs a setup that trains a model this deep at all (pre-LN does).
-      dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep}",
+      dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep} "
+           f"(both without warmup)",
            paper="stable where post-LN diverges (Wang et al.)", kind="count",
-           a=arm("failed", "deepnorm", layers=deep), b=arm("failed", "post", layers=deep),
-           expect="less", controls=[trains("pre", deep)]),
-      dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than post-LN at depth {deep}",
+           a=arm("failed", "deepnorm", 0, layers=deep), b=arm("failed", "post", 0, layers=deep),
+           expect="less", controls=[trains("pre", deep, 0), postln_fails]),
+      dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than post-LN at depth {deep} "
+           f"(both without warmup)",
            paper="Sandwich-LN keeps training stable (Ding et al. 2021, CogView)",
-           kind="count", a=arm("failed", "sandwich", layers=deep),
-           b=arm("failed", "post", layers=deep), expect="less", controls=[trains("pre", deep)]),
+           kind="count", a=arm("failed", "sandwich", 0, layers=deep),
+           b=arm("failed", "post", 0, layers=deep), expect="less",
+           controls=[trains("pre", deep, 0), postln_fails]),
       dict(id="preln_warmup", claim="pre-LN trains as well without warmup as with it (parity)",
            paper="Pre-LN reaches comparable results without warmup (Xiong et al.)",
            a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "pre"), expect="less",
@@ -154,18 +177,20 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       # Xiong et al.'s figure 3: at init, post-LN's W_2 gradient norm grows towards the output
       # while pre-LN's stays level: the last layer's norm over the first's, per seed.
       dict(id="xiong_postln_grows", claim=f"at initialization, post-LN's FFN W_2 gradient norm "
-           f"grows towards the output (layer {deep} over layer 1 > 1)",
+           f"grows towards the output (layer {deep} over layer 1 > 1){init_note}",
            paper="grows with the layer index (Xiong et al. figure 3)",
-           a=arm(grad_ratio, "post", layers=deep), b={"value": 1.0}, expect="greater"),
-      dict(id="xiong_preln_level", claim=f"at initialization, pre-LN's FFN W_2 gradient norm does "
-           f"not fall towards the output (layer {deep} over layer 1 >= 1)",
-           paper="level across layers (Xiong et al. figure 3)",
-           a=arm(grad_ratio, "pre", layers=deep), b={"value": 1.0}, expect="greater"),
-      dict(id="xiong_relative", claim=f"at initialization, the layer-{deep}-over-layer-1 ratio of "
-           f"the FFN W_2 gradient norm is larger for post-LN than for pre-LN",
-           paper="post-LN grows, pre-LN level (Xiong et al. figure 3)",
-           a=arm(grad_ratio, "post", layers=deep), b=arm(grad_ratio, "pre", layers=deep),
+           a=arm(grad_ratio, "post", layers=deep, init=grad_init), b={"value": 1.0},
            expect="greater"),
+      dict(id="xiong_preln_level", claim=f"at initialization, pre-LN's FFN W_2 gradient norm does "
+           f"not fall towards the output (layer {deep} over layer 1 >= 1){init_note}",
+           paper="level across layers (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "pre", layers=deep, init=grad_init), b={"value": 1.0},
+           expect="greater"),
+      dict(id="xiong_relative", claim=f"at initialization, the layer-{deep}-over-layer-1 ratio of "
+           f"the FFN W_2 gradient norm is larger for post-LN than for pre-LN{init_note}",
+           paper="post-LN grows, pre-LN level (Xiong et al. figure 3)",
+           a=arm(grad_ratio, "post", layers=deep, init=grad_init),
+           b=arm(grad_ratio, "pre", layers=deep, init=grad_init), expect="greater"),
   ]
 
 
@@ -193,23 +218,32 @@ def get_config(scale=None):
 def get_sweep(scale=None):
   grid = GRID[_lm.check_scale(scale, "norm.py")]
   w, first = grid["warmup"], grid["layers"][:1]
+  seeds = grid["seeds"]
+  few = grid.get("few_seeds", seeds)  # arms no claim reads: the figures only
+  xavier = grid.get("xavier", XAVIER)
 
-  def arms(**axes):  # every point names every arm key, so each table row reads on its own
+  def arms(arm_seeds=seeds, **axes):  # every point names every arm key: a row reads on its own
     full = {"model.norm_placement": ("pre",), "model.norm": ("layernorm",),
             "model.qk_norm": ("none",), "model.init": ("normal",),
             "model.num_layers": grid["layers"], "optimizer.lr": grid["lr"],
             "optimizer.warmup_steps": (w,)}
     full.update(axes)
-    return sweep.product({**full, "seed": grid["seeds"]})
+    return sweep.product({**full, "seed": arm_seeds})
 
-  return (arms(**{"model.norm_placement": ("pre", "post", "sandwich", "deepnorm"),
-                  "optimizer.warmup_steps": (0, w)})
-          + arms(**{"model.norm": ("rmsnorm",), "model.norm_placement": ("pre", "post")})
-          + arms(**{"model.qk_norm": ("rmsnorm",), "model.norm_placement": ("pre", "post"),
-                    "model.num_layers": first})
-          + arms(**{"model.init": ("xavier_uniform",), "model.norm_placement": ("post",),
-                    "model.num_layers": first, "optimizer.warmup_steps": (0, w)})
-          + (arms(**{"model.norm_placement": ("pre", "post"), "model.num_layers": first,
+  placement = "model.norm_placement"
+  return (arms(**{placement: ("pre", "post"), "optimizer.warmup_steps": (0, w)})
+          + arms(**{placement: ("sandwich", "deepnorm"), "optimizer.warmup_steps": (0,)})
+          + arms(few, **{placement: ("sandwich", "deepnorm")})
+          + arms(grid.get("rms_seeds", seeds), **{"model.norm": ("rmsnorm",), placement: ("pre",)})
+          + arms(few, **{"model.norm": ("rmsnorm",), placement: ("post",)})
+          + (arms(**{"model.qk_norm": ("rmsnorm",), placement: ("pre", "post"),
+                     "model.num_layers": first}) if grid.get("qk_norm", True) else [])
+          + arms(few, **{"model.init": ("xavier_uniform",), placement: xavier["placements"],
+                         "model.num_layers": first if xavier["layers"] == "first"
+                         else grid["layers"],
+                         "optimizer.warmup_steps": tuple(w if x == "W" else x
+                                                         for x in xavier["warmups"])})
+          + (arms(**{placement: ("pre", "post"), "model.num_layers": first,
                      "optimizer.lr": (grid["high_lr"],), "optimizer.warmup_steps": (0, w)})
              if grid["high_lr"] else []))
 
