@@ -2,19 +2,22 @@
 RMSNorm, QK-norm, learning-rate warmup and Xavier init, at two depths (Xiong et al. 2020; Zhang &
 Sennrich 2019; Wang et al. 2022; Vaswani et al. 2017).
 
-The points are the union of five grids around one baseline (get_config: the char LM, pre-LN
+The points are the union of grids around one baseline (get_config: the char LM, pre-LN
 LayerNorm, N(0, 0.02) init, no QK-norm), at the scale's main learning rate(s), depths and seeds:
   placement  model.norm_placement {pre, post, sandwich, deepnorm} x warmup {0, W} (LayerNorm)
   rmsnorm    model.norm=rmsnorm x {pre, post} x warmup W: pairs with the placement grid's
              LayerNorm points at the same settings
-  qk_norm    model.qk_norm=rmsnorm x {pre, post} x warmup W at the first depth
-  xavier     model.init=xavier_uniform x post x warmup {0, W} at the first depth (the original
-             Transformer's init; Xiong et al.'s figure 3 uses it)
-  high lr    {pre, post} x warmup {0, W} at the first depth and a learning rate ~3-10x the main
-             one (smoke, medium): where pre-LN still trains and post-LN does not
-Scales: smoke depths 2 / 4, 150 steps, W = 40, lr 3e-3 (high 3e-2), 2 seeds; medium depths 6 / 12,
-600 steps, W = 60 (10%), lr 3e-3 (high 1e-2), 3 seeds; full depths 6 / 12, 3000 steps, W = 300,
-lr 3e-4 / 1e-3 / 3e-3 (the loss-vs-lr grid), 3 seeds.
+  qk_norm    model.qk_norm=rmsnorm x {pre, post} x warmup W at the first depth (smoke, full)
+  xavier     model.init=xavier_uniform (the original Transformer's init; Xiong et al. analyse
+             it): post x warmup {0, W} at the first depth (smoke, full); pre and post x warmup W
+             at depth 12, the arms of the gradient-norm claims (medium)
+  high lr    {pre, post} x warmup {0, W} at the first depth and a learning rate 10x the main
+             one (smoke): where pre-LN still trains and post-LN does not
+Scales: smoke depths 2 / 4, 150 steps, W = 40, lr 3e-3 (high 3e-2), 2 seeds; medium (the setting
+where the post-LN-with-warmup control can pass, chosen by pilots) depth 12 only, 600 steps,
+W = 150, lr 2e-3, 8 seeds for the claims' arms (5 for RMSNorm, 3 for the arms only figures and
+the init-only gradient claims read), no QK-norm or high-lr arms, Xavier arms for pre and post;
+full depths 6 / 12, 3000 steps, W = 300, lr 3e-4 / 1e-3 / 3e-3 (the loss-vs-lr grid), 3 seeds.
 
 Reported per point: final eval loss; divergence; failure (diverged, or a final eval loss not at
 least 0.1 nats below `unigram/loss`, the loss of predicting every character from the training
@@ -201,7 +204,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 56 smoke, 84 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
+  Points: 56 smoke, 68 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
   line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """

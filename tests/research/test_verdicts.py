@@ -290,3 +290,46 @@ def test_mrr_of_two_arms_both_at_the_floor_past_n_is_untestable():
   testable = verdicts.verdict(rows, {**claim, "b": claim["a"], "a": {
       "model.position": "none", "metric": "mrr"}})
   assert testable["word"] == "reproduced", testable
+
+
+def _accuracy_rows(accuracies: dict) -> list:
+  return [{"overrides": {"model.attention_kind": arm, "seed": s}, "status": "done",
+           "metrics": {"eval/accuracy": value}}
+          for arm, values in accuracies.items() for s, value in enumerate(values)]
+
+
+ACCURACY = {"a": {"model.attention_kind": "local", "metric": "eval/accuracy"},
+            "b": {"model.attention_kind": "softmax", "metric": "eval/accuracy"},
+            "expect": "less", "failure": {"metric": "eval/accuracy", "below": 0.24}}
+
+
+def test_a_declared_failure_rule_judges_a_bimodal_accuracy_claim_by_counts():
+  # local fails (at the 0.19 floor) in 5 of 6 seeds, softmax in none: "local is below softmax"
+  # in accuracy is "local fails more often": Fisher's two-sided p = 2 * 6 / C(12, 5) = 0.0152;
+  # the direction flips to 'greater' on failure fractions.
+  rows = _accuracy_rows({"local": (0.19,) * 5 + (0.36,), "softmax": (0.36, 0.37, 0.35) * 2})
+  result = verdicts.verdict(rows, ACCURACY)
+  assert result["kind"] == "count", result
+  assert "bimodal (5 of 12 seeds below eval/accuracy 0.24)" in result["why"], result
+  assert result["delta"] == pytest.approx(5 / 6) and result["word"] == "reproduced", result
+  assert result["p"] == pytest.approx(2 * 6 / math.comb(12, 5)), result
+  # Without a failed seed the claim is Welch's t on the accuracies, in the claim's direction.
+  trained = _accuracy_rows({"local": (0.30, 0.31, 0.29), "softmax": (0.36, 0.37, 0.35)})
+  result = verdicts.verdict(trained, ACCURACY)
+  assert result["kind"] == "mean" and result["delta"] == pytest.approx(-0.06), result
+  assert result["word"] == "reproduced", result
+  # A non-finite accuracy is a failure too.
+  assert verdicts._failures(_accuracy_rows({"x": (math.nan, 0.3)}), None,  # pylint: disable=protected-access
+                            ACCURACY["failure"]) == 1
+
+
+def test_an_every_seed_control_fails_on_one_bad_seed_that_the_mean_hides():
+  # softmax's mean (0.316) clears 0.24 but seed 2 (0.217) does not learn.
+  rows = _accuracy_rows({"softmax": (0.367, 0.363, 0.217), "local": (0.36, 0.37, 0.36)})
+  control = {"where": {"model.attention_kind": "softmax"}, "metric": "eval/accuracy",
+             "min": 0.24, "what": "softmax learns in every seed"}
+  assert verdicts.check_conditions(rows, [control]) is None  # on the seed mean
+  why = verdicts.check_conditions(rows, [{**control, "every_seed": True}])
+  assert why.startswith("softmax learns in every seed fails") and "0.22" in why, why
+  ok = _accuracy_rows({"softmax": (0.367, 0.363, 0.35)})
+  assert verdicts.check_conditions(ok, [{**control, "every_seed": True}]) is None

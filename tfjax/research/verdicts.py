@@ -12,6 +12,8 @@ and a metric, and names the direction the paper reports:
    'controls': [condition, ...]  positive controls: the paper's own reference behaviour at this
                                  setting (e.g. post-LN with warmup trains); see `check_conditions`,
    'bounds': (floor, ceiling)    of the metric, where not in BOUNDS;
+   'failure': {'metric': m, 'below': x}  a seed whose m is below x (or not finite) failed: the
+                                 claim is bimodal when one did, as a loss claim with a failed seed;
    b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
 THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's claims):
@@ -67,7 +69,10 @@ RULE_TEXT = (
     "reciprocal ranks (length generalization): per-seed MRR, Δ and se as for losses, p from the "
     "exact permutation test (ranks take few values and can agree in every seed). A "
     "loss-like claim whose arms include a failed or diverged seed is bimodal and is judged by "
-    "its failure counts instead of by Welch's t on the losses. **Multiple comparisons:** the p "
+    "its failure counts instead of by Welch's t on the losses; so is a claim on another metric "
+    "that declares what a failed seed is (ListOps: accuracy less than 0.05 above the "
+    "majority-class floor) when one fails. A control may hold in every seed rather than on the "
+    "seed mean (ListOps: the Transformer learns in every seed). **Multiple comparisons:** the p "
     "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
     f"the words use the adjusted p. Then, in this order: *untestable here*, with the reason, "
     f"when a precondition or a declared positive control fails (the paper's reference "
@@ -149,8 +154,10 @@ def check_conditions(rows: Sequence[dict], conditions: Sequence[Mapping],
   """None when every condition holds, else the first failing one as text.
 
   A condition {'where': {override: value}, 'metric': m, 'min': x and/or 'max': y, 'what': text,
-  optional 'min_n': n, 'any': bool} holds when every arm matching `where` (at least one must)
-  has a seed-mean of m within [x, y]; with 'any', when at least one arm does. With 'min_n', m is
+  optional 'min_n': n, 'any': bool, 'every_seed': bool} holds when every arm matching `where` (at
+  least one must) has a seed-mean of m within [x, y]; with 'any', when at least one arm does;
+  with 'every_seed', an arm's value is its worst seed (e.g. the reference trains in every
+  seed, not on average). With 'min_n', m is
   a family (m@N) and an arm's value is its best seed-mean over N >= min_n (e.g. "some arm
   generalizes past the training length")."""
   for cond in conditions:
@@ -162,6 +169,10 @@ def check_conditions(rows: Sequence[dict], conditions: Sequence[Mapping],
       return f"{prefix}{cond['what']}: no finished run"
     lo, hi = cond.get("min", -math.inf), cond.get("max", math.inf)
     value = {label: _arm_value(m, cond["metric"], cond.get("min_n")) for label, m in arms.items()}
+    if cond.get("every_seed"):  # the seed farthest outside [lo, hi] stands for its arm
+      value = {label: min((metric_value(r["metrics"], cond["metric"]) for r in m),
+                          key=lambda v: -max(lo - v, v - hi) if math.isfinite(v) else -math.inf)
+               for label, m in arms.items()}
     failing = {label: v for label, v in value.items() if not lo <= v <= hi}
     if (len(failing) == len(value)) if cond.get("any") else failing:
       bound = " and ".join(b for b in (f">= {lo:g}" if cond.get("min") is not None else "",
@@ -200,9 +211,16 @@ def _failure_metric(members: Sequence[dict]) -> Optional[str]:
   return next((m for m in FAILURE_METRICS if any(m in r["metrics"] for r in members)), None)
 
 
-def _failures(members: Sequence[dict], metric: Optional[str]) -> int:
-  return sum(r["status"] == "diverged" or (metric is not None and r["metrics"].get(metric) == 1)
-             for r in members)
+def _failures(members: Sequence[dict], metric: Optional[str],
+              rule: Optional[Mapping] = None) -> int:
+  """Failed seeds: diverged, or `metric` = 1, or (with a claim's 'failure' rule) its metric below
+  the rule's threshold or not finite."""
+  def failed(r):
+    if rule:
+      value = metric_value(r["metrics"], rule["metric"])
+      return not (isinstance(value, (int, float)) and value >= rule["below"])
+    return metric is not None and r["metrics"].get(metric) == 1
+  return sum(r["status"] == "diverged" or failed(r) for r in members)
 
 
 def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, dict]:
@@ -266,21 +284,27 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     return _raw_mrr(rows, claim)
   kind, notes = claim.get("kind", "mean"), []
   a, b = _finished(rows, claim["a"]), _finished(rows, claim["b"])
-  if kind == "mean" and _lower_is_better(claim["a"]["metric"]):
-    failure = _failure_metric(a + b)
-    k = _failures(a + b, failure)
+  rule = claim.get("failure")
+  if kind == "mean" and (rule or _lower_is_better(claim["a"]["metric"])):
+    failure = None if rule else _failure_metric(a + b)
+    k = _failures(a + b, failure, rule)
     if k:
       kind = "count"
-      notes.append(f"bimodal ({k} of {len(a) + len(b)} seeds {failure or 'diverged'}): judged "
-                   "by failure counts, not by the mean loss")
+      failed = (f"below {rule['metric']} {rule['below']:.3g}" if rule
+                else failure or "diverged")
+      notes.append(f"bimodal ({k} of {len(a) + len(b)} seeds {failed}): judged by failure "
+                   f"counts, not by the mean {'loss' if not rule else rule['metric']}")
   bounds = None
   if kind == "count":
     metric = claim["a"]["metric"] if claim.get("kind") == "count" else _failure_metric(a + b)
     n_a, n_b = len(a), len(b)
-    stats = (fisher(_failures(a, metric), n_a, _failures(b, metric), n_b)
+    stats = (fisher(_failures(a, metric, rule), n_a, _failures(b, metric, rule), n_b)
              if n_a and n_b else None)
-    # A bimodal loss claim keeps its direction: lower loss <-> fewer failures.
+    # A bimodal loss claim keeps its direction: lower loss <-> fewer failures. Of a
+    # higher-is-better metric (accuracy), a lower value <-> more failures.
     expect = claim["expect"]
+    if rule and not _lower_is_better(rule["metric"]):
+      expect = {"less": "greater", "greater": "less"}[expect]
   else:
     va = values(rows, claim["a"])
     if "value" in claim["b"]:  # a against a fixed number (one-sample t): b is that number
