@@ -13,7 +13,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Which subpackages each layer may import (besides itself and the standard/third-party libraries).
 ALLOWED = {"nn": set(), "runtime": {"nn"}, "data": {"nn", "runtime"},
            "inference": {"nn", "runtime", "data"},
-           "training": {"nn", "runtime", "data", "inference"},
+           "training": {"nn", "runtime", "data", "inference", "modalities"},  # tfjax-params
            "research": {"nn", "runtime", "data", "inference", "training"},
            "hf": {"nn", "runtime", "data", "inference", "training"},
            "aot": {"nn", "runtime", "data", "inference", "training"},

@@ -5,7 +5,9 @@ FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan 
 tfjax/training/memory_plan.py.
 Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
 on a laptop) and are checked against `analytic_count`, a closed-form count from the config alone.
-The last line printed is `total: N`.
+The last line printed is `total: N`. The modality configs (configs/vit_synthetic.py, clip_,
+whisper_, funnel_: tfjax/modalities) get the same breakdown from their own model's init shapes
+(`modality_report`); the memory plan below covers the text families only.
 
   python -m tfjax.params --config=configs/NAME.py --mesh=DATA,FSDP,TENSOR [--seq_len=L]
 
@@ -136,13 +138,58 @@ def lookup_only_count(cfg: ModelConfig) -> int:
   return n
 
 
+def _format(counts: dict) -> str:
+  total = sum(counts.values())
+  width = max(len(c) for c in CATEGORIES)
+  lines = [f"{name:<{width}}  {n:>15,}  {100 * n / total:5.1f}%" for name, n in counts.items()]
+  lines.append(f"total: {total}")
+  return "\n".join(lines)
+
+
 def report(cfg: ModelConfig) -> str:
   counts = count_by_category(cfg)
   total = sum(counts.values())
   expected = analytic_count(cfg)
   if total != expected:  # Would mean a module and the architecture description disagree.
     raise AssertionError(f"module count {total:,} != analytic count {expected:,}")
-  width = max(len(c) for c in CATEGORIES)
-  lines = [f"{name:<{width}}  {n:>15,}  {100 * n / total:5.1f}%" for name, n in counts.items()]
-  lines.append(f"total: {total}")
-  return "\n".join(lines)
+  return _format(counts)
+
+
+# The modality models (ViTConfig, CLIPConfig, WhisperConfig, FunnelConfig: tfjax/nn/vision.py,
+# clip.py, audio.py, funnel.py) are not ModelConfig families. Their input front-ends (patch and
+# conv projections, [CLS], position and token tables) count as embeddings; the named heads as
+# the output head. A parameter in neither set nor a block is refused (a new name needs a place).
+_FRONT_END = frozenset({"tokens", "positions", "decoder_positions", "cls_token", "patch_embed",
+                        "conv1", "conv2"})
+_HEADS = frozenset({"classifier", "classifier_hidden", "visual_projection", "text_projection",
+                    "logit_scale", "mlm_bias"})
+
+
+def _modality_category(path) -> str:
+  names = [str(p) for p in path]
+  if any(n.endswith("norm") for n in names):
+    return "norms"
+  if any(n in ("self_attention", "cross_attention", "attention") for n in names):
+    return "attention"  # Funnel's relative attention is `attention`
+  if "ffn" in names:
+    return "ffn"
+  if _FRONT_END & set(names):
+    return "embeddings"
+  if names[0] in _HEADS:
+    return "output head"
+  raise AssertionError(f"parameter {'/'.join(names)} has no category: add it to params.py")
+
+
+def modality_count_by_category(shapes) -> dict:
+  """Per-category counts of a modality model's parameter tree of ShapeDtypeStructs, e.g.
+  `jax.eval_shape(task.init, key)["params"]` of a tfjax/modalities task (no arrays)."""
+  counts = collections.OrderedDict((c, 0) for c in CATEGORIES)
+  for path, leaf in traverse_util.flatten_dict(nn.meta.unbox(shapes)).items():
+    counts[_modality_category(path)] += int(np.prod(leaf.shape))
+  return counts
+
+
+def modality_report(shapes) -> str:
+  """report()'s breakdown for a modality model (checked against transformers' models in
+  tests/training/test_params_modalities.py; there is no analytic_count for these)."""
+  return _format(modality_count_by_category(shapes))

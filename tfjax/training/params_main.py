@@ -1,14 +1,18 @@
 """`tfjax-params` / `python -m tfjax.params --config=configs/NAME.py [--mesh=D,F,T] [--seq_len=L]`:
 the parameter breakdown of tfjax/training/params.py (last line `total: N`) and, with --mesh, the
-per-device memory plan of tfjax/training/memory_plan.py before that line."""
+per-device memory plan of tfjax/training/memory_plan.py before that line. A modality config
+(config.task vit, clip, whisper or funnel: tfjax/modalities) prints its model's breakdown; the
+memory plan does not cover those models (its activation terms are the text families')."""
 
 from __future__ import annotations
 
 import sys
 
+import jax
 from absl import flags
 
 from tfjax.data import datasets
+from tfjax.modalities import tasks as modality_tasks
 from tfjax.training import cli, experiment, memory_plan, params, sharding, tasks
 from tfjax.training.optimizer import make_optimizer
 
@@ -32,7 +36,20 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
   return sizes
 
 
+def _print_modality(config, mesh: str | None, seq_len: int | None) -> None:
+  if mesh or seq_len:
+    raise ValueError(f"--mesh/--seq_len: the memory plan covers the text families only, not "
+                     f"config.task={config.task!r} (a tfjax/modalities model); drop --mesh and "
+                     "--seq_len for its parameter count")
+  # The task checks the config and initializes the model as train_modality.py does.
+  task = modality_tasks.build(config)
+  print(params.modality_report(jax.eval_shape(task.init, jax.random.PRNGKey(0))["params"]))
+
+
 def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
+  if config.get("task") in modality_tasks.TASKS:
+    _print_modality(config, mesh, seq_len)
+    return
   dataset = None
   # a char/BPE vocabulary is known once the text is read
   text_data = config.data.name in datasets.TEXT_DATASETS and config.data.tokenizer != "byte"
