@@ -1,4 +1,4 @@
-"""`python -m tfjax.params` on the modality configs (configs/{vit,clip,whisper,funnel}_synthetic.py):
+"""`python -m tfjax.params` on configs/{vit,clip,whisper,funnel}_synthetic.py (the modality models):
 the total against the parameter count of the equivalent transformers model built on CPU from the
 config file's sizes (no weights downloaded), ViT's categories against a closed form, the command
 line's last line, and the clear error for --mesh."""
