@@ -376,9 +376,9 @@ def _masked_greedy(cfg, params, x, prompt, steps):
 def test_whisper_greedy_decoding_equals_transformers_generate(tmp_path):
   """From the released prompt (decoder_start_token_id then forced_decoder_ids, which generate
   reads from the config): tfjax's greedy_decode gives generate's tokens with the suppress lists
-  off (they are generation-time masks, which greedy_decode does not apply), and greedy decoding
-  over tfjax's logits with the released masks gives generate's tokens with every released
-  generation field. The suppressed tokens' embedding rows (tied to the output layer) are scaled
+  off, and with the released lists passed (suppress_tokens, begin_suppress_tokens) generate's
+  tokens with every released generation field, as does a NumPy-masked greedy loop over tfjax's
+  logits written in this test. The suppressed tokens' embedding rows (tied to the output layer) are scaled
   by 4 so that without the masks the argmax picks some of them: the masks change the tokens."""
   masked = sorted(set(SUPPRESS) | set(WHISPER_FIELDS["begin_suppress_tokens"]))
 
@@ -399,7 +399,14 @@ def test_whisper_greedy_decoding_equals_transformers_generate(tmp_path):
   assert len(set(map(tuple, want["unmasked"]))) > 1  # rows differ: the encoder output is read
   np.testing.assert_array_equal(got[:, 4:4 + want["unmasked"].shape[1]], want["unmasked"])
   assert np.isin(got[:, 4:], SUPPRESS).any()  # without the masks a suppressed token wins
-  got = _masked_greedy(cfg, params, x, prompt, steps)
-  assert not np.isin(got[:, 4:], SUPPRESS).any()
-  assert not np.isin(got[:, 4], WHISPER_FIELDS["begin_suppress_tokens"]).any()
+  reference = _masked_greedy(cfg, params, x, prompt, steps)
+  assert not np.isin(reference[:, 4:], SUPPRESS).any()
+  assert not np.isin(reference[:, 4], WHISPER_FIELDS["begin_suppress_tokens"]).any()
+  np.testing.assert_array_equal(reference[:, 4:4 + want["released"].shape[1]], want["released"])
+  # greedy_decode given the released lists: generate's tokens with every released field.
+  got = np.asarray(audio.greedy_decode(
+      cfg, params, x, steps, prompt, suppress_tokens=SUPPRESS,
+      begin_suppress_tokens=WHISPER_FIELDS["begin_suppress_tokens"]))
   np.testing.assert_array_equal(got[:, 4:4 + want["released"].shape[1]], want["released"])
+  with pytest.raises(ValueError, match="suppress_tokens .* are not token ids"):
+    audio.greedy_decode(cfg, params, x, steps, prompt, suppress_tokens=[cfg.vocab_size])

@@ -142,12 +142,25 @@ class Whisper(nn.Module):
 
 
 def greedy_decode(config: WhisperConfig, params, features_BxTxM, max_new_tokens: int,
-                  prompt_BxP=None):
+                  prompt_BxP=None, suppress_tokens=(), begin_suppress_tokens=()):
   """Greedy tokens [B, P + max_new_tokens] from the prompt (default: decoder_start_id); a row
   that emitted eos_id continues with eos_id, as transformers' generate pads finished rows.
 
+  `suppress_tokens` are never generated and `begin_suppress_tokens` not as the first new token
+  (transformers' SuppressTokens / SuppressTokensAtBegin processors): pass a released model's
+  generation lists to get its `generate` tokens.
+
   Each step reruns the decoder over a fixed-length buffer: the causal mask keeps position t
   blind to the later (placeholder) positions, so one compiled program serves every step."""
+  for name, ids in (("suppress_tokens", suppress_tokens),
+                    ("begin_suppress_tokens", begin_suppress_tokens)):
+    bad = [i for i in ids if not 0 <= int(i) < config.vocab_size]
+    if bad:
+      raise ValueError(f"{name} {bad} are not token ids of the vocabulary "
+                       f"(0..{config.vocab_size - 1})")
+  banned_V = jnp.zeros((config.vocab_size,), bool).at[jnp.asarray(
+      list(suppress_tokens), jnp.int32)].set(True)
+  banned_first_V = banned_V.at[jnp.asarray(list(begin_suppress_tokens), jnp.int32)].set(True)
   model = Whisper(config)
   batch = features_BxTxM.shape[0]
   if prompt_BxP is None:
@@ -165,7 +178,9 @@ def greedy_decode(config: WhisperConfig, params, features_BxTxM, max_new_tokens:
   def step(t, state):
     buffer, done = state
     logits = model.apply({"params": params}, encoded, buffer, method=Whisper.decode)
-    token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, t - 1, axis=1, keepdims=False), -1)
+    logits_BxV = jax.lax.dynamic_index_in_dim(logits, t - 1, axis=1, keepdims=False)
+    banned = jnp.where(t == start, banned_first_V, banned_V)
+    token = jnp.argmax(jnp.where(banned, -jnp.inf, logits_BxV), -1)
     token = jnp.where(done, config.eos_id, token).astype(jnp.int32)
     buffer = jax.lax.dynamic_update_slice_in_dim(buffer, token[:, None], t, axis=1)
     return buffer, done | (token == config.eos_id)
