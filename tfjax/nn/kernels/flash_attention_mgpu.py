@@ -15,20 +15,36 @@ It returns the output [B, L, H, D] and the natural-log log-sum-exp [B, H, L] in 
 residuals the Triton backward (flash_attention.py) recomputes the probabilities from, so this is
 a drop-in forward of the same custom VJP.
 
-Both consumers run the same number of kv steps, so their barrier arrivals stay in lockstep: under
-the causal rule that count is the one of the tile's last row, and each consumer masks the blocks
-that cross its diagonal (a row's extra, fully masked block adds exactly zero, since every row has
-already met key 0). Blocks entirely left of the tile's first row skip the mask. The producer
-waits for every release before it exits, so each barrier phase is observed.
+Masks, ALiBi and dropout are applied by the consumers in registers, with the rules of the
+Triton forward: the bias -slope |i - j| on every step; the causal / window / segment-id masks on
+the steps not known to be fully visible; dropout drops P (not l) with dropout_hash.keep of
+(batch, query head, query, key), so the Triton backward regenerates the same mask, and O is
+scaled by 1 / (1 - rate) once at the end; lse stays the undropped one. Segment ids (which also
+hide padding: id 0) come from global memory in the WGMMA row / column layouts; a row that sees
+no key writes 0 and lse +inf, as the Triton forward does.
+
+Both consumers run the same kv steps, so their barrier arrivals stay in lockstep: the program's
+range of key blocks (_blocks.kv_block_range at 2 * block_q rows, the Triton kernels' rule):
+causal, up to the diagonal of the tile's last row; with a window, from the first block the tile's
+first row can see. A consumer's extra blocks add exactly zero: past its diagonal every row has
+already met a visible key (exp2(MASK - m) = 0), and before its window a row has met none, so
+its first visible key's alpha = exp2(MASK - m) = 0 erases what the masked keys added. Blocks
+fully visible to every row of the tile skip the mask (none with segment ids). The producer
+streams the same range (block j in slot j % stages) and waits for every release before it
+exits, so each barrier phase is observed.
 
 `interpret=` Mosaic GPU's interpret parameters run the same program on CPU (tests): shared memory,
-TMA copies, barriers and warpgroups are simulated; as the interpreter has no layout casts and its
-wgmma takes no transposed or register operands, the two products are plain dots there.
+TMA copies, barriers and warpgroups are simulated; as the interpreter has no layout casts, no
+plgpu.load and its wgmma takes no transposed or register operands, the two products are plain
+dots and the id loads plain reads there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads (query head h reads
-kv head h // G); non-causal, or causal with q_len == kv_len; q_len a multiple of 2 * block_q and
-kv_len of block_kv; no ALiBi, segment ids, padding masks or window. Everything else is routed to
-the Triton forward by the caller (flash_attention.py).
+kv head h // G); non-causal, or causal with q_len == kv_len, with or without a sliding window;
+segment ids (padding masks), ALiBi slopes and dropout, alone or together; q_len a multiple of
+2 * block_q and kv_len of block_kv. Everything else (and the end-aligned causal offset) is
+routed to the Triton forward by the caller (flash_attention.py). No logit softcap: the pallas
+entry has none (softcap runs in 'xla'). Implemented, interpreted and compiled for sm_90a on
+CPU; the masked, ALiBi and dropout paths are not yet timed on a GPU.
 """
 
 from __future__ import annotations
@@ -126,8 +142,11 @@ def _kv_range(cfg: _blocks.BlockConfig, tile, tiling: MosaicTiling, kv_len: int)
   if not cfg.causal:  # static: every block, all masked with segment ids
     num_blocks = kv_len // tiling.block_kv
     return 0, num_blocks, 0, (0 if cfg.has_segments else num_blocks)
-  return _blocks.kv_block_range(cfg, tile, CONSUMERS * tiling.block_q, tiling.block_kv,
-                                kv_len // tiling.block_kv)
+  lo, hi, full_lo, full_hi = _blocks.kv_block_range(
+      cfg, tile, CONSUMERS * tiling.block_q, tiling.block_kv, kv_len // tiling.block_kv)
+  if cfg.window is None:  # causal: from block 0, static (no empty loop is emitted before it)
+    lo = full_lo = 0
+  return lo, hi, full_lo, full_hi
 
 
 def _empty(lo, hi) -> bool:
@@ -135,22 +154,22 @@ def _empty(lo, hi) -> bool:
   return isinstance(lo, int) and isinstance(hi, int) and lo >= hi
 
 
-def _mask_bias_dropout(cfg, refs, s_BqxBk, *, q_ids_Bq, kv_block, row_start, tiling, iota,
-                       interpret, masked):
+def _mask_bias_dropout(cfg, refs, s_BqxBk, *, q_ids_Bq, slope, dropout_key, kv_block, row_start,
+                       tiling, iota, interpret, masked):
   """The tile rules of the Triton forward on base-2 logits s [bq, bk]: the ALiBi bias (every
-  step), the causal / window / segment masks (steps not known fully visible), and the dropout
-  keep mask (every step; None without dropout), all from positions and ids in registers."""
+  step; `slope` in base-2 units), the causal / window / segment masks (steps not known fully
+  visible), and the dropout keep mask (every step; None without dropout), all from positions
+  and ids in registers."""
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-  batch, head = lax.axis_index("batch"), lax.axis_index("head")
+  batch = lax.axis_index("batch")
   block_kv = tiling.block_kv
   kv_start = kv_block * block_kv
   need_pos = cfg.has_alibi or cfg.dropout_rate or (masked and cfg.causal)
-  if need_pos:  # indices in the (unpadded-at-the-front) sequences, as dropout_hash counts them
+  if need_pos:  # query and key indices in their sequences (what dropout_hash counts)
     q_idx = iota(s_BqxBk.shape, 0) + row_start
     kv_idx = iota(s_BqxBk.shape, 1) + kv_start
     rel = q_idx + cfg.offset - kv_idx  # i - j with the end-aligned query positions
-  if cfg.has_alibi:  # -slope |i - j| in the logits' base-2 units
-    slope = refs.slopes[batch, head] * LOG2_E
+  if cfg.has_alibi:  # -slope |i - j|
     s_BqxBk = s_BqxBk - slope * jnp.abs(rel).astype(F32)
   if masked:
     visible = None
@@ -170,7 +189,7 @@ def _mask_bias_dropout(cfg, refs, s_BqxBk, *, q_ids_Bq, kv_block, row_start, til
       s_BqxBk = jnp.where(visible, s_BqxBk, MASK_LOGIT)
   keep = None
   if cfg.dropout_rate:
-    keep = dropout_hash.keep(refs.keys[batch, head], q_idx, kv_idx, cfg.dropout_rate)
+    keep = dropout_hash.keep(dropout_key, q_idx, kv_idx, cfg.dropout_rate)
   return s_BqxBk, keep
 
 
@@ -196,6 +215,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
     q_ids = (batch, pl.ds(row_start, block_q))
     q_ids_Bq = (refs.q_ids[q_ids] if interpret is not None else plgpu.load(
         refs.q_ids, q_ids, layout=plgpu.Layout.WGMMA.reduce(1), optimized=False))
+  # Per-(batch, head) scalars, read once: the slope in the logits' base-2 units, the hash key.
+  slope = refs.slopes[batch, head] * LOG2_E if cfg.has_alibi else None
+  dropout_key = refs.keys[batch, head] if cfg.dropout_rate else None
   plgpu.barrier_wait(q_ready.at[wg])
   pingpong = tiling.pingpong
 
@@ -227,8 +249,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
     s_BqxBk = s_BqxBk * logit_scale
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
     s_BqxBk, keep_BqxBk = _mask_bias_dropout(
-        cfg, refs, s_BqxBk, q_ids_Bq=q_ids_Bq, kv_block=kv_block, row_start=row_start,
-        tiling=tiling, iota=iota, interpret=interpret, masked=masked)
+        cfg, refs, s_BqxBk, q_ids_Bq=q_ids_Bq, slope=slope, dropout_key=dropout_key,
+        kv_block=kv_block, row_start=row_start, tiling=tiling, iota=iota, interpret=interpret,
+        masked=masked)
     m_new_Bq = jnp.maximum(m_Bq, s_BqxBk.max(axis=1))
     # A row that has met only masked keys keeps m = MASK_LOGIT and counts them in l; its first
     # visible key makes alpha exactly 0 and erases that (rows that never meet one: below).
