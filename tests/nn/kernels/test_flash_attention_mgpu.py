@@ -1,11 +1,11 @@
 """The Mosaic GPU flash-attention forward (tfjax/nn/kernels/flash_attention_mgpu.py).
 
 Here (CPU): which calls reach it (`gpu_forward` routing, traced, not run); the kernel run by
-Mosaic GPU's interpreter (its warpgroups, TMA ring, barriers, causal blocks and lse, with plain
-dots standing in for wgmma) against NumPy; with the CUDA plugin, that it lowers and compiles for
-H100 forward and backward (`aot_gpu`). On a Hopper GPU
-(`gpu`): output, log-sum-exp and gradients through the shared custom VJP against xla / an fp32
-reference in bf16, over seeds and shapes.
+Mosaic GPU's interpreter (its warpgroups, TMA ring, barriers, causal and window blocks, segment
+ids, ALiBi, dropout and lse, with plain dots standing in for wgmma) against NumPy and xla; with
+the CUDA plugin, that it lowers and compiles for H100 forward and backward, plain and masked
+(`aot_gpu`). On a Hopper GPU (`gpu`): output, log-sum-exp and gradients through the shared
+custom VJP against xla / an fp32 reference in bf16, over seeds, shapes, masks, ALiBi, dropout.
 """
 import importlib
 import importlib.util
@@ -374,6 +374,33 @@ def test_gpu_mosaic_entry_matches_xla_with_gradients(case, monkeypatch):
   out, grads = value_and_grads(pallas, q, k, v, d_out, dict(causal=causal))
   ref_out, ref_grads = value_and_grads(ops.dot_product_attention, q, k, v, d_out,
                                        dict(causal=causal))
+  assert_close(out, ref_out, 1.5e-2, f"out {case}")
+  for name, g, ref in zip("qkv", grads, ref_grads):
+    assert_close(g, ref, 2e-2, f"d{name} {case}")
+
+
+def _masked_gpu_cases():
+  ids = np.repeat([[1, 2, 0]], [700, 300, 24], axis=1).repeat(2, axis=0)  # packed + padding
+  return [(64, dict(causal=True, window=256)), (128, dict(causal=True, window=300)),
+          (128, dict(causal=True, q_segment_ids=ids, kv_segment_ids=ids)),
+          (64, dict(alibi_slopes=np.linspace(0.01, 0.3, 8))),
+          (128, dict(causal=True, alibi_slopes=np.linspace(0.01, 0.3, 8), window=500)),
+          (64, dict(causal=True, dropout_rate=0.1)), (128, dict(dropout_rate=0.2))]
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("head_dim, kw", _masked_gpu_cases())
+def test_gpu_mosaic_masks_alibi_dropout_match_xla_with_gradients(head_dim, kw, monkeypatch):
+  """The Mosaic forward with masks, ALiBi or dropout (GQA, L 1024) through the 'pallas' entry:
+  out and dq, dk, dv against xla (with dropout: the same rng, so the same mask)."""
+  monkeypatch.setattr(fa, "GPU_FORWARD", "mosaic")
+  q, k, v, d_out = random_qkv(7, 2, 1024, 1024, 8, 2, head_dim, jnp.bfloat16)
+  kw = dict(kw, dropout_rng=jax.random.key(3)) if "dropout_rate" in kw else kw
+  pallas = lambda *a, **kw: ops.dot_product_attention(*a, implementation="pallas", **kw)
+  out, grads = value_and_grads(pallas, q, k, v, d_out, kw)
+  ref_out, ref_grads = value_and_grads(ops.dot_product_attention, q, k, v, d_out, kw)
+  case = (head_dim, sorted(kw))
   assert_close(out, ref_out, 1.5e-2, f"out {case}")
   for name, g, ref in zip("qkv", grads, ref_grads):
     assert_close(g, ref, 2e-2, f"d{name} {case}")
