@@ -154,23 +154,80 @@ def _empty(lo, hi) -> bool:
   return isinstance(lo, int) and isinstance(hi, int) and lo >= hi
 
 
-def _mask_bias_dropout(cfg, refs, s_BqxBk, *, q_ids_Bq, slope, dropout_key, kv_block, row_start,
-                       tiling, iota, interpret, masked):
+class _Registers:
+  """Register arrays of the compiled kernel in their wgmma layouts, or the plain arrays of the
+  interpreter (which has no layout casts and no plgpu.load). A vector's `dim` is the tile axis it
+  runs along: 0 for a row's value (the layout of a reduction over keys), 1 for a key's."""
+
+  def __init__(self, interpret):
+    import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
+    self.plgpu, self.interpret = plgpu, interpret is not None
+
+  def cast(self, x, layout):
+    return x if self.interpret else self.plgpu.layout_cast(x, layout)
+
+  def tile_iota(self, shape, dim):
+    if self.interpret:
+      return lax.broadcasted_iota(jnp.int32, shape, dim)
+    return self.plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=self.plgpu.Layout.WGMMA)
+
+  def vec_iota(self, n, dim):
+    if self.interpret:
+      return lax.broadcasted_iota(jnp.int32, (n,), 0)
+    return self.plgpu.broadcasted_iota(jnp.int32, (n,), 0,
+                                       layout=self.plgpu.Layout.WGMMA.reduce(1 - dim))
+
+  def load_vec(self, ref, idx, dim):
+    if self.interpret:
+      return ref[idx]
+    return self.plgpu.load(ref, idx, layout=self.plgpu.Layout.WGMMA.reduce(1 - dim),
+                           optimized=False)
+
+
+class _Rows(NamedTuple):
+  """What a consumer's rows carry through the kv loop (None where the call has no such rule)."""
+  q_ids: Any  # [bq] segment ids
+  slope: Any  # the head's ALiBi slope in the logits' base-2 units
+  hash: Any  # [bq] dropout_hash's per-row half: fmix32(key ^ q * C_QUERY)
+
+
+def _row_state(cfg, refs, regs, row_start, block_q) -> _Rows:
+  batch, head = lax.axis_index("batch"), lax.axis_index("head")
+  q_ids = slope = row_hash = None
+  if cfg.has_segments:
+    q_ids = regs.load_vec(refs.q_ids, (batch, pl.ds(row_start, block_q)), 0)
+  if cfg.has_alibi:
+    slope = refs.slopes[batch, head] * LOG2_E
+  if cfg.dropout_rate:  # dropout_hash.keep's row hash, once for every key block
+    q_idx = regs.vec_iota(block_q, 0) + row_start
+    row_hash = dropout_hash.fmix32(
+        refs.keys[batch, head] ^ (q_idx * dropout_hash.I32(dropout_hash.C_QUERY)))
+  return _Rows(q_ids, slope, row_hash)
+
+
+def _mask_bias_dropout(cfg, refs, regs, rows: _Rows, s_BqxBk, *, kv_block, row_start, masked):
   """The tile rules of the Triton forward on base-2 logits s [bq, bk]: the ALiBi bias (every
-  step; `slope` in base-2 units), the causal / window / segment masks (steps not known fully
-  visible), and the dropout keep mask (every step; None without dropout), all from positions
-  and ids in registers."""
-  import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
+  step), the causal / window / segment masks (steps not known fully visible), and the dropout
+  keep mask (every step; None without dropout), from positions and ids in registers.
+
+  Causal ALiBi adds slope x (j - a), a the rows' first position, as the Triton forward does: a
+  per-key vector instead of the [bq, bk] distance tile, since a row's softmax is unchanged by a
+  constant; its lse then exceeds the true one by slope x (i - a), taken off at the end. Dropout
+  finishes dropout_hash.keep from the per-row half in `rows` with one fmix32 per weight."""
   batch = lax.axis_index("batch")
-  block_kv = tiling.block_kv
+  shape, block_kv = s_BqxBk.shape, s_BqxBk.shape[1]
   kv_start = kv_block * block_kv
-  need_pos = cfg.has_alibi or cfg.dropout_rate or (masked and cfg.causal)
-  if need_pos:  # query and key indices in their sequences (what dropout_hash counts)
-    q_idx = iota(s_BqxBk.shape, 0) + row_start
-    kv_idx = iota(s_BqxBk.shape, 1) + kv_start
-    rel = q_idx + cfg.offset - kv_idx  # i - j with the end-aligned query positions
-  if cfg.has_alibi:  # -slope |i - j|
-    s_BqxBk = s_BqxBk - slope * jnp.abs(rel).astype(F32)
+  need_rel = (masked and cfg.causal) or (cfg.has_alibi and not cfg.causal)
+  if need_rel or cfg.has_alibi or cfg.dropout_rate:
+    kv_idx_Bk = regs.vec_iota(block_kv, 1) + kv_start
+  if need_rel:  # i - j, end-aligned
+    rel = (regs.tile_iota(shape, 0) + (row_start + cfg.offset)
+           - lax.broadcast_in_dim(kv_idx_Bk, shape, [1]))
+  if cfg.has_alibi and cfg.causal:
+    key_minus_anchor_Bk = (kv_idx_Bk - (row_start + cfg.offset)).astype(F32)
+    s_BqxBk = s_BqxBk + lax.broadcast_in_dim(rows.slope * key_minus_anchor_Bk, shape, [1])
+  elif cfg.has_alibi:  # -slope |i - j|
+    s_BqxBk = s_BqxBk - rows.slope * jnp.abs(rel).astype(F32)
   if masked:
     visible = None
     if cfg.causal:
@@ -178,18 +235,20 @@ def _mask_bias_dropout(cfg, refs, s_BqxBk, *, q_ids_Bq, slope, dropout_key, kv_b
       if cfg.window is not None:
         visible = visible & (rel < cfg.window)
     if cfg.has_segments:
-      kv_ids = pl.ds(kv_start, block_kv)
-      kv_ids_Bk = (refs.kv_ids[batch, kv_ids] if interpret is not None else plgpu.load(
-          refs.kv_ids, (batch, kv_ids), layout=plgpu.Layout.WGMMA.reduce(0), optimized=False))
-      kv_ids_BqxBk = lax.broadcast_in_dim(kv_ids_Bk, s_BqxBk.shape, [1])
-      same = (lax.broadcast_in_dim(q_ids_Bq, s_BqxBk.shape, [0]) == kv_ids_BqxBk) & (
+      kv_ids_Bk = regs.load_vec(refs.kv_ids, (batch, pl.ds(kv_start, block_kv)), 1)
+      kv_ids_BqxBk = lax.broadcast_in_dim(kv_ids_Bk, shape, [1])
+      same = (lax.broadcast_in_dim(rows.q_ids, shape, [0]) == kv_ids_BqxBk) & (
           kv_ids_BqxBk != 0)
       visible = same if visible is None else visible & same
     if visible is not None:
       s_BqxBk = jnp.where(visible, s_BqxBk, MASK_LOGIT)
   keep = None
   if cfg.dropout_rate:
-    keep = dropout_hash.keep(dropout_key, q_idx, kv_idx, cfg.dropout_rate)
+    col_Bk = kv_idx_Bk * dropout_hash.I32(dropout_hash.C_KEY)
+    bits = dropout_hash.fmix32(lax.broadcast_in_dim(rows.hash, shape, [0])
+                               ^ lax.broadcast_in_dim(col_Bk, shape, [1]))
+    keep = (lax.shift_right_logical(bits, dropout_hash.I32(32 - dropout_hash.KEEP_BITS))
+            < dropout_hash.keep_threshold(cfg.dropout_rate))
   return s_BqxBk, keep
 
 
@@ -205,19 +264,8 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
   qo_smem, lse_smem = qo_smem2.at[wg], lse_smem2.at[wg]
   rows = (batch, pl.ds(row_start, block_q), head)
   plgpu.copy_gmem_to_smem(refs.q.at[rows], qo_smem, q_ready.at[wg])
-  # Register layouts matter to the compiler only; Mosaic GPU's interpreter has no layout ops.
-  in_layout = lambda x, layout: x if interpret is not None else plgpu.layout_cast(x, layout)
-  iota = lambda shape, dim: (
-      lax.broadcasted_iota(jnp.int32, shape, dim) if interpret is not None
-      else plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=plgpu.Layout.WGMMA))
-  q_ids_Bq = None
-  if cfg.has_segments:  # the rows' ids, read once (while Q's copy is in flight)
-    q_ids = (batch, pl.ds(row_start, block_q))
-    q_ids_Bq = (refs.q_ids[q_ids] if interpret is not None else plgpu.load(
-        refs.q_ids, q_ids, layout=plgpu.Layout.WGMMA.reduce(1), optimized=False))
-  # Per-(batch, head) scalars, read once: the slope in the logits' base-2 units, the hash key.
-  slope = refs.slopes[batch, head] * LOG2_E if cfg.has_alibi else None
-  dropout_key = refs.keys[batch, head] if cfg.dropout_rate else None
+  regs = _Registers(interpret)
+  rows_state = _row_state(cfg, refs, regs, row_start, block_q)  # while Q's copy is in flight
   plgpu.barrier_wait(q_ready.at[wg])
   pingpong = tiling.pingpong
 
@@ -248,10 +296,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
       rendezvous()
     s_BqxBk = s_BqxBk * logit_scale
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
-    s_BqxBk, keep_BqxBk = _mask_bias_dropout(
-        cfg, refs, s_BqxBk, q_ids_Bq=q_ids_Bq, slope=slope, dropout_key=dropout_key,
-        kv_block=kv_block, row_start=row_start, tiling=tiling, iota=iota, interpret=interpret,
-        masked=masked)
+    s_BqxBk, keep_BqxBk = _mask_bias_dropout(cfg, refs, regs, rows_state, s_BqxBk,
+                                             kv_block=kv_block, row_start=row_start,
+                                             masked=masked)
     m_new_Bq = jnp.maximum(m_Bq, s_BqxBk.max(axis=1))
     # A row that has met only masked keys keeps m = MASK_LOGIT and counts them in l; its first
     # visible key makes alpha exactly 0 and erases that (rows that never meet one: below).
@@ -279,9 +326,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
     plgpu.barrier_arrive(v_free.at[slot])
     return acc_BqxD, m_new_Bq, l_Bq
 
-  acc = in_layout(jnp.zeros((block_q, head_dim), F32), plgpu.Layout.WGMMA)
-  m = in_layout(jnp.full((block_q,), MASK_LOGIT, F32), plgpu.Layout.WGMMA.reduce(1))
-  l = in_layout(jnp.zeros((block_q,), F32), plgpu.Layout.WGMMA.reduce(1))
+  acc = regs.cast(jnp.zeros((block_q, head_dim), F32), plgpu.Layout.WGMMA)
+  m = regs.cast(jnp.full((block_q,), MASK_LOGIT, F32), plgpu.Layout.WGMMA.reduce(1))
+  l = regs.cast(jnp.zeros((block_q,), F32), plgpu.Layout.WGMMA.reduce(1))
   carry = (acc, m, l)
   lo, hi, full_lo, full_hi = _kv_range(cfg, tile, tiling, kv_len)
   # Both consumers run the same steps, two meetings each; warpgroup 1's extra one first and
@@ -296,6 +343,8 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
   pl.when(wg == 0)(rendezvous)
   inv_l = 1.0 / (l * (1.0 - cfg.dropout_rate))  # the kept weights' 1 / (1 - rate) here, once
   lse = (m + jnp.log2(l)) * LN_2  # natural log, as the Triton backward expects
+  if cfg.has_alibi and cfg.causal:  # the per-key bias's row shift slope x (i - a), natural units
+    lse = lse - (rows_state.slope * LN_2) * regs.vec_iota(block_q, 0).astype(F32)
   if cfg.has_segments:  # rows that saw no key (id 0, padding): output 0, lse +inf as Triton's
     seen = m > MASK_LOGIT / 2
     inv_l = jnp.where(seen, inv_l, 0.0)
