@@ -15,9 +15,9 @@ It returns the output [B, L, H, D] and the natural-log log-sum-exp [B, H, L] in 
 residuals the Triton backward (flash_attention.py) recomputes the probabilities from, so this is
 a drop-in forward of the same custom VJP.
 
-Masks, ALiBi and dropout are applied by the consumers in registers, with the rules of the
-Triton forward: the bias -slope |i - j| on every step; the causal / window / segment-id masks on
-the steps not known to be fully visible; dropout drops P (not l) with dropout_hash.keep of
+Masks, ALiBi and dropout are applied by the consumers in registers (_mgpu_tiles.py), by the
+Triton forward's rules: the bias -slope |i - j| on every step; the causal / window / segment
+masks on the steps not known to be fully visible; dropout drops P (not l) with dropout_hash.keep of
 (batch, query head, query, key), so the Triton backward regenerates the same mask, and O is
 scaled by 1 / (1 - rate) once at the end; lse stays the undropped one. Segment ids (which also
 hide padding: id 0) come from global memory in the WGMMA row / column layouts; a row that sees
@@ -59,15 +59,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from tfjax.nn import dropout_hash
-from tfjax.nn.kernels import _blocks
+from tfjax.nn.kernels import _blocks, _mgpu_tiles
 
-F32 = jnp.float32
-LOG2_E = math.log2(math.e)
+F32, LOG2_E, MASK_LOGIT = _mgpu_tiles.F32, _mgpu_tiles.LOG2_E, _mgpu_tiles.MASK_LOGIT
 LN_2 = math.log(2.0)
 CONSUMERS = 2  # warpgroups doing the math; one more warpgroup issues the TMA copies
-# Logit of a masked key: finite, so exp2(MASK - m) underflows to an exact 0 without inf - inf.
-MASK_LOGIT = -0.7 * float(jnp.finfo(F32).max)
 
 
 class _Refs(NamedTuple):
@@ -154,104 +150,6 @@ def _empty(lo, hi) -> bool:
   return isinstance(lo, int) and isinstance(hi, int) and lo >= hi
 
 
-class _Registers:
-  """Register arrays of the compiled kernel in their wgmma layouts, or the plain arrays of the
-  interpreter (which has no layout casts and no plgpu.load). A vector's `dim` is the tile axis it
-  runs along: 0 for a row's value (the layout of a reduction over keys), 1 for a key's."""
-
-  def __init__(self, interpret):
-    import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-    self.plgpu, self.interpret = plgpu, interpret is not None
-
-  def cast(self, x, layout):
-    return x if self.interpret else self.plgpu.layout_cast(x, layout)
-
-  def tile_iota(self, shape, dim):
-    if self.interpret:
-      return lax.broadcasted_iota(jnp.int32, shape, dim)
-    return self.plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=self.plgpu.Layout.WGMMA)
-
-  def vec_iota(self, n, dim):
-    if self.interpret:
-      return lax.broadcasted_iota(jnp.int32, (n,), 0)
-    return self.plgpu.broadcasted_iota(jnp.int32, (n,), 0,
-                                       layout=self.plgpu.Layout.WGMMA.reduce(1 - dim))
-
-  def load_vec(self, ref, idx, dim):
-    if self.interpret:
-      return ref[idx]
-    return self.plgpu.load(ref, idx, layout=self.plgpu.Layout.WGMMA.reduce(1 - dim),
-                           optimized=False)
-
-
-class _Rows(NamedTuple):
-  """What a consumer's rows carry through the kv loop (None where the call has no such rule)."""
-  q_ids: Any  # [bq] segment ids
-  slope: Any  # the head's ALiBi slope in the logits' base-2 units
-  hash: Any  # [bq] dropout_hash's per-row half: fmix32(key ^ q * C_QUERY)
-
-
-def _row_state(cfg, refs, regs, row_start, block_q) -> _Rows:
-  batch, head = lax.axis_index("batch"), lax.axis_index("head")
-  q_ids = slope = row_hash = None
-  if cfg.has_segments:
-    q_ids = regs.load_vec(refs.q_ids, (batch, pl.ds(row_start, block_q)), 0)
-  if cfg.has_alibi:
-    slope = refs.slopes[batch, head] * LOG2_E
-  if cfg.dropout_rate:  # dropout_hash.keep's row hash, once for every key block
-    q_idx = regs.vec_iota(block_q, 0) + row_start
-    row_hash = dropout_hash.fmix32(
-        refs.keys[batch, head] ^ (q_idx * dropout_hash.I32(dropout_hash.C_QUERY)))
-  return _Rows(q_ids, slope, row_hash)
-
-
-def _mask_bias_dropout(cfg, refs, regs, rows: _Rows, s_BqxBk, *, kv_block, row_start, masked):
-  """The tile rules of the Triton forward on base-2 logits s [bq, bk]: the ALiBi bias (every
-  step), the causal / window / segment masks (steps not known fully visible), and the dropout
-  keep mask (every step; None without dropout), from positions and ids in registers.
-
-  Causal ALiBi adds slope x (j - a), a the rows' first position, as the Triton forward does: a
-  per-key vector instead of the [bq, bk] distance tile, since a row's softmax is unchanged by a
-  constant; its lse then exceeds the true one by slope x (i - a), taken off at the end. Dropout
-  finishes dropout_hash.keep from the per-row half in `rows` with one fmix32 per weight."""
-  batch = lax.axis_index("batch")
-  shape, block_kv = s_BqxBk.shape, s_BqxBk.shape[1]
-  kv_start = kv_block * block_kv
-  need_rel = (masked and cfg.causal) or (cfg.has_alibi and not cfg.causal)
-  if need_rel or cfg.has_alibi or cfg.dropout_rate:
-    kv_idx_Bk = regs.vec_iota(block_kv, 1) + kv_start
-  if need_rel:  # i - j, end-aligned
-    rel = (regs.tile_iota(shape, 0) + (row_start + cfg.offset)
-           - lax.broadcast_in_dim(kv_idx_Bk, shape, [1]))
-  if cfg.has_alibi and cfg.causal:
-    key_minus_anchor_Bk = (kv_idx_Bk - (row_start + cfg.offset)).astype(F32)
-    s_BqxBk = s_BqxBk + lax.broadcast_in_dim(rows.slope * key_minus_anchor_Bk, shape, [1])
-  elif cfg.has_alibi:  # -slope |i - j|
-    s_BqxBk = s_BqxBk - rows.slope * jnp.abs(rel).astype(F32)
-  if masked:
-    visible = None
-    if cfg.causal:
-      visible = rel >= 0
-      if cfg.window is not None:
-        visible = visible & (rel < cfg.window)
-    if cfg.has_segments:
-      kv_ids_Bk = regs.load_vec(refs.kv_ids, (batch, pl.ds(kv_start, block_kv)), 1)
-      kv_ids_BqxBk = lax.broadcast_in_dim(kv_ids_Bk, shape, [1])
-      same = (lax.broadcast_in_dim(rows.q_ids, shape, [0]) == kv_ids_BqxBk) & (
-          kv_ids_BqxBk != 0)
-      visible = same if visible is None else visible & same
-    if visible is not None:
-      s_BqxBk = jnp.where(visible, s_BqxBk, MASK_LOGIT)
-  keep = None
-  if cfg.dropout_rate:
-    col_Bk = kv_idx_Bk * dropout_hash.I32(dropout_hash.C_KEY)
-    bits = dropout_hash.fmix32(lax.broadcast_in_dim(rows.hash, shape, [0])
-                               ^ lax.broadcast_in_dim(col_Bk, shape, [1]))
-    keep = (lax.shift_right_logical(bits, dropout_hash.I32(32 - dropout_hash.KEEP_BITS))
-            < dropout_hash.keep_threshold(cfg.dropout_rate))
-  return s_BqxBk, keep
-
-
 def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
   """One consumer warpgroup: its block_q rows against every key block the program streams."""
   import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
@@ -264,8 +162,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
   qo_smem, lse_smem = qo_smem2.at[wg], lse_smem2.at[wg]
   rows = (batch, pl.ds(row_start, block_q), head)
   plgpu.copy_gmem_to_smem(refs.q.at[rows], qo_smem, q_ready.at[wg])
-  regs = _Registers(interpret)
-  rows_state = _row_state(cfg, refs, regs, row_start, block_q)  # while Q's copy is in flight
+  regs = _mgpu_tiles.Registers(interpret)
+  # The rows' ids, slope and dropout hash, read while Q's copy is in flight.
+  rows_state = _mgpu_tiles.row_state(cfg, refs, regs, row_start, block_q)
   plgpu.barrier_wait(q_ready.at[wg])
   pingpong = tiling.pingpong
 
@@ -296,9 +195,9 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
       rendezvous()
     s_BqxBk = s_BqxBk * logit_scale
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
-    s_BqxBk, keep_BqxBk = _mask_bias_dropout(cfg, refs, regs, rows_state, s_BqxBk,
-                                             kv_block=kv_block, row_start=row_start,
-                                             masked=masked)
+    s_BqxBk, keep_BqxBk = _mgpu_tiles.mask_bias_dropout(
+        cfg, refs, regs, rows_state, s_BqxBk, kv_block=kv_block, row_start=row_start,
+        masked=masked)
     m_new_Bq = jnp.maximum(m_Bq, s_BqxBk.max(axis=1))
     # A row that has met only masked keys keeps m = MASK_LOGIT and counts them in l; its first
     # visible key makes alpha exactly 0 and erases that (rows that never meet one: below).
