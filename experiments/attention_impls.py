@@ -80,8 +80,8 @@ def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
                                        has_segments=False, has_alibi=alibi_slopes is not None,
                                        window=None):
     raise NotImplementedError("outside the Mosaic GPU forward's scope (bf16, head_dim 64/128, "
-                              "no ALiBi, block-multiple lengths)")
-  return flash_attention(q, k, v, causal=causal, gpu_forward="mosaic")
+                              "block-multiple lengths)")
+  return flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes, gpu_forward="mosaic")
 
 
 def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):

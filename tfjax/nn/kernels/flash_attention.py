@@ -18,9 +18,9 @@ Triton tiles require.
 The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU kernel of
 flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
 bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len,
-lengths that need no key padding, compiled (not interpreted); any other call (ALiBi, segment ids,
-padding masks, windows, fp32 or fp16, other head_dims or lengths, dropout) runs the Triton
-forward, with no error.
+with ALiBi, segment ids / padding, windows and dropout, compiled (not interpreted); any other call
+(fp32 or fp16, other head_dims, padded lengths not a multiple of the Mosaic tiles, end-aligned
+causal offsets) runs the Triton forward, with no error.
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
 key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
@@ -346,7 +346,7 @@ def _optional_specs(cfg, q_ids, kv_ids, slopes, dropout_keys, q_rows, kv_rows, r
 
 def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys):
   if cfg.gpu_forward == "mosaic":
-    return flash_attention_mgpu.mosaic_forward(q, k, v, causal=cfg.causal, scale=cfg.scale)
+    return flash_attention_mgpu.forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys)
   batch, q_len, heads, head_dim = q.shape
   kv_len, block_q = k.shape[1], cfg.forward.block_q
   kv_head = lambda h: lax.div(h, cfg.groups)  # GQA: query head h reads kv head h // G.
@@ -435,8 +435,7 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
       has_alibi=cfg.has_alibi, window=cfg.window)
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
   wanted = requested == "mosaic" or (requested == "auto" and _on_hopper())
-  # The Mosaic GPU forward has no dropout (and no interpreter to test one on CPU): Triton's.
-  use_mosaic = wanted and not cfg.interpret and takes and aligned and not cfg.dropout_rate
+  use_mosaic = wanted and not cfg.interpret and takes and aligned
   return "mosaic" if use_mosaic else "triton"
 
 
@@ -459,7 +458,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
   forward kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the
   call, Triton elsewhere (module docstring). The backward is Triton's either way.
   `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
-  the int32 `dropout_seed` (the same mask as implementation='xla'); it runs the Triton forward.
+  the int32 `dropout_seed` (the same mask as implementation='xla'), in either forward kernel.
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
