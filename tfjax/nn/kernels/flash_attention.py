@@ -17,9 +17,9 @@ Triton tiles require.
 
 The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU kernel of
 flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
-bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len,
-with ALiBi, segment ids / padding, windows and dropout, compiled (not interpreted); any other call
-(fp32 or fp16, other head_dims, padded lengths not a multiple of the Mosaic tiles, end-aligned
+bf16, head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, ALiBi,
+segment ids / padding, windows, dropout ('auto' leaves these four to Triton: not timed on a GPU),
+compiled; any other call (fp32 or fp16, other head_dims, lengths off the Mosaic tiles, end-aligned
 causal offsets) runs the Triton forward, with no error.
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
@@ -424,8 +424,7 @@ def _default_interpret() -> bool:
 
 
 def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
-  """The forward kernel of this call: `requested` (or GPU_FORWARD) where the Mosaic GPU kernel
-  takes the padded shapes, else "triton"."""
+  """The call's forward kernel: `requested` (or GPU_FORWARD) where Mosaic takes it, else triton."""
   requested = GPU_FORWARD if requested is None else requested
   if requested not in GPU_FORWARDS:
     raise ValueError(f"gpu_forward={requested!r} is not a forward kernel; use one of "
@@ -434,7 +433,9 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
       q_shape, (*kv_shape, q_shape[3]), dtype, causal=cfg.causal, has_segments=cfg.has_segments,
       has_alibi=cfg.has_alibi, window=cfg.window)
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
-  wanted = requested == "mosaic" or (requested == "auto" and _on_hopper())
+  # 'auto': Mosaic where it was timed on Hopper (plain, causal); masks/ALiBi/dropout never ran.
+  wanted = requested == "mosaic" or (requested == "auto" and _on_hopper() and not (
+      cfg.has_segments or cfg.has_alibi or cfg.window or cfg.dropout_rate))
   use_mosaic = wanted and not cfg.interpret and takes and aligned
   return "mosaic" if use_mosaic else "triton"
 
