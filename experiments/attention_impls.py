@@ -70,9 +70,12 @@ DEFAULT_IMPLS = {"gpu": ["xla", "cudnn", "mha_bundled", "pallas"],
                  "tpu": ["xla", "flash_tpu_bundled", "splash_bundled", "pallas"]}
 
 
-def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ,
+                          gpu_backward="triton"):
   """Our Pallas kernels with the Mosaic GPU forward. Inputs it would hand to the Triton forward
-  raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel."""
+  raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel. `gpu_backward`
+  "mosaic" ('pallas_mosaic_bwd' rows) takes the Mosaic GPU backward too, which has the same
+  scope."""
   del kv_heads_differ  # GQA is in the Mosaic kernel's scope
   if jax.default_backend() != "gpu":
     raise NotImplementedError("the Mosaic GPU forward runs on NVIDIA Hopper GPUs only")
@@ -81,7 +84,7 @@ def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
                                        window=None):
     raise NotImplementedError("outside the Mosaic GPU forward's scope (bf16, head_dim 64/128, "
                               "no ALiBi, block-multiple lengths)")
-  return flash_attention(q, k, v, causal=causal, gpu_forward="mosaic")
+  return flash_attention(q, k, v, causal=causal, gpu_forward="mosaic", gpu_backward=gpu_backward)
 
 
 def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
@@ -91,6 +94,10 @@ def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
   if impl == "pallas_mosaic":
     return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                  kv_heads_differ=kv_heads_differ)
+  if impl == "pallas_mosaic_bwd":  # the Mosaic GPU forward and backward (both opt-in)
+    return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                                 kv_heads_differ=kv_heads_differ,
+                                                 gpu_backward="mosaic")
   if impl in BUNDLED_PEERS:
     return lambda q, k, v: BUNDLED_PEERS[impl](q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                kv_heads_differ=kv_heads_differ)

@@ -196,7 +196,7 @@ def kernel_resources(dump_dir):
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_mosaic_backward_compiles_for_h100():
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
   code = ("import importlib.util, sys; sys.path[:0] = ['tests', 'tests/nn/kernels']; "
           "spec = importlib.util.spec_from_file_location('t', "
           f"{os.path.abspath(__file__)!r}); m = importlib.util.module_from_spec(spec); "
@@ -215,3 +215,37 @@ def test_mosaic_backward_compiles_for_h100():
   for name, (shared, spills) in sorted(found.items()):
     print(f"{name}: {shared} B shared memory, {spills} B spilled")
     assert 0 < shared <= H100_SHARED_BYTES and spills <= 1024, (name, shared, spills)
+
+
+# ---- On a Hopper GPU (not run in this session: no GPU) -----------------------------------------
+
+on_hopper = pytest.mark.skipif(
+    jax.default_backend() != "gpu" or "H100" not in jax.devices()[0].device_kind and
+    "H200" not in jax.devices()[0].device_kind, reason="needs an H100 / H200 GPU")
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("case", [(0, 2, 256, 4, 4, 64, True), (1, 1, 512, 8, 2, 128, True),
+                                  (2, 2, 1024, 4, 4, 128, False), (3, 1, 2048, 8, 2, 64, False),
+                                  (4, 1, 2048, 4, 4, 128, True), (5, 2, 768, 8, 4, 64, True)],
+                         ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("gpu_forward", ["triton", "mosaic"])
+def test_gpu_mosaic_backward_matches_xla(case, gpu_forward):
+  """dq, dk, dv through flash_attention with the Mosaic backward against xla attention, after
+  either forward (the backward reads their out and lse)."""
+  from test_kernels import assert_close, random_qkv, value_and_grads  # pylint: disable=import-outside-toplevel
+  from tfjax.nn import ops  # pylint: disable=import-outside-toplevel
+  seed, batch, length, heads, kv_heads, head_dim, causal = case
+  q, k, v, d_out = random_qkv(seed, batch, length, length, heads, kv_heads, head_dim,
+                              jnp.bfloat16)
+  assert _kernels("mosaic", q_len=length, kv_len=length, heads=heads, kv_heads=kv_heads,
+                  head_dim=head_dim, causal=causal) == MOSAIC_NAMES
+  ours = lambda *a, **kw: fa.flash_attention(*a, gpu_forward=gpu_forward, gpu_backward="mosaic",
+                                             **kw)
+  out, grads = value_and_grads(ours, q, k, v, d_out, dict(causal=causal))
+  ref_out, ref_grads = value_and_grads(ops.dot_product_attention, q, k, v, d_out,
+                                       dict(causal=causal))
+  assert_close(out, ref_out, 1.5e-2, f"out {case}")
+  for name, g, ref in zip("qkv", grads, ref_grads):
+    assert_close(g, ref, 2e-2, f"d{name} {case}")
