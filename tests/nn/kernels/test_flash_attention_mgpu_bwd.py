@@ -121,7 +121,8 @@ def reference_attention(q, k, v, causal):
   return out, jax.nn.logsumexp(logits, axis=-1)
 
 
-def check_interpreted(seed, batch, length, heads, kv_heads, head_dim, causal):
+def check_interpreted(seed, batch, length, heads, kv_heads, head_dim, causal,
+                      detect_races=False):
   # Private path (the same in jax 0.10 and 0.11): jax.experimental exports no GPU interpret params.
   from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=import-outside-toplevel
   keys = jax.random.split(jax.random.key(seed), 4)
@@ -132,7 +133,8 @@ def check_interpreted(seed, batch, length, heads, kv_heads, head_dim, causal):
   _, vjp = jax.vjp(lambda *a: reference_attention(*a, causal)[0], q, k, v)
   expected = vjp(d_out.astype(jnp.float32))
   grads = bwd.mosaic_backward(q, k, v, out.astype(jnp.bfloat16), lse, d_out, causal=causal,
-                              scale=head_dim ** -0.5, interpret=InterpretGPUParams())
+                              scale=head_dim ** -0.5,
+                              interpret=InterpretGPUParams(detect_races=detect_races))
   case = (seed, batch, length, heads, kv_heads, head_dim, causal)
   for name, got, want, x in zip(("dq", "dk", "dv"), grads, expected, (q, k, v)):
     assert got.shape == x.shape and got.dtype == jnp.bfloat16, (name, case)
@@ -156,6 +158,16 @@ def test_interpreted_causal_gqa_matches_jax_grad():
                                   (4, 1, 256, 2, 2, 128, False)])
 def test_interpreted_matches_jax_grad(case):
   check_interpreted(*case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [(5, 1, 384, 2, 1, 64, True),  # 3-slot rings wrap around
+                                  (6, 1, 256, 2, 2, 128, False)])  # 2-slot rings
+def test_interpreted_kernels_have_no_races(case, capfd):
+  """The interpreter's happens-before race detector over the TMA copies, the consumers' reads
+  and the barriers (it prints RACE DETECTED per race, in either kernel)."""
+  check_interpreted(*case, detect_races=True)
+  assert "RACE DETECTED" not in capfd.readouterr().out
 
 
 # ---- Compile for H100 from this CPU (the CUDA plugin) ------------------------------------------
