@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tfjax.nn import dropout_hash
 from tfjax.nn.kernels import flash_attention_mgpu_bwd as bwd
 
 fa = importlib.import_module("tfjax.nn.kernels.flash_attention")
@@ -67,11 +68,13 @@ def test_gpu_backward_routes_to_mosaic_only_where_it_applies():
   assert _kernels("mosaic", heads=8, kv_heads=2, kv_len=1024) == MOSAIC_NAMES  # GQA, cross
   assert _kernels("mosaic", head_dim=128, causal=True) == MOSAIC_NAMES
   assert _kernels("mosaic", head_dim=96) == MOSAIC_NAMES  # zero-padded to 128, as the forward
+  # Dropout: the kernels rebuild the (Triton) forward's keep mask from the same hash.
+  assert _kernels("mosaic", causal=True, dropout_rate=0.1, dropout_seed=3) == MOSAIC_NAMES
   assert _kernels("triton", causal=True) == TRITON_NAMES
   # Out of scope: Triton, no error.
   for kw in (dict(alibi_slopes=jnp.ones(4)), dict(window=100), dict(kv_len=500),
              dict(dtype=jnp.float32), dict(causal=True, kv_len=1024), dict(interpret=True),
-             dict(head_dim=256), dict(dropout_rate=0.1, dropout_seed=0)):
+             dict(head_dim=256)):
     assert _kernels("mosaic", **kw) == TRITON_NAMES, kw
 
 
@@ -109,33 +112,42 @@ def test_direct_call_out_of_scope_is_a_clear_error():
 # ---- Run by Mosaic GPU's interpreter on CPU ----------------------------------------------------
 
 
-def reference_attention(q, k, v, causal):
-  """Plain softmax attention in fp32 (GQA by repeating K/V): output and natural-log lse."""
+def reference_attention(q, k, v, causal, dropout_rate=0.0, seed=0):
+  """Plain softmax attention in fp32 (GQA by repeating K/V), the weights dropped with the keep
+  mask of tfjax.nn.dropout_hash (checked against NumPy in test_dropout.py): output and the
+  natural-log lse of the logits."""
   q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
-  groups = q.shape[2] // k.shape[2]
+  batch, q_len, heads, _ = q.shape
+  groups = heads // k.shape[2]
   k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
   logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
   if causal:
     logits = jnp.where(jnp.tril(jnp.ones(logits.shape[-2:], bool)), logits, -jnp.inf)
-  out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), v)
+  weights = jax.nn.softmax(logits, axis=-1)
+  if dropout_rate:
+    keep = dropout_hash.keep_mask(seed, batch, heads, q_len, k.shape[1], dropout_rate)
+    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
   return out, jax.nn.logsumexp(logits, axis=-1)
 
 
 def check_interpreted(seed, batch, length, heads, kv_heads, head_dim, causal,
-                      detect_races=False):
+                      detect_races=False, dropout_rate=0.0):
   # Private path (the same in jax 0.10 and 0.11): jax.experimental exports no GPU interpret params.
   from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=import-outside-toplevel
   keys = jax.random.split(jax.random.key(seed), 4)
   draw = lambda key, h: jax.random.normal(key, (batch, length, h, head_dim), jnp.bfloat16)
   q, k, v, d_out = draw(keys[0], heads), draw(keys[1], kv_heads), draw(keys[2], kv_heads), draw(
       keys[3], heads)
-  out, lse = reference_attention(q, k, v, causal)
-  _, vjp = jax.vjp(lambda *a: reference_attention(*a, causal)[0], q, k, v)
+  attend = lambda *a: reference_attention(*a, causal, dropout_rate, seed)
+  out, lse = attend(q, k, v)
+  _, vjp = jax.vjp(lambda *a: attend(*a)[0], q, k, v)
   expected = vjp(d_out.astype(jnp.float32))
   grads = bwd.mosaic_backward(q, k, v, out.astype(jnp.bfloat16), lse, d_out, causal=causal,
-                              scale=head_dim ** -0.5,
+                              scale=head_dim ** -0.5, dropout_rate=dropout_rate,
+                              dropout_keys_BxH=dropout_hash.head_keys(seed, batch, heads),
                               interpret=InterpretGPUParams(detect_races=detect_races))
-  case = (seed, batch, length, heads, kv_heads, head_dim, causal)
+  case = (seed, batch, length, heads, kv_heads, head_dim, causal, dropout_rate)
   for name, got, want, x in zip(("dq", "dk", "dv"), grads, expected, (q, k, v)):
     assert got.shape == x.shape and got.dtype == jnp.bfloat16, (name, case)
     got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
@@ -149,6 +161,19 @@ def test_interpreted_causal_gqa_matches_jax_grad():
   diagonal differently, over both query heads of the group; two dQ programs with masked and
   unmasked key blocks."""
   check_interpreted(0, 1, 256, 2, 1, 64, causal=True)
+
+
+def test_interpreted_dropout_matches_jax_grad():
+  """Dropout (rate 0.3): both kernels rebuild the forward's keep mask from the hash; GQA heads
+  of a group get different masks."""
+  check_interpreted(7, 1, 128, 2, 1, 64, causal=False, dropout_rate=0.3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, rate", [((8, 1, 256, 4, 2, 128, True), 0.1),
+                                        ((9, 2, 384, 2, 2, 64, True), 0.5)])
+def test_interpreted_dropout_causal_matches_jax_grad(case, rate):
+  check_interpreted(*case, dropout_rate=rate)
 
 
 @pytest.mark.slow

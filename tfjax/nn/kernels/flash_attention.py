@@ -21,7 +21,7 @@ bf16 with head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q
 lengths that need no key padding, compiled (not interpreted); any other call (ALiBi, segment ids,
 padding masks, windows, fp32 or fp16, other head_dims or lengths, dropout) runs the Triton
 forward, with no error. The backward likewise has `gpu_backward="mosaic"`: the Mosaic GPU dK/dV
-and dQ kernels of flash_attention_mgpu_bwd.py (same scope, no dropout), not yet timed on a GPU.
+and dQ kernels of flash_attention_mgpu_bwd.py (same scope, and dropout), not yet timed on a GPU.
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
 key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
@@ -332,8 +332,9 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys):
 
 def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys, out, lse, d_out):
   if cfg.gpu_backward == "mosaic":  # no ALiBi there: no slope gradient
-    return (*flash_attention_mgpu_bwd.mosaic_backward(q, k, v, out, lse, d_out, causal=cfg.causal,
-                                                      scale=cfg.scale), None)
+    return (*flash_attention_mgpu_bwd.mosaic_backward(
+        q, k, v, out, lse, d_out, causal=cfg.causal, scale=cfg.scale,
+        dropout_rate=cfg.dropout_rate, dropout_keys_BxH=dropout_keys), None)
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads, groups = k.shape[1], k.shape[2], cfg.groups
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
@@ -431,7 +432,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
   forward kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the
   call, Triton elsewhere (module docstring). `gpu_backward` (the same values; None reads
   GPU_BACKWARD) likewise picks the backward: "mosaic" runs flash_attention_mgpu_bwd's kernels
-  where they apply (not with dropout), Triton elsewhere; "auto" is Triton's for now.
+  where they apply, Triton elsewhere; "auto" is Triton's for now.
   `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
   the int32 `dropout_seed` (the same mask as implementation='xla'); it runs the Triton forward.
   """

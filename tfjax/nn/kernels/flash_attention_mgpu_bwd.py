@@ -5,7 +5,7 @@ flash_attention_mgpu.py's Mosaic GPU one).
 
 Two kernels, each a program of three warpgroups: two consumers doing the math and one producer
 streaming blocks through a ring of `stages` shared-memory slots by TMA, refilling a slot once both
-consumers released it (the forward's pipeline, with other operands):
+consumers released it (the forward's pipeline, with other operands; _mgpu_pipeline.py):
   dK/dV  a program owns 2 x block_kv keys of one (batch, kv head), block_kv per consumer, held in
          shared memory; the producer streams the query blocks (Q, dO and the row statistics) of
          every query head of the kv head's group. Per block, transposed so that the keys are the
@@ -17,7 +17,10 @@ consumers released it (the forward's pipeline, with other operands):
          producer streams the K and V blocks of its kv head: S = Q K^T, P as above,
          dP = dO V^T, dS = P * (dP - delta), dQ += dS K; dQ * scale out through Q's slot.
 delta = rowsum(dO * O) and lse * log2(e) are one plain-JAX step before the kernels, stacked as
-`stats` [B, H, 2, L] fp32 so that one TMA copy brings both rows of a query block.
+`stats` [B, H, R, L] fp32 so that one TMA copy brings the rows of a query block; with dropout a
+third row holds the (batch, head) key of tfjax/nn/dropout_hash.py (its int32 bits), from which
+each tile rebuilds the forward's keep mask M: dV += (P^T * M / (1 - rate)) dO and
+dP^T is multiplied by M / (1 - rate) before dS^T (flash_with_vjp in _blocks.py).
 
 Causal (top-left, q_len == kv_len, as the forward): the dK/dV loop starts at the first query block
 that reaches the program's keys and the dQ loop ends at the last key block its last row reaches;
@@ -31,7 +34,8 @@ products are plain dots of the shared-memory slots there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads; non-causal, or
 causal with q_len == kv_len; lengths multiples of the tiles; no ALiBi, segment ids, padding masks,
-window or dropout. flash_attention.py sends every other call to the Triton backward (`route`).
+or window; dropout with the keys of dropout_hash.head_keys. flash_attention.py sends every other
+call to the Triton backward (`route`).
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from tfjax.nn import dropout_hash
+from tfjax.nn.kernels import _mgpu_pipeline
+
 F32 = jnp.float32
 LOG2_E = math.log2(math.e)
-CONSUMERS = 2  # warpgroups doing the math; one more warpgroup issues the TMA copies
+CONSUMERS = _mgpu_pipeline.CONSUMERS
 # Logit of a masked key: finite, so exp2(MASK - lse) underflows to an exact 0 without inf - inf.
 MASK_LOGIT = -0.7 * float(jnp.finfo(F32).max)
 GPU_BACKWARDS = ("auto", "triton", "mosaic")
@@ -109,139 +116,12 @@ def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool,
                      f"{GPU_BACKWARDS}")
   # "auto" stays on Triton: the Mosaic backward has not been timed on a GPU yet, and "auto" is to
   # pick from a measured per-shape table, not a guess.
-  if requested != "mosaic" or interpret or dropout_rate or (causal and offset):
+  del dropout_rate  # the kernels rebuild the forward's keep mask from the same hash
+  if requested != "mosaic" or interpret or (causal and offset):
     return "triton"
   takes = supports(q_shape, kv_shape, dtype, causal=causal, has_segments=has_segments,
                    has_alibi=has_alibi, window=window)
   return "mosaic" if takes else "triton"
-
-
-def _smem_layout():
-  """Shared-memory transforms of a wgmma operand of bf16 rows: 8 x 64 tiles (64 bf16 = the
-  128-byte swizzle width) with the 128-byte swizzle, which avoids bank conflicts."""
-  import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-  return plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128)
-
-
-class _Ops:
-  """The few operations whose compiled and interpreted forms differ (module docstring)."""
-
-  def __init__(self, interpret):
-    import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-    self.plgpu, self.interpret = plgpu, interpret is not None
-
-  def layout(self, x, layout):
-    return x if self.interpret else self.plgpu.layout_cast(x, layout)
-
-  def load(self, ref, layout):
-    return ref[...] if self.interpret else self.plgpu.load(ref, (), layout=layout)
-
-  def iota(self, shape, dim):
-    if self.interpret:
-      return lax.broadcasted_iota(jnp.int32, shape, dim)
-    return self.plgpu.broadcasted_iota(jnp.int32, shape, dim, layout=self.plgpu.Layout.WGMMA)
-
-  def zeros(self, shape):
-    return self.layout(jnp.zeros(shape, F32), self.plgpu.Layout.WGMMA)
-
-  def matmul(self, a, b_smem, transpose_b: bool):
-    """a @ b (or a @ b^T) in fp32, a a shared-memory ref; waits for the result."""
-    if self.interpret:
-      return lax.dot_general(a[...], b_smem[...], (((1,), (1 if transpose_b else 0,)), ((), ())),
-                             preferred_element_type=F32)
-    plgpu = self.plgpu
-    b = plgpu.transpose_ref(b_smem, (1, 0)) if transpose_b else b_smem
-    shape = (a.shape[0], b.shape[1])
-
-    def run(acc_ref):
-      plgpu.wgmma(acc_ref, a, b)
-      return acc_ref[...]
-    return pl.run_scoped(run, plgpu.ACC(shape, F32))
-
-  def accumulate(self, pairs):
-    """[acc + a @ b for (acc, a, b) in pairs], a in registers and b a shared-memory ref; the
-    wgmmas are issued together and awaited once."""
-    if self.interpret:
-      return [acc + lax.dot_general(a, b[...], (((1,), (0,)), ((), ())),
-                                    preferred_element_type=F32) for acc, a, b in pairs]
-    plgpu = self.plgpu
-
-    def run(acc_refs):
-      for acc_ref, (_, a, b) in zip(acc_refs, pairs):
-        plgpu.wgmma(acc_ref, a, b)
-    return list(pl.run_state(run)(tuple(plgpu.ACC.init(acc) for acc, _, _ in pairs)))
-
-
-def _produce(sources, count, stages: int):
-  """The producer warpgroup: step i's block of each source into slot i % stages, a slot refilled
-  once both consumers arrived on the source's `free` barrier for it. `sources` holds
-  (block(i) -> gmem ref, smem ring, ready barriers, free barriers)."""
-  import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-  slot_of = lambda i: lax.rem(i, jnp.array(stages, i.dtype))
-
-  def copy(i, slot):
-    for block, smem, ready, _ in sources:
-      plgpu.copy_gmem_to_smem(block(i), smem.at[slot], ready.at[slot])
-
-  for slot in range(stages):  # fill the ring (a program may have fewer steps than slots)
-    fill = lambda slot=slot: copy(jnp.int32(slot), slot)
-    if isinstance(count, int):
-      if slot < count:
-        fill()
-    else:
-      pl.when(slot < count)(fill)
-
-  @pl.loop(stages, jnp.maximum(count, stages))
-  def _refill(i):
-    slot = slot_of(i)
-    for block, smem, ready, free in sources:
-      plgpu.barrier_wait(free.at[slot])
-      plgpu.copy_gmem_to_smem(block(i), smem.at[slot], ready.at[slot])
-
-  # Wait out the last releases too: every barrier phase is observed before the program ends (the
-  # interpreter checks it; on the GPU it orders the exit after the consumers' reads).
-  @pl.loop(jnp.maximum(count - stages, 0), count)
-  def _drain(i):
-    for *_, free in sources:
-      plgpu.barrier_wait(free.at[slot_of(i)])
-
-
-def _run_kernel(body, *, operands, out_type, buffers, sources, grid, grid_names, name,
-                interpret, ready_counts):
-  """One three-warpgroup program: `body(refs, scratch, wg)` for the consumers and `sources(refs,
-  scratch)` -> (sources, count, stages) for the producer. `buffers`: consumer-owned and ring
-  shared-memory buffers; `ready_counts`: barriers per ring (one per slot) and per consumer."""
-  import jax.experimental.pallas.mosaic_gpu as plgpu  # pylint: disable=import-outside-toplevel
-  own, rings = buffers
-
-  def kernel_body(*refs):
-    # One TMA barrier per copy: each copy arrives once (with its byte count) on its barrier.
-    own_ready = tuple(plgpu.Barrier(num_barriers=CONSUMERS) for _ in own)
-    ready = tuple(plgpu.Barrier(num_barriers=n) for n in ready_counts)
-    free = tuple(plgpu.Barrier(num_arrivals=CONSUMERS, num_barriers=n) for n in ready_counts)
-
-    def specialize(own_smem, ring_smem, own_ready, ready, free):
-      wg = lax.axis_index("wg")
-      scratch = (own_smem, own_ready, ring_smem, ready, free)
-
-      @pl.when(wg < CONSUMERS)
-      def _():
-        plgpu.set_max_registers(240, action="increase")  # the fp32 tiles live in registers
-        body(refs, scratch, wg)
-
-      @pl.when(wg == CONSUMERS)
-      def _():
-        plgpu.set_max_registers(24, action="decrease")  # TMA issue needs few registers
-        _produce(*sources(refs, scratch))
-
-    pl.run_scoped(specialize, own, rings, own_ready, ready, free, collective_axes="wg")
-
-  return plgpu.kernel(
-      kernel_body, out_type=out_type, grid=grid, grid_names=grid_names,
-      num_threads=CONSUMERS + 1, thread_name="wg",
-      # approx_math: exp2 runs as the fast PTX approximation (ex2.approx).
-      compiler_params=plgpu.CompilerParams(approx_math=True), kernel_name=name,
-      interpret=interpret)(*operands)
 
 
 # ---- dK/dV ------------------------------------------------------------------------------------
@@ -259,7 +139,24 @@ def _dkdv_steps(causal, tile, t: BwdTiling, q_len):
   return first, masked_until, num_q - first
 
 
-def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops):
+def _keep(ops, key_ref, layout, shape, q_dim, q_start, kv_start, rate):
+  """A tile's dropout keep mask (None without dropout): dropout_hash.keep, its per-query row
+  hash computed once per query on the [block_q] vector (`layout`, along the tile's `q_dim`)
+  from the key row of `stats` (the key's int32 bits), then mixed with each key position."""
+  if not rate:
+    return None
+  n, i32 = shape[q_dim], dropout_hash.I32
+  key_Q = lax.bitcast_convert_type(ops.load(key_ref, layout), jnp.int32)
+  q_idx_Q = q_start + ops.vector_iota(n, layout)
+  row_Q = dropout_hash.fmix32(key_Q ^ (q_idx_Q * i32(dropout_hash.C_QUERY)))
+  kv_idx = kv_start + ops.iota(shape, 1 - q_dim)
+  bits = dropout_hash.fmix32(lax.broadcast_in_dim(row_Q, shape, [q_dim])
+                             ^ (kv_idx * i32(dropout_hash.C_KEY)))
+  top = lax.shift_right_logical(bits, i32(32 - dropout_hash.KEEP_BITS))
+  return top < dropout_hash.keep_threshold(rate)
+
+
+def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops, rate):
   q_ref, k_ref, v_ref, do_ref, stats_ref, dk_ref, dv_ref = refs
   (k_own, v_own), own_ready, (q_ring, do_ring, stats_ring), ready, free = scratch
   (q_ready, do_ready, stats_ready), (q_free, do_free, stats_free) = ready, free
@@ -287,23 +184,22 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops):
       st_KxQ = jnp.where(q_pos >= kv_start + ops.iota(st_KxQ.shape, 0), st_KxQ, MASK_LOGIT)
     plgpu.barrier_wait(stats_ready.at[slot])
     lse2_Q = ops.load(stats_ring.at[slot, 0], column)
-    delta_Q = ops.load(stats_ring.at[slot, 1], column)
-    plgpu.barrier_arrive(stats_free.at[slot])
     pt_KxQ = jnp.exp2(st_KxQ - lax.broadcast_in_dim(lse2_Q, st_KxQ.shape, [1]))
-    pt16_KxQ = pt_KxQ.astype(k_smem.dtype)
     plgpu.barrier_wait(do_ready.at[slot])
     do_smem = do_ring.at[slot]
-    if ops.interpret:
-      dv_KxD, = ops.accumulate([(dv_KxD, pt16_KxQ, do_smem)])
-      dpt_KxQ = ops.matmul(v_smem, do_smem, transpose_b=True)
-    else:  # both wgmmas issued together, one wait
-      dpt_KxQ = ops.zeros(st_KxQ.shape)
-      dv_KxD, dpt_KxQ = ops.accumulate([
-          (dv_KxD, pt16_KxQ, do_smem),
-          (dpt_KxQ, v_smem, plgpu.transpose_ref(do_smem, (1, 0)))])
-    plgpu.barrier_arrive(do_free.at[slot])
+    dpt_KxQ = ops.matmul(v_smem, do_smem, transpose_b=True)
+    # The keep mask is built after that wgmma and dies before the next two: fewer live registers.
+    keep_KxQ = _keep(ops, stats_ring.at[slot, 2] if rate else None, column, st_KxQ.shape, 1,
+                     q_block * t.block_q, kv_start, rate)
+    delta_Q = ops.load(stats_ring.at[slot, 1], column)
+    plgpu.barrier_arrive(stats_free.at[slot])
+    pt16_KxQ = ops.dropped(pt_KxQ, keep_KxQ, rate).astype(k_smem.dtype)
+    dpt_KxQ = ops.dropped(dpt_KxQ, keep_KxQ, rate)
     dst_KxQ = pt_KxQ * (dpt_KxQ - lax.broadcast_in_dim(delta_Q, dpt_KxQ.shape, [1]))
-    dk_KxD, = ops.accumulate([(dk_KxD, dst_KxQ.astype(k_smem.dtype), q_ring.at[slot])])
+    # dV += P^T dO and dK += dS^T Q issued together, one wait.
+    dv_KxD, dk_KxD = ops.accumulate([(dv_KxD, pt16_KxQ, do_smem),
+                                     (dk_KxD, dst_KxQ.astype(k_smem.dtype), q_ring.at[slot])])
+    plgpu.barrier_arrive(do_free.at[slot])
     plgpu.barrier_arrive(q_free.at[slot])
     return dk_KxD, dv_KxD
 
@@ -366,7 +262,7 @@ def _dq_steps(causal, tile, t: BwdTiling, kv_len):
   return tile_start // t.block_kv, (tile_end + t.block_kv - 1) // t.block_kv
 
 
-def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops):
+def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops, rate):
   q_ref, _, _, do_ref, stats_ref, dq_ref = refs
   (q_own, do_own, stats_own), own_ready, (k_ring, v_ring), ready, free = scratch
   (k_ready, v_ready), (k_free, v_free) = ready, free
@@ -383,6 +279,7 @@ def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops):
     plgpu.barrier_wait(barrier.at[wg])
   row = plgpu.Layout.WGMMA.reduce(1)  # a [block_q] vector along the rows of S
   lse2_Q, delta_Q = ops.load(stats_smem.at[0], row), ops.load(stats_smem.at[1], row)
+  key_row = stats_smem.at[2] if rate else None
   logit_scale = scale * LOG2_E
 
   def step(kv_block, dq_QxD, masked):
@@ -396,6 +293,8 @@ def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops):
     plgpu.barrier_wait(v_ready.at[slot])
     dp_QxK = ops.matmul(do_smem, v_ring.at[slot], transpose_b=True)
     plgpu.barrier_arrive(v_free.at[slot])
+    dp_QxK = ops.dropped(dp_QxK, _keep(ops, key_row, row, s_QxK.shape, 0, row_start,
+                                           kv_block * t.block_kv, rate), rate)
     ds_QxK = p_QxK * (dp_QxK - lax.broadcast_in_dim(delta_Q, dp_QxK.shape, [0]))
     dq_QxD, = ops.accumulate([(dq_QxD, ds_QxK.astype(q_smem.dtype), k_ring.at[slot])])
     plgpu.barrier_arrive(k_free.at[slot])
@@ -427,10 +326,11 @@ def _dq_sources(refs, scratch, *, causal, t, groups, kv_len):
 
 
 def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_out_BxTxHxE, *,
-                    causal: bool, scale: float, tilings: BwdTilings | None = None,
-                    interpret=None):
+                    causal: bool, scale: float, dropout_rate: float = 0.0,
+                    dropout_keys_BxH=None, tilings: BwdTilings | None = None, interpret=None):
   """(dq, dk, dv) in the inputs' dtypes, from the forward's output and natural-log lse [B, H, L]
-  fp32, for inputs `supports` accepts.
+  fp32, for inputs `supports` accepts. With `dropout_rate` > 0, `dropout_keys_BxH` are the int32
+  keys of dropout_hash.head_keys the forward dropped with.
 
   `interpret`: None compiles for the GPU; Mosaic GPU's interpret parameters run the kernels on
   CPU, simulating shared memory, barriers and the warpgroups (tests).
@@ -447,21 +347,27 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
                      "call flash_attention, which routes such inputs to the Triton backward")
   groups, dtype = heads // kv_heads, q_BxTxHxE.dtype
   delta_BxHxT = jnp.einsum("bthd,bthd->bht", out_BxTxHxE.astype(F32), d_out_BxTxHxE.astype(F32))
-  stats_BxHx2xT = jnp.stack([lse_BxHxT.astype(F32) * LOG2_E, delta_BxHxT], axis=2)
-  operands = (q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, d_out_BxTxHxE, stats_BxHx2xT)
-  operand = lambda *shape: plgpu.SMEM(shape, dtype, transforms=_smem_layout())
-  ops = _Ops(interpret)
+  rows = [lse_BxHxT.astype(F32) * LOG2_E, delta_BxHxT]
+  if dropout_rate:  # the key's bits, one per row: loaded like lse and delta
+    keys_BxH = lax.bitcast_convert_type(dropout_keys_BxH.astype(jnp.int32), F32)
+    rows.append(jnp.broadcast_to(keys_BxH[:, :, None], delta_BxHxT.shape))
+  stats_BxHxRxT = jnp.stack(rows, axis=2)
+  num_rows = len(rows)
+  operands = (q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, d_out_BxTxHxE, stats_BxHxRxT)
+  operand = lambda *shape: plgpu.SMEM(shape, dtype, transforms=_mgpu_pipeline.smem_layout())
+  ops = _mgpu_pipeline.Ops(interpret)
+  rate = float(dropout_rate)
   kw = dict(interpret=interpret, operands=operands)
 
   t = tilings.dkdv
   dkdv_kw = dict(causal=causal, t=t, groups=groups, q_len=q_len)
-  dk, dv = _run_kernel(
+  dk, dv = _mgpu_pipeline.run_kernel(
       lambda refs, scratch, wg: _dkdv_consumer(refs, scratch, wg, scale=scale, ops=ops,
-                                               **dkdv_kw),
+                                               rate=rate, **dkdv_kw),
       out_type=(jax.ShapeDtypeStruct(k_BxSxKxE.shape, dtype),) * 2,
       buffers=((operand(CONSUMERS, t.block_kv, head_dim),) * 2,
                (operand(t.stages, t.block_q, head_dim),) * 2
-               + (plgpu.SMEM((t.stages, 2, t.block_q), F32),)),
+               + (plgpu.SMEM((t.stages, num_rows, t.block_q), F32),)),
       sources=lambda refs, scratch: _dkdv_sources(refs, scratch, **dkdv_kw),
       grid=(kv_len // (CONSUMERS * t.block_kv), kv_heads, batch),
       grid_names=("kv_tile", "kv_head", "batch"), name="tfjax_flash_dkdv_mgpu",
@@ -469,11 +375,12 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
 
   t = tilings.dq
   dq_kw = dict(causal=causal, t=t, kv_len=kv_len)
-  dq, = _run_kernel(
-      lambda refs, scratch, wg: _dq_consumer(refs, scratch, wg, scale=scale, ops=ops, **dq_kw),
+  dq, = _mgpu_pipeline.run_kernel(
+      lambda refs, scratch, wg: _dq_consumer(refs, scratch, wg, scale=scale, ops=ops, rate=rate,
+                                             **dq_kw),
       out_type=(jax.ShapeDtypeStruct(q_BxTxHxE.shape, dtype),),
       buffers=((operand(CONSUMERS, t.block_q, head_dim),) * 2
-               + (plgpu.SMEM((CONSUMERS, 2, t.block_q), F32),),
+               + (plgpu.SMEM((CONSUMERS, num_rows, t.block_q), F32),),
                (operand(t.stages, t.block_kv, head_dim),) * 2),
       sources=lambda refs, scratch: _dq_sources(refs, scratch, groups=groups, **dq_kw),
       grid=(q_len // (CONSUMERS * t.block_q), heads, batch),
