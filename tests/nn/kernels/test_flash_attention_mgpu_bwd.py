@@ -200,21 +200,29 @@ def test_interpreted_kernels_have_no_races(case, capfd):
 
 def check_compiles_for_h100(dump_dir):
   """Both kernels, through flash_attention(gpu_backward='mosaic'), compile for H100; Mosaic GPU
-  writes each kernel's MLIR and ptxas log to `dump_dir` (MOSAIC_GPU_DUMP_* in the env)."""
+  writes each kernel's MLIR and ptxas log to `dump_dir` (MOSAIC_GPU_DUMP_* in the env). With
+  dropout the forward is Triton's (the Mosaic forward has none) and the backward still Mosaic."""
+  del dump_dir  # written by Mosaic GPU itself
   from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
   from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
   spec = NamedSharding(Mesh(np.array(devices.compile_only_devices(targets.parse_target("h100"))),
                             ("x",)), PartitionSpec())
-  for head_dim, causal, heads, kv_heads in [(64, True, 8, 2), (128, False, 4, 4),
-                                            (128, True, 8, 2)]:
+  for head_dim, causal, heads, kv_heads, rate in [(64, True, 8, 2, 0.0), (128, False, 4, 4, 0.0),
+                                                  (128, True, 8, 2, 0.0), (64, True, 8, 2, 0.1),
+                                                  (128, True, 8, 2, 0.1)]:
     shape = lambda h: jax.ShapeDtypeStruct((2, 1024, h, head_dim), jnp.bfloat16, sharding=spec)
-    loss = lambda *a: fa.flash_attention(*a, causal=causal, interpret=False, gpu_forward="mosaic",
-                                         gpu_backward="mosaic").astype(jnp.float32).sum()
+    seed = jax.ShapeDtypeStruct((), jnp.int32, sharding=spec)
+    loss = lambda q, k, v, seed: fa.flash_attention(
+        q, k, v, causal=causal, interpret=False, gpu_forward="mosaic", gpu_backward="mosaic",
+        dropout_rate=rate, dropout_seed=seed).astype(jnp.float32).sum()
     lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(
-        shape(heads), shape(kv_heads), shape(kv_heads)).lower(lowering_platforms=("cuda",))
+        shape(heads), shape(kv_heads), shape(kv_heads), seed).lower(lowering_platforms=("cuda",))
     text = lowered.compile().as_text()
-    assert text.count('custom_call_target="mosaic_gpu') == 3, (head_dim, causal)  # fwd, dkdv, dq
-    assert "tfjax_flash_dkdv\"" not in text and "tfjax_flash_dq\"" not in text
+    case = (head_dim, causal, rate)
+    # forward (Mosaic, or Triton with dropout), dK/dV and dQ
+    assert text.count('custom_call_target="mosaic_gpu') == (2 if rate else 3), case
+    assert ("tfjax_flash_forward\"" in text) == bool(rate), case
+    assert "tfjax_flash_dkdv\"" not in text and "tfjax_flash_dq\"" not in text, case
 
 
 def kernel_resources(dump_dir):
