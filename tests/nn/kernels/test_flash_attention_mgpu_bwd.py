@@ -107,6 +107,10 @@ def test_direct_call_out_of_scope_is_a_clear_error():
   x = jnp.zeros((1, 128, 1, 96), jnp.bfloat16)
   with pytest.raises(ValueError, match="call flash_attention, which routes"):
     bwd.mosaic_backward(x, x, x, x, jnp.zeros((1, 1, 128)), x, causal=True, scale=1.0)
+  x = jnp.zeros((1, 128, 1, 64), jnp.bfloat16)
+  with pytest.raises(ValueError, match="needs dropout_keys_BxH.*head_keys"):
+    bwd.mosaic_backward(x, x, x, x, jnp.zeros((1, 1, 128)), x, causal=True, scale=1.0,
+                        dropout_rate=0.1)
 
 
 # ---- Run by Mosaic GPU's interpreter on CPU ----------------------------------------------------

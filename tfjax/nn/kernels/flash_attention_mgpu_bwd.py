@@ -345,6 +345,9 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
     raise ValueError(f"the Mosaic GPU backward does not take q {q_BxTxHxE.shape} "
                      f"{q_BxTxHxE.dtype}, k {k_BxSxKxE.shape}, causal={causal} with {tilings}; "
                      "call flash_attention, which routes such inputs to the Triton backward")
+  if dropout_rate and dropout_keys_BxH is None:
+    raise ValueError("dropout_rate > 0 needs dropout_keys_BxH, the forward's keys "
+                     "(tfjax.nn.dropout_hash.head_keys(seed, batch, heads))")
   groups, dtype = heads // kv_heads, q_BxTxHxE.dtype
   delta_BxHxT = jnp.einsum("bthd,bthd->bht", out_BxTxHxE.astype(F32), d_out_BxTxHxE.astype(F32))
   rows = [lse_BxHxT.astype(F32) * LOG2_E, delta_BxHxT]
