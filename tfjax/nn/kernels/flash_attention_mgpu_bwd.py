@@ -252,6 +252,13 @@ def _dkdv_sources(refs, scratch, *, causal, t, groups, q_len):
 # ---- dQ ---------------------------------------------------------------------------------------
 
 
+def _dq_tile(causal, t: BwdTiling, q_len):
+  """The program's query tile. Causal: the last tile (the most key blocks) is launched first,
+  so that the long programs do not form the tail of the grid (as FlashAttention-2/3 order it)."""
+  tile = lax.axis_index("q_tile")
+  return q_len // (CONSUMERS * t.block_q) - 1 - tile if causal else tile
+
+
 def _dq_steps(causal, tile, t: BwdTiling, kv_len):
   """(unmasked key blocks, all key blocks) of a dQ program: all, or (causal) up to its last row's
   diagonal, the blocks left of its first row unmasked."""
@@ -262,12 +269,12 @@ def _dq_steps(causal, tile, t: BwdTiling, kv_len):
   return tile_start // t.block_kv, (tile_end + t.block_kv - 1) // t.block_kv
 
 
-def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops, rate):
+def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, q_len, ops, rate):
   q_ref, _, _, do_ref, stats_ref, dq_ref = refs
   (q_own, do_own, stats_own), own_ready, (k_ring, v_ring), ready, free = scratch
   (k_ready, v_ready), (k_free, v_free) = ready, free
   plgpu = ops.plgpu
-  batch, head, tile = (lax.axis_index(a) for a in ("batch", "head", "q_tile"))
+  batch, head, tile = lax.axis_index("batch"), lax.axis_index("head"), _dq_tile(causal, t, q_len)
   row_start = (tile * CONSUMERS + wg) * t.block_q
   rows = (batch, pl.ds(row_start, t.block_q), head)
   q_smem, do_smem, stats_smem = q_own.at[wg], do_own.at[wg], stats_own.at[wg]
@@ -311,10 +318,10 @@ def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, ops, rate):
   plgpu.wait_smem_to_gmem(0)
 
 
-def _dq_sources(refs, scratch, *, causal, t, groups, kv_len):
+def _dq_sources(refs, scratch, *, causal, t, groups, kv_len, q_len):
   _, k_ref, v_ref, _, _, _ = refs
   _, _, rings, ready, free = scratch
-  batch, head, tile = (lax.axis_index(a) for a in ("batch", "head", "q_tile"))
+  batch, head, tile = lax.axis_index("batch"), lax.axis_index("head"), _dq_tile(causal, t, q_len)
   kv_head = lax.div(head, jnp.array(groups, head.dtype))  # GQA: no repeated K/V in memory
   block = lambda ref: lambda j: ref.at[batch, pl.ds(j * t.block_kv, t.block_kv), kv_head]
   sources = [(block(ref), ring, r, f) for ref, ring, r, f in
@@ -377,7 +384,7 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
       ready_counts=(t.stages,) * 3, **kw)
 
   t = tilings.dq
-  dq_kw = dict(causal=causal, t=t, kv_len=kv_len)
+  dq_kw = dict(causal=causal, t=t, kv_len=kv_len, q_len=q_len)
   dq, = _mgpu_pipeline.run_kernel(
       lambda refs, scratch, wg: _dq_consumer(refs, scratch, wg, scale=scale, ops=ops, rate=rate,
                                              **dq_kw),
