@@ -7,6 +7,7 @@ attention no GQA).
                   where it applies, the Triton one elsewhere)
   pallas_triton   ours with the Triton forward
   pallas_mosaic   ours with the Mosaic GPU forward (inputs outside its scope raise)
+  pallas_mosaic_bwd  the same with the Mosaic GPU backward too (opt-in, not yet timed)
 """
 
 from __future__ import annotations

@@ -113,6 +113,21 @@ def test_direct_call_out_of_scope_is_a_clear_error():
                         dropout_rate=0.1)
 
 
+def test_tuning_candidates_fit_the_swept_shapes():
+  """experiments/tune_mosaic_bwd.py's candidates: valid tilings `supports` takes at every swept
+  length (mosaic_backward raises for one `supports` refuses: that row would get no time)."""
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments"))
+  tune = importlib.import_module("tune_mosaic_bwd")
+  assert sorted(tune.CANDIDATES) == sorted(bwd.MOSAIC_BWD_TILINGS)
+  for head_dim, candidates in tune.CANDIDATES.items():
+    assert bwd.MOSAIC_BWD_TILINGS[head_dim] in candidates  # the default is among them
+    for length in (1024, 4096, 16384):
+      shape, _ = tune.shapes(length, head_dim)
+      for tilings in candidates:
+        assert bwd.supports(shape, shape, jnp.bfloat16, causal=True, has_segments=False,
+                            has_alibi=False, window=None, tilings=tilings), (shape, tilings)
+
+
 # ---- Run by Mosaic GPU's interpreter on CPU ----------------------------------------------------
 
 
