@@ -42,7 +42,9 @@ from jax.experimental.pallas import triton as pltriton
 
 from tfjax.nn import dropout_hash, masks
 from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu, flash_attention_mgpu_bwd
-from tfjax.nn.kernels.gpu_tilings import GPU_TILINGS, KernelTiling, Tilings, default_tilings
+# The Triton tile table lives in gpu_tilings.py; its names stay importable from here.
+from tfjax.nn.kernels.gpu_tilings import (  # noqa: F401
+    GPU_TILINGS, KernelTiling, Tilings, default_tilings)
 
 F32 = jnp.float32
 
