@@ -7,6 +7,7 @@ attention no GQA).
                   where it applies, the Triton one elsewhere)
   pallas_triton   ours with the Triton forward
   pallas_mosaic   ours with the Mosaic GPU forward (inputs outside its scope raise)
+  pallas_mosaic_bwd  the same with the Mosaic GPU backward too (opt-in, not yet timed)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from tfjax.nn import ops
-from tfjax.nn.kernels import flash_attention_mgpu
+from tfjax.nn.kernels import flash_attention_mgpu, flash_attention_mgpu_bwd
 from tfjax.nn.kernels.flash_attention import flash_attention
 from tfjax.nn.kernels.flash_attention_tpu import TpuTilings, flash_attention_tpu
 
@@ -70,9 +71,12 @@ DEFAULT_IMPLS = {"gpu": ["xla", "cudnn", "mha_bundled", "pallas"],
                  "tpu": ["xla", "flash_tpu_bundled", "splash_bundled", "pallas"]}
 
 
-def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
+def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ,
+                          gpu_backward="triton"):
   """Our Pallas kernels with the Mosaic GPU forward. Inputs it would hand to the Triton forward
-  raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel."""
+  raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel. `gpu_backward`
+  "mosaic" ('pallas_mosaic_bwd' rows) takes the Mosaic GPU backward too; calls outside its
+  scope (ALiBi) raise too rather than timing Triton's backward under that label."""
   del kv_heads_differ  # GQA is in the Mosaic kernel's scope
   if jax.default_backend() != "gpu":
     raise NotImplementedError("the Mosaic GPU forward runs on NVIDIA Hopper GPUs only")
@@ -81,7 +85,12 @@ def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ):
                                        window=None):
     raise NotImplementedError("outside the Mosaic GPU forward's scope (bf16, head_dim 64/128, "
                               "block-multiple lengths)")
-  return flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes, gpu_forward="mosaic")
+  if gpu_backward == "mosaic" and not flash_attention_mgpu_bwd.supports(
+      q.shape, k.shape, q.dtype, causal=causal, has_segments=False,
+      has_alibi=alibi_slopes is not None, window=None):
+    raise NotImplementedError("outside the Mosaic GPU backward's scope (no ALiBi)")
+  return flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes, gpu_forward="mosaic",
+                         gpu_backward=gpu_backward)
 
 
 def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
@@ -91,6 +100,10 @@ def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
   if impl == "pallas_mosaic":
     return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                  kv_heads_differ=kv_heads_differ)
+  if impl == "pallas_mosaic_bwd":  # the Mosaic GPU forward and backward (both opt-in)
+    return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
+                                                 kv_heads_differ=kv_heads_differ,
+                                                 gpu_backward="mosaic")
   if impl in BUNDLED_PEERS:
     return lambda q, k, v: BUNDLED_PEERS[impl](q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                kv_heads_differ=kv_heads_differ)

@@ -5,6 +5,7 @@ Default sweep: bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k tok
   GPU  (and elsewhere) xla, cudnn, the Pallas Triton mha bundled with JAX ('mha_bundled', a peer) and ours
        ('pallas' as the library runs it); selectable, not default: 'pallas_triton' and
        'pallas_mosaic', ours with the Triton or the Mosaic GPU forward (experiments/attention_impls.py);
+       'pallas_mosaic_bwd', the Mosaic GPU forward and backward (opt-in, not yet timed);
   TPU  xla, JAX's bundled TPU flash attention ('flash_tpu_bundled') and splash attention
        ('splash_bundled') as peers, and ours ('pallas' = the Mosaic kernels).
 The bundled kernels are peers used only here (they have no ALiBi; the bundled TPU flash attention

@@ -3,7 +3,8 @@
   chunked  plain-JAX flash attention (O(L) memory; the CPU choice for long sequences)
   pallas   Pallas FlashAttention kernels for the backend: Mosaic on TPU (flash_attention_tpu),
            Triton on NVIDIA GPUs (flash_attention; its forward optionally the Mosaic GPU kernel of
-           flash_attention_mgpu on Hopper), the Triton ones interpreted on CPU
+           flash_attention_mgpu on Hopper, its backward, opt-in, flash_attention_mgpu_bwd's), the
+           Triton ones interpreted on CPU
   cudnn    cuDNN flash attention via jax.nn.dot_product_attention (GPU only)
 
 `IMPLEMENTATIONS` is the table tfjax.nn.ops reads (lazily, so that importing ops never imports

@@ -20,7 +20,9 @@ flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same bac
 bf16, head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, ALiBi,
 segment ids / padding, windows, dropout ('auto' leaves these four to Triton: not timed on a GPU),
 compiled; any other call (fp32 or fp16, other head_dims, lengths off the Mosaic tiles, end-aligned
-causal offsets) runs the Triton forward, with no error.
+causal offsets) runs the Triton forward, with no error. The backward likewise has
+`gpu_backward="mosaic"`: the Mosaic GPU dK/dV and dQ kernels of flash_attention_mgpu_bwd.py
+(no ALiBi, windows or segments; dropout yes), not yet timed on a GPU ('auto' is Triton's).
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
 key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
@@ -40,7 +42,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from tfjax.nn import dropout_hash, masks
-from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu
+from tfjax.nn.kernels import _blocks, _common, flash_attention_mgpu, flash_attention_mgpu_bwd
+# The Triton tile table lives in gpu_tilings.py; its names stay importable from here.
+from tfjax.nn.kernels.gpu_tilings import (  # noqa: F401
+    GPU_TILINGS, KernelTiling, Tilings, default_tilings)
 
 F32 = jnp.float32
 
@@ -51,6 +56,9 @@ GPU_FORWARDS = ("auto", "triton", "mosaic")
 # (docs/benchmarks/gpu.md); Triton elsewhere. "mosaic" asks for it wherever it applies (a program
 # compiled for an H100 from a CPU host); "triton" never uses it.
 GPU_FORWARD = "auto"
+# The backward kernels when `gpu_backward` is None ("auto", "triton" or "mosaic"). "auto" is
+# Triton's until a measured table says where the Mosaic GPU backward wins (none yet: not timed).
+GPU_BACKWARD = "auto"
 
 
 def _on_hopper() -> bool:
@@ -61,44 +69,6 @@ def _on_hopper() -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelTiling:
-  block_q: int
-  block_k: int
-  num_warps: int = 4
-  num_stages: int = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class Tilings:
-  forward: KernelTiling
-  backward: KernelTiling  # Shared by the dK/dV and the dQ kernels.
-
-
-# Triton tilings by (padded head_dim, bytes per element). The bf16 rows for head_dim 64 and 128
-# are the fastest candidates of `experiments/bench_attention.py --tune` (causal, L 4096) on an
-# NVIDIA H200 with jax 0.11.2 (docs/benchmarks/gpu.md): 128x64 forward tiles with 8 warps and
-# 3 stages, 64x64 backward tiles with 4 warps. The other rows are starting points in the range of
-# the published FlashAttention-2 Triton configs (fp32 halves the tiles to fit shared memory),
-# not yet tuned on hardware.
-GPU_TILINGS = {
-    (64, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 4, 2)),
-    (128, 2): Tilings(KernelTiling(128, 64, 8, 3), KernelTiling(64, 64, 4, 2)),
-    (256, 2): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
-    (64, 4): Tilings(KernelTiling(64, 32, 4, 2), KernelTiling(32, 32, 4, 2)),
-    (128, 4): Tilings(KernelTiling(64, 32, 8, 2), KernelTiling(32, 32, 8, 1)),
-    (256, 4): Tilings(KernelTiling(32, 32, 8, 1), KernelTiling(16, 16, 8, 1)),
-}
-
-
-def default_tilings(head_dim: int, dtype) -> Tilings:
-  padded = max(64, pl.next_power_of_2(head_dim))
-  key = (padded, 2 if jnp.dtype(dtype).itemsize <= 2 else 4)
-  if key not in GPU_TILINGS:
-    raise _common.unsupported(f"head_dim {head_dim} (> 256)", "pallas", "'xla' or 'chunked'")
-  return GPU_TILINGS[key]
-
-
-@dataclasses.dataclass(frozen=True)
 class _Config(_blocks.BlockConfig):
   """Everything static about one call; the kernels specialise on it."""
   forward: KernelTiling = None
@@ -106,6 +76,7 @@ class _Config(_blocks.BlockConfig):
   interpret: bool = False
   precision: lax.Precision = lax.Precision.DEFAULT  # of the fp32 dots (_common.matmul_precision)
   gpu_forward: str = "triton"  # "mosaic" only where flash_attention_mgpu.supports the call
+  gpu_backward: str = "triton"  # "mosaic" only where flash_attention_mgpu_bwd.supports it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,6 +334,10 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys):
 
 
 def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys, out, lse, d_out):
+  if cfg.gpu_backward == "mosaic":  # no ALiBi there: no slope gradient
+    return (*flash_attention_mgpu_bwd.mosaic_backward(
+        q, k, v, out, lse, d_out, causal=cfg.causal, scale=cfg.scale,
+        dropout_rate=cfg.dropout_rate, dropout_keys_BxH=dropout_keys), None)
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads, groups = k.shape[1], k.shape[2], cfg.groups
   block_q, block_k = cfg.backward.block_q, cfg.backward.block_k
@@ -451,13 +426,16 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
                     kv_segment_ids=None, window=None, alibi_slopes=None, bias=None, scale=None,
                     q_positions=None, kv_positions=None, tilings: Optional[Tilings] = None,
                     interpret: Optional[bool] = None, gpu_forward: Optional[str] = None,
-                    dropout_rate: float = 0.0, dropout_seed=None):
+                    gpu_backward: Optional[str] = None, dropout_rate: float = 0.0,
+                    dropout_seed=None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
   `gpu_forward` ("auto", "triton" or "mosaic"; None reads the module's GPU_FORWARD) picks the
   forward kernel of compiled calls; "mosaic" applies where flash_attention_mgpu.supports the
-  call, Triton elsewhere (module docstring). The backward is Triton's either way.
+  call, Triton elsewhere (module docstring). `gpu_backward` (the same values; None reads
+  GPU_BACKWARD) likewise picks the backward: "mosaic" runs flash_attention_mgpu_bwd's kernels
+  where they apply, Triton elsewhere; "auto" is Triton's for now.
   `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
   the int32 `dropout_seed` (the same mask as implementation='xla'), in either forward kernel.
   """
@@ -489,7 +467,12 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
       precision=_common.matmul_precision())
   cfg = dataclasses.replace(cfg, gpu_forward=_gpu_forward(
       cfg, gpu_forward, (batch, q_len_p, heads, head_dim_p), (batch, kv_len_p, kv_heads),
-      q_BxTxHxE.dtype))
+      q_BxTxHxE.dtype), gpu_backward=flash_attention_mgpu_bwd.route(
+          GPU_BACKWARD if gpu_backward is None else gpu_backward, interpret=cfg.interpret,
+          dropout_rate=cfg.dropout_rate, causal=cfg.causal, offset=cfg.offset,
+          has_segments=cfg.has_segments, has_alibi=cfg.has_alibi, window=cfg.window,
+          q_shape=(batch, q_len_p, heads, head_dim_p),
+          kv_shape=(batch, kv_len_p, kv_heads, head_dim_p), dtype=q_BxTxHxE.dtype))
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)
