@@ -186,12 +186,13 @@ def test_dropout_arguments_are_checked():
     dropout_hash.keep_mask(jnp.zeros((2,), jnp.int32), 1, 1, 2, 2, 0.1)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
-def test_triton_dropout_lowers_for_cuda(dtype):
+@pytest.mark.parametrize("dtype,head_dim", [(jnp.bfloat16, 64), (jnp.bfloat16, 128),
+                                            (jnp.float32, 128)])
+def test_triton_dropout_lowers_for_cuda(dtype, head_dim):
   """Forward + backward with dropout lower to the Triton kernels for CUDA with the default GPU
   tilings (no GPU needed: catches a hash op Triton cannot lower). gpu_forward='mosaic' takes the
-  Mosaic GPU forward (with dropout) for bf16, Triton's for fp32 (test_flash_attention_mgpu checks
-  the route and runs the Mosaic one interpreted)."""
+  Mosaic GPU forward (with dropout) for bf16 at D 64, Triton's for fp32 and at D 128 (where the
+  Mosaic one spills; test_flash_attention_mgpu checks the route and runs it interpreted)."""
   def loss(q, k, v, seed):
     out = flash_attention(q, k, v, causal=True, interpret=False, gpu_forward="mosaic",
                           dropout_rate=0.1, dropout_seed=seed)
@@ -201,9 +202,9 @@ def test_triton_dropout_lowers_for_cuda(dtype):
   exported = export.export(
       jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["cuda"],
       disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
-          spec((2, 256, 8, 128), dtype), spec((2, 256, 2, 128), dtype),
-          spec((2, 256, 2, 128), dtype), spec((), jnp.int32))
-  text, mosaic = exported.mlir_module(), dtype == jnp.bfloat16
+          spec((2, 256, 8, head_dim), dtype), spec((2, 256, 2, head_dim), dtype),
+          spec((2, 256, 2, head_dim), dtype), spec((), jnp.int32))
+  text, mosaic = exported.mlir_module(), dtype == jnp.bfloat16 and head_dim == 64
   assert text.count("__gpu$xla.gpu.triton") == (2 if mosaic else 3)  # (fwd,) dk/dv, dq
   assert ("tfjax_flash_forward_mgpu" in text) == mosaic
 

@@ -220,7 +220,7 @@ def test_interpreted_kernels_have_no_races(case, capfd):
 def check_compiles_for_h100(dump_dir):
   """Both kernels, through flash_attention(gpu_backward='mosaic'), compile for H100; Mosaic GPU
   writes each kernel's MLIR and ptxas log to `dump_dir` (MOSAIC_GPU_DUMP_* in the env). With
-  dropout the forward is Triton's (the Mosaic forward has none) and the backward still Mosaic."""
+  dropout the backward is Mosaic's and the forward too, but at D 128 (Triton's there)."""
   del dump_dir  # written by Mosaic GPU itself
   from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
   from tfjax.aot import devices, targets  # pylint: disable=import-outside-toplevel
@@ -238,9 +238,10 @@ def check_compiles_for_h100(dump_dir):
         shape(heads), shape(kv_heads), shape(kv_heads), seed).lower(lowering_platforms=("cuda",))
     text = lowered.compile().as_text()
     case = (head_dim, causal, rate)
-    # forward (Mosaic, or Triton with dropout), dK/dV and dQ
-    assert text.count('custom_call_target="mosaic_gpu') == (2 if rate else 3), case
-    assert ("tfjax_flash_forward\"" in text) == bool(rate), case
+    # the Mosaic forward (Triton's with dropout at D 128: the Mosaic one spills there), dK/dV, dQ
+    triton_forward = bool(rate) and head_dim == 128
+    assert text.count('custom_call_target="mosaic_gpu') == 3 - triton_forward, case
+    assert ("tfjax_flash_forward\"" in text) == triton_forward, case
     assert "tfjax_flash_dkdv\"" not in text and "tfjax_flash_dq\"" not in text, case
 
 

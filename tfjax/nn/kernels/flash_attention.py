@@ -406,7 +406,7 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
                      f"{GPU_FORWARDS}")
   takes = flash_attention_mgpu.supports(
       q_shape, (*kv_shape, q_shape[3]), dtype, causal=cfg.causal, has_segments=cfg.has_segments,
-      has_alibi=cfg.has_alibi, window=cfg.window)
+      has_alibi=cfg.has_alibi, window=cfg.window, dropout=bool(cfg.dropout_rate))
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
   # 'auto': Mosaic where it was timed on Hopper (plain, causal); masks/ALiBi/dropout never ran.
   wanted = requested == "mosaic" or (requested == "auto" and _on_hopper() and not (
