@@ -15,8 +15,8 @@ LayerNorm, N(0, 0.02) init, no QK-norm), at the scale's main learning rate(s), d
              one (smoke): where pre-LN still trains and post-LN does not
 Scales: smoke depths 2 / 4, 150 steps, W = 40, lr 3e-3 (high 3e-2), 2 seeds; medium (the setting
 where the post-LN-with-warmup control can pass, chosen by pilots) depth 12 only, 600 steps,
-W = 150, lr 2e-3, 8 seeds for the claims' arms (5 for RMSNorm, 3 for the arms only figures and
-the init-only gradient claims read), no QK-norm or high-lr arms, Xavier arms for pre and post;
+W = 150, lr 2e-3, 8 seeds for the claims' arms (5 for RMSNorm, 3 for the arms only figures
+read), no QK-norm or high-lr arms, Xavier arms for pre and post (the gradient claims' arms);
 full depths 6 / 12, 3000 steps, W = 300, lr 3e-4 / 1e-3 / 3e-3 (the loss-vs-lr grid), 3 seeds.
 
 Reported per point: final eval loss; divergence; failure (diverged, or a final eval loss not at
@@ -54,7 +54,8 @@ GRID = {
     "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
                    steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=(0, 1, 2, 3, 4),
                    qk_norm=False, grad_init="xavier_uniform",
-                   xavier=dict(placements=("pre", "post"), warmups=("W",), layers="all")),
+                   xavier=dict(placements=("pre", "post"), warmups=("W",), layers="all",
+                               seeds=tuple(range(8)))),
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }
@@ -204,7 +205,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 56 smoke, 68 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
+  Points: 56 smoke, 78 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
   line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """
@@ -241,11 +242,11 @@ def get_sweep(scale=None):
           + arms(few, **{"model.norm": ("rmsnorm",), placement: ("post",)})
           + (arms(**{"model.qk_norm": ("rmsnorm",), placement: ("pre", "post"),
                      "model.num_layers": first}) if grid.get("qk_norm", True) else [])
-          + arms(few, **{"model.init": ("xavier_uniform",), placement: xavier["placements"],
-                         "model.num_layers": first if xavier["layers"] == "first"
-                         else grid["layers"],
-                         "optimizer.warmup_steps": tuple(w if x == "W" else x
-                                                         for x in xavier["warmups"])})
+          + arms(xavier.get("seeds", few),
+                 **{"model.init": ("xavier_uniform",), placement: xavier["placements"],
+                    "model.num_layers": first if xavier["layers"] == "first" else grid["layers"],
+                    "optimizer.warmup_steps": tuple(w if x == "W" else x
+                                                    for x in xavier["warmups"])})
           + (arms(**{placement: ("pre", "post"), "model.num_layers": first,
                      "optimizer.lr": (grid["high_lr"],), "optimizer.warmup_steps": (0, w)})
              if grid["high_lr"] else []))
