@@ -333,3 +333,5 @@ def test_an_every_seed_control_fails_on_one_bad_seed_that_the_mean_hides():
   assert why.startswith("softmax learns in every seed fails") and "0.22" in why, why
   ok = _accuracy_rows({"softmax": (0.367, 0.363, 0.35)})
   assert verdicts.check_conditions(ok, [{**control, "every_seed": True}]) is None
+  ok[1]["metrics"] = {}  # a seed without the metric fails the control, it is not skipped
+  assert "nan" in verdicts.check_conditions(ok, [{**control, "every_seed": True}])

@@ -170,9 +170,10 @@ def check_conditions(rows: Sequence[dict], conditions: Sequence[Mapping],
     lo, hi = cond.get("min", -math.inf), cond.get("max", math.inf)
     value = {label: _arm_value(m, cond["metric"], cond.get("min_n")) for label, m in arms.items()}
     if cond.get("every_seed"):  # the seed farthest outside [lo, hi] stands for its arm
-      value = {label: min((metric_value(r["metrics"], cond["metric"]) for r in m),
-                          key=lambda v: -max(lo - v, v - hi) if math.isfinite(v) else -math.inf)
-               for label, m in arms.items()}
+      seed_values = {label: [v if isinstance(v, (int, float)) else math.nan for v in (
+          metric_value(r["metrics"], cond["metric"]) for r in m)] for label, m in arms.items()}
+      value = {label: min(vs, key=lambda v: -max(lo - v, v - hi) if math.isfinite(v)
+                          else -math.inf) for label, vs in seed_values.items()}
     failing = {label: v for label, v in value.items() if not lo <= v <= hi}
     if (len(failing) == len(value)) if cond.get("any") else failing:
       bound = " and ".join(b for b in (f">= {lo:g}" if cond.get("min") is not None else "",
