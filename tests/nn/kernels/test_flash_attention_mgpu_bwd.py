@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tfjax.nn import dropout_hash
+from tfjax.nn.kernels import flash_attention_mgpu as mgpu
 from tfjax.nn.kernels import flash_attention_mgpu_bwd as bwd
 
 fa = importlib.import_module("tfjax.nn.kernels.flash_attention")
@@ -31,6 +32,15 @@ H100_SHARED_BYTES = 227 * 1024  # shared_memory_per_block_optin of an H100
 
 
 # ---- Scope and routing (traced only) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("tiling", [bwd.BwdTiling, mgpu.MosaicTiling])
+def test_tilings_refuse_tiles_off_64_and_rings_under_two_slots(tiling):
+  assert tiling(block_q=128, block_kv=64, stages=2).block_q == 128
+  with pytest.raises(ValueError, match="multiples of 64.*block_q=96, block_kv=64"):
+    tiling(block_q=96, block_kv=64, stages=2)
+  with pytest.raises(ValueError, match="stages=1: .* at least 2 slots"):
+    tiling(block_q=64, block_kv=64, stages=1)
 
 
 @pytest.mark.parametrize("q_shape, kv_shape, dtype, kw, expected", [

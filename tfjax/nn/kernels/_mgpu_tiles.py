@@ -16,6 +16,16 @@ from jax.experimental import pallas as pl
 
 from tfjax.nn import dropout_hash
 
+
+def check_tiling(block_q: int, block_kv: int, stages: int) -> None:
+  """The constraints every Mosaic GPU attention tiling (forward and backward) shares."""
+  if block_q % 64 or block_kv % 64:
+    raise ValueError(f"Mosaic GPU tiles are multiples of 64 (a wgmma M / the 128-byte swizzle);"
+                     f" got block_q={block_q}, block_kv={block_kv}")
+  if stages < 2:
+    raise ValueError(f"stages={stages}: the shared-memory ring needs at least 2 slots to overlap "
+                     "copies with math")
+
 F32 = jnp.float32
 LOG2_E = math.log2(math.e)
 # Logit of a masked key: finite, so exp2(MASK - m) underflows to an exact 0 without inf - inf.

@@ -89,12 +89,7 @@ class MosaicTiling:
   pingpong: bool = True
 
   def __post_init__(self):
-    if self.block_q % 64 or self.block_kv % 64:
-      raise ValueError(f"Mosaic GPU tiles are multiples of 64 (a wgmma M / the 128-byte swizzle);"
-                       f" got block_q={self.block_q}, block_kv={self.block_kv}")
-    if self.stages < 2:
-      raise ValueError(f"stages={self.stages}: the K/V ring needs at least 2 slots to overlap "
-                       "copies with math")
+    _mgpu_tiles.check_tiling(self.block_q, self.block_kv, self.stages)
 
 
 # Per head_dim; bf16 only. Starting points in the range of FlashAttention-3's Hopper tiles, sized

@@ -49,7 +49,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from tfjax.nn import dropout_hash
-from tfjax.nn.kernels import _mgpu_pipeline
+from tfjax.nn.kernels import _mgpu_pipeline, _mgpu_tiles
 
 F32 = jnp.float32
 LOG2_E = math.log2(math.e)
@@ -66,12 +66,7 @@ class BwdTiling:
   stages: int  # shared-memory slots of the streamed operands
 
   def __post_init__(self):
-    if self.block_q % 64 or self.block_kv % 64:
-      raise ValueError(f"Mosaic GPU tiles are multiples of 64 (a wgmma M / the 128-byte swizzle);"
-                       f" got block_q={self.block_q}, block_kv={self.block_kv}")
-    if self.stages < 2:
-      raise ValueError(f"stages={self.stages}: the ring needs at least 2 slots to overlap copies "
-                       "with math")
+    _mgpu_tiles.check_tiling(self.block_q, self.block_kv, self.stages)
 
 
 @dataclasses.dataclass(frozen=True)
