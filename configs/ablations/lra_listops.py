@@ -37,7 +37,7 @@ from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 
-SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
+SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2, 3, 4), "full": (0, 1, 2)}
 MAX_TOKENS = {"smoke": 63, "medium": 127, "full": 2047}  # N: expressions of N // 4 .. N tokens
 # Tay et al. 2021, table 1, ListOps column (accuracy %), the rows the arms here stand for.
 PUBLISHED = {"softmax": 36.37, "local": 15.82, "performer": 18.01, "linformer": 35.70,
@@ -170,7 +170,7 @@ def get_config(scale=None):
       num_layers=2 if small else 4, num_heads=4, d_ff=128 if small else 512, ffn="gelu",
       norm="layernorm", norm_placement="pre", position="learned", max_len=n + 1,
       pooler=True, num_classes=10, mlm_head=False, type_vocab_size=0, dropout=0.0)
-  steps = {"smoke": 100, "medium": 250, "full": 5000}[scale]
+  steps = {"smoke": 100, "medium": 600, "full": 5000}[scale]
   config.optimizer.update(name="adamw", lr=3e-3 if small else 1e-3, b2=0.98, weight_decay=0.01,
                           schedule="cosine",
                           warmup_steps=steps // 10, min_lr=1e-4, clip_norm=1.0)
