@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tfjax.training import divergence, packed, train
+from tfjax.training.sharding import BatchPlacement
 from run_helpers import read_metrics, tiny_config, train_losses
 
 STEPS = 16  # past the resume test's stop at step 7, with two evals each
@@ -113,3 +114,37 @@ def test_packed_group_killed_mid_run_resumes_exactly(tmp_path):
       assert got[step] == want[step], (k, step)
   with pytest.raises(ValueError, match="packed group of"):  # another group's checkpoints
     packed.train_packed(configs, [resumed[1], resumed[0]], group)
+
+
+def test_packed_step_keeps_the_cpu_fusion_boundary():
+  """Under vmap a cond on a batched predicate becomes a select of both branches, which XLA fuses
+  across; the packed step branches on an unbatched predicate instead, so it has the one-seed
+  step's conds (tfjax/training/cpu_fusion.py), its compiled program keeps them (XLA cannot fold
+  the predicate), and it has none with the policy off."""
+  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
+  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
+  from tfjax.training import cpu_fusion, experiment, steps  # pylint: disable=import-outside-toplevel
+  config = _decoder(0)
+  placement = BatchPlacement.for_config(config)
+  counts = {}
+  try:
+    for policy in ("on", "off"):
+      config.train.cpu_fusion = policy
+      exp = experiment.prepare(config)
+      layout = experiment.state_layout(exp, placement)
+      batch = datasets.DataIterator(exp.dataset, config.train.batch_size).next()
+      batches = experiment.stack_batches([experiment.stack_batches([batch, batch], 2)], 1)
+      state = packed.stack_seeds([layout.init(), layout.init()])
+      args = (state, np.ones(2, bool), batches, np.int32(1))
+      step = packed.make_packed_step(exp, stop_on_nonfinite=True)
+      counts[policy] = str(jax.make_jaxpr(step)(*args)).count("cond[")
+      model = build_model(exp.model_config.replace(deterministic=False))
+      one = steps.make_train_step(model, exp.optimizer, exp.schedule, config.task, 0.0, 1)
+      counts[policy, "one seed"] = str(jax.make_jaxpr(one)(layout.init(), batch)).count("cond[")
+      if policy == "on":
+        counts["compiled"] = step.lower(*args).compile().as_text().count(" conditional(")
+  finally:
+    cpu_fusion.install("auto")
+  # (a jaxpr holds each cond twice: in the JVP and in its transpose)
+  assert counts["on"] == counts["on", "one seed"] == 2 * counts["compiled"] >= 4, counts
+  assert counts["off"] == counts["off", "one seed"] == 0, counts

@@ -81,25 +81,49 @@ def _backend_is_cpu() -> bool:
   return jax.default_backend() == "cpu"
 
 
-def _materialized(value, like):
-  """`value`, computed in its own fusion: a cond whose predicate (on the primal `like`) is never
-  true but cannot be folded away. Linear in `value`, so JAX can transpose it."""
-  never = jnp.isnan(like.reshape(-1)[0])
+def _materialized(value, never):
+  """`value`, computed in its own fusion: a cond on `never`, a predicate that is never true but
+  cannot be folded away. Linear in `value`, so JAX can transpose it."""
   return jax.lax.cond(never, jnp.zeros_like, lambda v: v, value)
 
 
 @jax.custom_jvp
-def materialized_cotangent(x):
-  """Identity whose cotangent is computed in its own fusion (see the module docstring)."""
+def materialized_cotangent(x, never):
+  """Identity in `x` whose cotangent is computed in its own fusion (see the module docstring);
+  `never`: a bool scalar, false at run time, that XLA cannot fold."""
+  del never
   return x
 
 
 @materialized_cotangent.defjvp
 def _materialized_cotangent_jvp(primals, tangents):
-  (x,), (t,) = primals, tangents
+  (x, never), (t, _) = primals, tangents
   # A custom JVP (not VJP) keeps forward-mode autodiff working; transposed for the backward pass,
   # this cond materializes the cotangent.
-  return x, _materialized(t, x)
+  return x, _materialized(t, never)
+
+
+def _never_true(x):
+  """A run-time-false predicate: the one `unbatched_predicate` set for this trace, else one
+  computed from the primal `x` itself."""
+  never = getattr(_traces, "never", None)
+  return jnp.isnan(x.reshape(-1)[0]) if never is None else never
+
+
+@contextlib.contextmanager
+def unbatched_predicate(never) -> Iterator[None]:
+  """Inside: the boundaries traced on this thread branch on `never` (a bool scalar, false at run
+  time) instead of on a value of the residual stream.
+
+  Why: under `jax.vmap` (packed seeds, tfjax/training/packed.py) a predicate computed from the
+  batched residual stream is batched, and JAX lowers a cond with a batched predicate to a select
+  of both branches, which XLA fuses across: the boundary would vanish. A predicate from outside
+  the vmap stays unbatched, and the cond stays a cond."""
+  outer, _traces.never = getattr(_traces, "never", None), never
+  try:
+    yield
+  finally:
+    _traces.never = outer
 
 
 def interceptor(next_fun, args, kwargs, context):
@@ -114,7 +138,7 @@ def interceptor(next_fun, args, kwargs, context):
       raise TypeError("cpu_fusion.interceptor expects TransformerLayer.sublayer(name, x, fn) "
                       f"called positionally; got {len(args)} positional and {sorted(kwargs)}")
     name, x, fn = args
-    return next_fun(name, materialized_cotangent(x), fn)
+    return next_fun(name, materialized_cotangent(x, _never_true(x)), fn)
   return next_fun(*args, **kwargs)
 
 

@@ -40,7 +40,7 @@ from tfjax.nn.models import build_model
 from tfjax.runtime import files, stop_signals, workdir_lock
 # cadence: the loop's cadence, shared so a packed group logs, evaluates, checkpoints and stops at
 # the same steps as train.py
-from tfjax.training import cadence, checkpoint, divergence, metrics, runs, steps
+from tfjax.training import cadence, checkpoint, cpu_fusion, divergence, metrics, runs, steps
 from tfjax.training.experiment import Experiment, prepare, stack_batches, state_layout
 from tfjax.training.sharding import BatchPlacement
 
@@ -93,7 +93,10 @@ def make_packed_step(experiment: Experiment, stop_on_nonfinite: bool):
     def body(i, carry):
       state, alive_K, last = carry
       batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
-      new_state, out = one_step(state, batch)
+      # The CPU fusion boundary's predicate from outside the vmap (num_steps, a run-time value,
+      # is never negative), so it stays a cond, not a select of both branches (cpu_fusion.py).
+      with cpu_fusion.unbatched_predicate(num_steps < 0):
+        new_state, out = one_step(state, batch)
       keep = lambda new, old: jnp.where(  # noqa: E731  (alive_K broadcast over the leaf's dims)
           alive_K.reshape(alive_K.shape + (1,) * (new.ndim - 1)), new, old)
       state = jax.tree.map(keep, new_state, state)
