@@ -1,12 +1,14 @@
-"""Points per hour of one ablation variant's seeds: packed into one program vs separate processes.
+"""Points per hour of ablation variants' seeds: packed into one program vs separate processes.
 
   python experiments/bench_packed.py --config=configs/ablations/ffn.py --scale=medium \
-      [--arm=0] [--steps=60] [--parallel=2] [--out=bench_results]
+      [--arm=0] [--arms=1] [--seeds=0] [--steps=60] [--parallel=2] [--out=bench_results]
 
-Takes the sweep's `arm`-th variant (all its seeds), shortens training to `steps` steps (one eval
-and one checkpoint, at the end), and runs it twice through experiments/sweep.py, each into a
-fresh workdir with its own compilation cache: separately (--parallel=N child processes, today's
-way on a few cores) and packed (--pack_seeds=auto). Times are whole sweep commands (start-up,
+Takes `arms` variants of the sweep from the `arm`-th on (each with its first `seeds` seeds; 0:
+all), shortens training to `steps` steps (0: the config's own; one eval and one checkpoint, at
+the end), and runs them twice through experiments/sweep.py, each into a fresh workdir with its
+own compilation cache: separately (--parallel=N child processes, today's way on a few cores)
+and packed (--pack_seeds=auto --parallel=N: one group per variant, N groups at a time, as a
+packed section runs). Times are whole sweep commands (start-up,
 compilation, training, evaluation, report), so points/hour is what a user of the command gets;
 `steady_tokens_per_sec` is the per-seed rate the points logged after their first log row.
 Memory: each command's peak RSS (the largest process) and the memory plan's bytes of the packed
@@ -30,8 +32,10 @@ import jax
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG = flags.DEFINE_string("config", "configs/ablations/ffn.py", "Ablation sweep module.")
 _SCALE = flags.DEFINE_string("scale", "medium", "Its scale.")
-_ARM = flags.DEFINE_integer("arm", 0, "Which variant (index among the sweep's variants).")
-_STEPS = flags.DEFINE_integer("steps", 60, "Training steps per point (short: a shared machine).")
+_ARM = flags.DEFINE_integer("arm", 0, "The first variant (index among the sweep's variants).")
+_ARMS = flags.DEFINE_integer("arms", 1, "How many variants, from --arm on.")
+_SEEDS = flags.DEFINE_integer("seeds", 0, "Seeds per variant (its first ones); 0: all.")
+_STEPS = flags.DEFINE_integer("steps", 60, "Training steps per point (0: the config's own).")
 _PARALLEL = flags.DEFINE_integer("parallel", 2, "Child processes of the separate mode.")
 _OUT = flags.DEFINE_string("out", "bench_results", "Output directory.")
 
@@ -41,8 +45,9 @@ _base = sweep.load_module({path!r})
 
 def get_config(scale=None):
   config = _base.get_config(scale)
-  config.train.update(num_steps={steps}, eval_every={steps}, checkpoint_every={steps},
-                      log_every=max({steps} // 3, 1), eval_at_start=False)
+  steps = {steps} or config.train.num_steps
+  config.train.update(num_steps=steps, eval_every=steps, checkpoint_every=steps,
+                      log_every=max(steps // 3, 1), eval_at_start=False)
   return config
 
 def get_sweep(scale=None):
@@ -50,11 +55,13 @@ def get_sweep(scale=None):
 '''
 
 
-def _arm_points(path: str, scale: str, arm: int) -> list[dict]:
+def _arm_points(path: str, scale: str, arm: int, arms: int, seeds: int) -> list[dict]:
   from tfjax.research import sweep, sweep_packed  # pylint: disable=import-outside-toplevel
   loaded = sweep.load_sweep(path, scale)
-  variants = sweep_packed.groups(loaded.points, len(loaded.points))
-  return [dict(p.overrides) for p in variants[arm]]
+  variants = sweep_packed.groups(loaded.points, len(loaded.points))[arm:arm + arms]
+  if len(variants) < arms:
+    raise SystemExit(f"{path} has no {arms} variants from variant {arm} on")
+  return [dict(p.overrides) for members in variants for p in members[:seeds or None]]
 
 
 def _run(cmd: list[str], log: str) -> dict:
@@ -84,7 +91,7 @@ def main(argv):
   out = os.path.abspath(_OUT.value)
   os.makedirs(out, exist_ok=True)
   path = os.path.abspath(_CONFIG.value)
-  points = _arm_points(path, _SCALE.value, _ARM.value)
+  points = _arm_points(path, _SCALE.value, _ARM.value, _ARMS.value, _SEEDS.value)
   module = os.path.join(out, "bench_packed_sweep.py")
   with open(module, "w", encoding="utf-8") as f:
     f.write(_MODULE.format(path=path, steps=_STEPS.value, points=points))
@@ -92,9 +99,16 @@ def main(argv):
   names = [p.name for p in loaded.points]
   group_size, plan = sweep_packed.auto_size(loaded, loaded.points)
   load_before = os.getloadavg()
-  modes = {"separate": [f"--parallel={_PARALLEL.value}"], "packed": ["--pack_seeds=auto"]}
+  parallel = f"--parallel={_PARALLEL.value}"
+  if _ARMS.value > 1 and _PARALLEL.value > 1:  # N groups at a time: each fits 1/N of the plan's
+    group_size = max(1, min(group_size, plan["budget_bytes"] // _PARALLEL.value  # budget
+                            // max(plan["per_seed_bytes"], 1)))
+    modes = {"separate": [parallel], "packed": [f"--pack_seeds={group_size}", parallel]}
+  else:
+    modes = {"separate": [parallel], "packed": ["--pack_seeds=auto"]}
   result = {"config": _CONFIG.value, "scale": _SCALE.value, "points": names,
-            "steps": _STEPS.value, "device": sweep_results.device_name(),
+            "variants": _ARMS.value, "steps": loaded.base_config.train.num_steps,
+            "device": sweep_results.device_name(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "jax": jax.__version__, "command": " ".join(["python", *sys.argv]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -122,8 +136,10 @@ def main(argv):
 
 def _markdown(result: dict, group_size: int) -> str:
   plan = result["memory_plan"]
-  lines = [f"{result['config']} --scale={result['scale']}, {len(result['points'])} seeds of one "
-           f"variant, {result['steps']} steps each, {result['device']}, {result['date']}; load "
+  variants = result.get("variants", 1)
+  lines = [f"{result['config']} --scale={result['scale']}, {len(result['points'])} points "
+           f"({variants} variant{'s' * (variants > 1)} x {len(result['points']) // variants} seeds), "
+           f"{result['steps']} steps each, {result['device']}, {result['date']}; load "
            f"average before/after {result['load_average_before_after'][0][0]:.1f}/"
            f"{result['load_average_before_after'][1][0]:.1f} (a shared machine); jax "
            f"{result.get('jax', '?')}", "", f"`{result.get('command', '')}`", "",
@@ -133,7 +149,7 @@ def _markdown(result: dict, group_size: int) -> str:
     lines.append(f"| {mode} | {m['seconds']} | {m['points_per_hour']} | "
                  f"{m['steady_tokens_per_sec_per_seed']} | {m['peak_rss_mib']} |")
   lines += ["", f"packed / separate points per hour: {result['ratio_points_per_hour']}x; "
-            f"group size chosen by --pack_seeds=auto: {group_size} (memory plan "
+            f"group size (the memory plan's, for --parallel groups at a time): {group_size} (plan "
             f"{plan['per_seed_bytes'] / 2**20:.1f} MiB per seed, {plan['group_bytes'] / 2**20:.1f}"
             f" MiB per group, budget {plan['budget_bytes'] / 2**30:.1f} GiB)", ""]
   return "\n".join(lines)
