@@ -136,9 +136,9 @@ def main(argv):
 
 def _markdown(result: dict, group_size: int) -> str:
   plan = result["memory_plan"]
-  variants = result.get("variants", 1)
-  lines = [f"{result['config']} --scale={result['scale']}, {len(result['points'])} points "
-           f"({variants} variant{'s' * (variants > 1)} x {len(result['points']) // variants} seeds), "
+  variants, points = result.get("variants", 1), len(result["points"])
+  lines = [f"{result['config']} --scale={result['scale']}, {points} points "
+           f"({variants} variant{'s' * (variants > 1)} x {points // variants} seeds), "
            f"{result['steps']} steps each, {result['device']}, {result['date']}; load "
            f"average before/after {result['load_average_before_after'][0][0]:.1f}/"
            f"{result['load_average_before_after'][1][0]:.1f} (a shared machine); jax "
