@@ -8,7 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax.training import divergence, packed, train
+from tfjax.data import datasets
+from tfjax.nn.models import build_model
+from tfjax.training import cpu_fusion, divergence, experiment, packed, steps, train
 from tfjax.training.sharding import BatchPlacement
 from run_helpers import read_metrics, tiny_config, train_losses
 
@@ -121,9 +123,6 @@ def test_packed_step_keeps_the_cpu_fusion_boundary():
   across; the packed step branches on an unbatched predicate instead, so it has the one-seed
   step's conds (tfjax/training/cpu_fusion.py), its compiled program keeps them (XLA cannot fold
   the predicate), and it has none with the policy off."""
-  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
-  from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
-  from tfjax.training import cpu_fusion, experiment, steps  # pylint: disable=import-outside-toplevel
   config = _decoder(0)
   placement = BatchPlacement.for_config(config)
   counts = {}
