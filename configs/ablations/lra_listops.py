@@ -17,11 +17,12 @@ An arm whose kind is not registered in the checkout (tfjax.nn.attention_kinds) i
 the sweep (`skipped()`) and its claim reads "untestable here: ... no finished run".
 
   smoke   N = 63, 2 layers x 64, 100 steps, 2 seeds
-  medium  N = 127, 2 layers x 64, 250 steps (batch 32, lr 3e-3), 3 seeds. Pilots (softmax, seed
+  medium  N = 127, 2 layers x 64, 600 steps (batch 32, lr 3e-3), 5 seeds. Pilots (softmax, seed
           0, CPU-2 under load): N = 255 at lr 1e-3 sat at the floor until step ~200 and reached
           0.338 eval accuracy at 600 steps (12 min); N = 127 at lr 3e-3 reached 0.359 at step 125
           and 0.357 at 250 (2.5 min). A 130-step sweep (commits f21e01a, febba72) left 2 of 3
-          softmax seeds at the majority floor (0.191), so medium trains 250
+          softmax seeds at the majority floor (0.191), and a 250-step one (feab638) 1 of 3
+          (0.217: the every-seed control failed), so medium trains 600 steps with 5 seeds
   full    N = 2047 (LRA's 2k), 4 layers x 128, 5000 steps, 3 seeds: one GPU
 
 Published (Tay et al. 2021, "Long Range Arena: A Benchmark for Efficient Transformers", table 1,
@@ -153,9 +154,10 @@ def get_config(scale=None):
   """A ListOps encoder classifier with full (softmax) attention; get_sweep varies the kind.
 
     python experiments/sweep.py --config=configs/ablations/lra_listops.py --scale=medium \\
-        --workdir=runs/ablations/lra_listops_medium --parallel=1
+        --workdir=runs/ablations/lra_listops_medium --parallel=2 --pack_seeds=5
 
-  Points: 3 per arm whose kind is registered at medium and full (2 smoke): 18 with every kind. Expected runtime: the committed results
+  Points: 5 per arm whose kind is registered at medium, 3 at full, 2 at smoke: 30 at medium with
+  every kind. Expected runtime: the committed results
   record each point's (docs/ablations/results/lra_listops_<scale>.jsonl); full: one GPU, not
   measured. Results and verdicts: docs/ablations.md.
   """
