@@ -369,3 +369,30 @@ def test_softcap_kernels_compile_for_h100_within_shared_memory_and_spills():
   for name, (shared, spills) in sorted(found.items()):
     print(f"{name}: {shared} B shared memory, {spills} B spilled")
     assert 0 < shared <= H100_SHARED_BYTES and spills <= 1024, (name, shared, spills)
+
+
+# ---- On a Hopper GPU (not run in the session that wrote this: no GPU) -------------------------
+
+on_hopper = pytest.mark.skipif(
+    jax.default_backend() != "gpu" or "H100" not in jax.devices()[0].device_kind and
+    "H200" not in jax.devices()[0].device_kind, reason="needs an H100 / H200 GPU")
+
+
+@pytest.mark.gpu
+@on_hopper
+@pytest.mark.parametrize("kernels", ["triton", "mosaic"])
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, True), (128, False)])
+def test_gpu_softcap_kernels_match_xla_with_gradients(kernels, head_dim, causal):
+  """Compiled Triton or Mosaic GPU forward + backward with a cap of 5 (GQA, L 1024, bf16): out and
+  dq, dk, dv against xla's softcap."""
+  q, k, v, d_out = qkv(11, 1024, 1024, 8, 2, head_dim, jnp.bfloat16)
+  q, k, v = (jnp.broadcast_to(x, (2, *x.shape[1:])) for x in (q, k, v))
+  d_out = jnp.broadcast_to(d_out, (2, *d_out.shape[1:]))
+  kw = dict(causal=causal, softcap=5.0)
+  ours = functools.partial(fa.flash_attention, gpu_forward=kernels, gpu_backward=kernels)
+  out, grads = out_and_grads(ours, q, k, v, d_out, **kw)
+  xla = functools.partial(ops.dot_product_attention, implementation="xla")
+  ref_out, ref_grads = out_and_grads(xla, q, k, v, d_out, **kw)
+  assert_close(out, ref_out, 1.5e-2, f"out {kernels} D{head_dim}")
+  for name, g, ref in zip("qkv", grads, ref_grads):
+    assert_close(g, ref, 2e-2, f"d{name} {kernels} D{head_dim}")

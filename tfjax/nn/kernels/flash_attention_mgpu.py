@@ -62,7 +62,7 @@ from jax.experimental import pallas as pl
 
 from tfjax.nn.kernels import _blocks, _common, _mgpu_tiles
 
-F32, LOG2_E, MASK_LOGIT = _mgpu_tiles.F32, _mgpu_tiles.LOG2_E, _mgpu_tiles.MASK_LOGIT
+F32, MASK_LOGIT = _mgpu_tiles.F32, _mgpu_tiles.MASK_LOGIT
 LN_2 = math.log(2.0)
 CONSUMERS = 2  # warpgroups doing the math; one more warpgroup issues the TMA copies
 
@@ -192,6 +192,7 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
       s_BqxBk = lax.dot_general(qo_smem[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
                                 preferred_element_type=F32)
       rendezvous()
+    # base-2 logits (exp(s - m) == exp2(s log2(e) - m')), capped first when cfg.softcap is set
     s_BqxBk, _ = _mgpu_tiles.base2_logits(s_BqxBk, cfg.scale, cfg.softcap)
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
     s_BqxBk, keep_BqxBk = _mgpu_tiles.mask_bias_dropout(
