@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from test_kernels import assert_close, random_qkv
-from tfjax.nn import ops
+from tfjax.nn import dropout_hash, ops
 from tfjax.nn.kernels import chunked_attention, flash_attention_tpu
 from tfjax.nn.kernels import flash_attention_mgpu as mgpu
 from tfjax.nn.kernels import flash_attention_mgpu_bwd as mgpu_bwd
@@ -71,8 +71,10 @@ def np_softcap_attention(q, k, v, *, softcap, causal=False, window=None, alibi_s
   return np.einsum("bhts,bshd->bthd", w / w.sum(-1, keepdims=True), v)
 
 
-def jnp_softcap_attention(q, k, v, *, softcap, causal=False, window=None, alibi_slopes=None):
-  """The same attention in plain fp32 jnp, for jax.grad."""
+def jnp_softcap_attention(q, k, v, *, softcap, causal=False, window=None, alibi_slopes=None,
+                          keep=None, rate=0.0):
+  """The same attention in plain fp32 jnp, for jax.grad; `keep` [B, H, T, S]: the weights kept
+  by dropout at `rate` (the others 0, the kept ones scaled by 1 / (1 - rate))."""
   q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
   q_len, heads, head_dim = q.shape[1:]
   kv_len, groups = k.shape[1], heads // k.shape[2]
@@ -89,7 +91,10 @@ def jnp_softcap_attention(q, k, v, *, softcap, causal=False, window=None, alibi_
   if window is not None:
     visible &= rel < window
   s = jnp.where(visible, s, -jnp.inf)
-  return jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(s, axis=-1), v, precision="highest")
+  w = jax.nn.softmax(s, axis=-1)
+  if keep is not None:
+    w = jnp.where(keep, w / (1.0 - rate), 0.0)
+  return jnp.einsum("bhts,bshd->bthd", w, v, precision="highest")
 
 
 def out_and_grads(fn, q, k, v, d_out, **kw):
@@ -138,6 +143,19 @@ def test_a_huge_cap_changes_nothing_and_a_small_one_does(impl):
     assert_close(g, ref, 1e-4, f"{impl} grads, cap 1e6", floor=1e-2)
   small, _ = out_and_grads(KERNELS[impl], q, k, v, d_out, softcap=1.0, **kw)
   assert np.abs(small - plain).max() > 0.1 * np.abs(plain).max()  # the cap flattens the weights
+
+
+def test_triton_softcap_with_dropout_equals_xla_with_the_same_key():
+  """The cap and the dropout mask together, forward and gradients, through the 'pallas' entry
+  (the Triton kernels' interpreter on CPU) against 'xla' given the same rng."""
+  q, k, v, d_out = qkv(6, 64, 64, 2, 1, 16)
+  kw = dict(causal=True, softcap=2.0, dropout_rate=0.3, dropout_rng=jax.random.key(5))
+  out, grads = out_and_grads(functools.partial(ops.dot_product_attention,
+                                               implementation="pallas"), q, k, v, d_out, **kw)
+  ref_out, ref_grads = out_and_grads(ops.dot_product_attention, q, k, v, d_out, **kw)
+  assert_close(out, ref_out, 2e-5, "out")
+  for name, g, ref in zip("qkv", grads, ref_grads):
+    assert_close(g, ref, 1e-4, f"d{name}", floor=1e-2)
 
 
 def test_bad_caps_are_a_clear_error():
@@ -194,10 +212,13 @@ def test_mosaic_gpu_forward_cap_property():
   assert np.abs(small - plain).max() > 0.1 * np.abs(plain).max()
 
 
-def check_mosaic_backward(seed, length, heads, kv_heads, causal, softcap):
+def check_mosaic_backward(seed, length, heads, kv_heads, causal, softcap, rate=0.0):
   q, k, v, d_out = qkv(seed, length, length, heads, kv_heads, 64, jnp.bfloat16)
   d_out = d_out.astype(jnp.bfloat16)
-  attend = lambda q, k, v: jnp_softcap_attention(q, k, v, softcap=softcap, causal=causal)
+  # The mask of tfjax.nn.dropout_hash (checked against a NumPy hash in test_dropout.py).
+  keep = dropout_hash.keep_mask(seed, 1, heads, length, length, rate) if rate else None
+  attend = lambda q, k, v: jnp_softcap_attention(q, k, v, softcap=softcap, causal=causal,
+                                                 keep=keep, rate=rate)
   out, vjp = jax.vjp(attend, q, k, v)
   want = vjp(d_out.astype(jnp.float32))
   # The forward's lse of the capped logits, from the plain reference.
@@ -209,7 +230,8 @@ def check_mosaic_backward(seed, length, heads, kv_heads, causal, softcap):
   top = s.max(-1)
   lse = jnp.asarray(top + np.log(np.exp(s - top[..., None]).sum(-1)), jnp.float32)
   grads = mgpu_bwd.mosaic_backward(q, k, v, out.astype(jnp.bfloat16), lse, d_out, causal=causal,
-                                   scale=64 ** -0.5, softcap=softcap,
+                                   scale=64 ** -0.5, softcap=softcap, dropout_rate=rate,
+                                   dropout_keys_BxH=dropout_hash.head_keys(seed, 1, heads),
                                    interpret=interpret_params())
   for name, got, ref in zip(("dq", "dk", "dv"), grads, want):
     got, ref = np.asarray(got, np.float32), np.asarray(ref, np.float32)
@@ -221,6 +243,12 @@ def test_mosaic_gpu_backward_interpreted_matches_jax_grad():
   """Causal GQA (2 query heads per kv head), cap 2: dS goes through 1 - tanh^2 in both kernels
   (without it dq and dk are off by far more than the bf16 bound)."""
   check_mosaic_backward(2, 256, 2, 1, True, 2.0)
+
+
+def test_mosaic_gpu_backward_interpreted_with_dropout_matches_jax_grad():
+  """Softcap and dropout (rate 0.3) together: the tiles' keep mask and 1 - tanh^2 (the order of
+  the dropout path, which keeps the fp32 P^T for the mask)."""
+  check_mosaic_backward(5, 128, 2, 1, False, 3.0, rate=0.3)
 
 
 @pytest.mark.slow
@@ -248,6 +276,15 @@ def test_gpu_forward_and_backward_choices_take_the_softcap():
   assert grad("mosaic", "mosaic") == {"tfjax_flash_forward_mgpu", "tfjax_flash_dkdv_mgpu",
                                       "tfjax_flash_dq_mgpu"}
   assert grad("triton", "triton") == {"tfjax_flash_forward", "tfjax_flash_dkdv", "tfjax_flash_dq"}
+  # With dropout: Mosaic at D 64; at D 128 the dK/dV kernel would spill 1,864 B, so Triton's.
+  for head_dim, names in ((64, {"tfjax_flash_dkdv_mgpu", "tfjax_flash_dq_mgpu"}),
+                          (128, {"tfjax_flash_dkdv", "tfjax_flash_dq"})):
+    x = jax.ShapeDtypeStruct((1, 512, 4, head_dim), jnp.bfloat16)
+    loss = lambda *a: fa.flash_attention(
+        *a, causal=True, softcap=30.0, interpret=False, gpu_forward="triton",
+        gpu_backward="mosaic", dropout_rate=0.1, dropout_seed=0).astype(jnp.float32).sum()
+    assert _kernel_names(jax.grad(loss, argnums=(0, 1, 2)), x, x, x) - {
+        "tfjax_flash_forward"} == names, head_dim
 
 
 def test_auto_keeps_the_untimed_mosaic_softcap_on_triton(monkeypatch):
@@ -296,8 +333,9 @@ def test_tpu_softcap_kernels_lower_for_tpu(head_dim, dtype, generation):
 
 # ---- Compile for H100 from this CPU (the CUDA plugin) ------------------------------------------
 
-GPU_CASES = [  # (head_dim, causal, heads, kv_heads)
-    (64, True, 8, 2), (128, True, 8, 2), (128, False, 4, 4)]
+GPU_CASES = [  # (head_dim, causal, heads, kv_heads, dropout rate)
+    (64, True, 8, 2, 0.0), (128, True, 8, 2, 0.0), (128, False, 4, 4, 0.0), (64, True, 8, 2, 0.1),
+    (128, True, 8, 2, 0.1)]
 
 
 def check_softcap_compiles_for_h100(dump_dir):
@@ -308,15 +346,19 @@ def check_softcap_compiles_for_h100(dump_dir):
   from tfjax.aot import devices, gpu_kernels, targets  # pylint: disable=import-outside-toplevel
   spec = NamedSharding(Mesh(np.array(devices.compile_only_devices(targets.parse_target("h100"))),
                             ("x",)), PartitionSpec())
-  for head_dim, causal, heads, kv_heads in GPU_CASES:
+  for head_dim, causal, heads, kv_heads, rate in GPU_CASES:
     shape = lambda h: jax.ShapeDtypeStruct((2, 1024, h, head_dim), jnp.bfloat16, sharding=spec)
+    seed = jax.ShapeDtypeStruct((), jnp.int32, sharding=spec)
     for kernels in ("triton", "mosaic"):
-      loss = lambda q, k, v: fa.flash_attention(
+      if rate and kernels == "triton":
+        continue  # the Triton kernels' dropout is compiled by test_dropout / test_aot_kernels
+      loss = lambda q, k, v, seed: fa.flash_attention(
           q, k, v, causal=causal, softcap=30.0, interpret=False, gpu_forward=kernels,
-          gpu_backward=kernels).astype(jnp.float32).sum()
+          gpu_backward=kernels, dropout_rate=rate, dropout_seed=seed).astype(jnp.float32).sum()
       lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(
-          shape(heads), shape(kv_heads), shape(kv_heads)).lower(lowering_platforms=("cuda",))
-      case = f"D{head_dim} causal={causal} {heads}/{kv_heads}"
+          shape(heads), shape(kv_heads), shape(kv_heads), seed).lower(
+              lowering_platforms=("cuda",))
+      case = f"D{head_dim} causal={causal} {heads}/{kv_heads} dropout={rate}"
       if kernels == "triton":
         compiled, resources = gpu_kernels.compile_with_resources(lowered, "tfjax_flash")
         assert sorted(r.name for r in resources) == [
@@ -324,9 +366,12 @@ def check_softcap_compiles_for_h100(dump_dir):
         for r in resources:
           print(f"RESOURCE triton {r.name} {case}: {r.shared_bytes} {r.spill_bytes} "
                 f"{r.registers}")
-      else:
+      else:  # dropout at D 128: Triton's forward and (with softcap) backward; Mosaic's spill
         text = lowered.compile().as_text()
-        assert text.count('custom_call_target="mosaic_gpu') == 3, case
+        mosaic = 0 if rate and head_dim == 128 else 3
+        if mosaic:
+          print(f"MOSAIC {case}")
+        assert text.count('custom_call_target="mosaic_gpu') == mosaic, case
 
 
 def mosaic_resources(dump_dir):
@@ -359,7 +404,8 @@ def test_softcap_kernels_compile_for_h100_within_shared_memory_and_spills():
     assert result.returncode == 0, result.stderr[-4000:]
     found = mosaic_resources(dump)
   triton = re.findall(r"RESOURCE triton (\w+) (.*): (\d+) (\d+) (\d+)", result.stdout)
-  assert len(triton) == 3 * len(GPU_CASES), result.stdout
+  assert len(triton) == 3 * sum(not case[-1] for case in GPU_CASES), result.stdout
+  print("Mosaic dumps numbered in this order:", re.findall(r"MOSAIC (.*)", result.stdout))
   for name, case, shared, spills, registers in triton:
     print(f"{name} {case}: {shared} B shared memory, {spills} B spilled, {registers} registers")
     assert 0 < int(shared) <= H100_SHARED_BYTES and int(spills) <= 1024, (name, case)

@@ -22,8 +22,8 @@ segment ids / padding, windows, dropout, softcap ('auto' leaves these five to Tr
 compiled; any other call (fp32 or fp16, other head_dims, lengths off the Mosaic tiles, end-aligned
 causal offsets) runs the Triton forward, with no error. The backward likewise has
 `gpu_backward="mosaic"`: the Mosaic GPU dK/dV and dQ kernels of flash_attention_mgpu_bwd.py
-(no ALiBi, windows or segments; dropout and softcap yes), not yet timed on a GPU ('auto' is
-Triton's).
+(no ALiBi, windows or segments; dropout and softcap yes, not both at head_dim 128), not yet timed
+on a GPU ('auto' is Triton's).
 
 Logit softcap (Gemma 2): every kernel caps the scaled scores, s' = c tanh(s / c), before the ALiBi
 bias and the masks (tfjax.nn.ops' order); the backward recomputes the tanh and multiplies dS by
@@ -480,7 +480,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
           GPU_BACKWARD if gpu_backward is None else gpu_backward, interpret=cfg.interpret,
           dropout_rate=cfg.dropout_rate, causal=cfg.causal, offset=cfg.offset,
           has_segments=cfg.has_segments, has_alibi=cfg.has_alibi, window=cfg.window,
-          q_shape=(batch, q_len_p, heads, head_dim_p),
+          q_shape=(batch, q_len_p, heads, head_dim_p), softcap=cfg.softcap is not None,
           kv_shape=(batch, kv_len_p, kv_heads, head_dim_p), dtype=q_BxTxHxE.dtype))
 
   def pad(x, length):

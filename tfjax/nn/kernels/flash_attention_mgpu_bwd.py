@@ -36,8 +36,9 @@ products are plain dots of the shared-memory slots there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads; non-causal, or
 causal with q_len == kv_len; lengths multiples of the tiles; no ALiBi, segment ids, padding masks,
-or window; dropout with the keys of dropout_hash.head_keys; a logit softcap. flash_attention.py
-sends every other call to the Triton backward (`route`).
+or window; dropout with the keys of dropout_hash.head_keys; a logit softcap (not with dropout at
+head_dim 128: it spills there). flash_attention.py sends every other call to the Triton backward
+(`route`).
 """
 
 from __future__ import annotations
@@ -89,8 +90,11 @@ MOSAIC_BWD_TILINGS = {
 
 
 def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_alibi: bool,
-             window, tilings: BwdTilings | None = None) -> bool:
-  """Whether these kernels compute the call's gradients; False leaves them to Triton."""
+             window, tilings: BwdTilings | None = None, dropout: bool = False,
+             softcap: bool = False) -> bool:
+  """Whether these kernels compute the call's gradients; False leaves them to Triton. Dropout
+  and a softcap together at head_dim 128 are out: ptxas spills 1,864 B in the dK/dV kernel
+  there (sm_90a, over the 1 KiB bound; each alone stays under it)."""
   _, q_len, heads, head_dim = q_shape
   _, kv_len, kv_heads, _ = kv_shape
   if jnp.dtype(dtype) != jnp.bfloat16 or head_dim not in MOSAIC_BWD_TILINGS:
@@ -99,13 +103,16 @@ def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_
     return False
   if causal and q_len != kv_len:  # the end-aligned causal offset is left to Triton
     return False
+  if dropout and softcap and head_dim == 128:
+    return False
   t = tilings or MOSAIC_BWD_TILINGS[head_dim]
   return (q_len % t.dkdv.block_q == 0 and kv_len % (CONSUMERS * t.dkdv.block_kv) == 0
           and q_len % (CONSUMERS * t.dq.block_q) == 0 and kv_len % t.dq.block_kv == 0)
 
 
 def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool, offset: int,
-          has_segments: bool, has_alibi: bool, window, q_shape, kv_shape, dtype) -> str:
+          has_segments: bool, has_alibi: bool, window, q_shape, kv_shape, dtype,
+          softcap: bool = False) -> str:
   """The backward of a flash_attention call: "mosaic" where it was asked for and `supports` the
   (padded) shapes, else "triton"."""
   if requested not in GPU_BACKWARDS:
@@ -113,11 +120,12 @@ def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool,
                      f"{GPU_BACKWARDS}")
   # "auto" stays on Triton: the Mosaic backward has not been timed on a GPU yet, and "auto" is to
   # pick from a measured per-shape table, not a guess.
-  del dropout_rate  # the kernels rebuild the forward's keep mask from the same hash
+  # Dropout: the kernels rebuild the forward's keep mask from the same hash.
   if requested != "mosaic" or interpret or (causal and offset):
     return "triton"
   takes = supports(q_shape, kv_shape, dtype, causal=causal, has_segments=has_segments,
-                   has_alibi=has_alibi, window=window)
+                   has_alibi=has_alibi, window=window, dropout=bool(dropout_rate),
+                   softcap=softcap)
   return "mosaic" if takes else "triton"
 
 
@@ -182,6 +190,11 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, softcap, t, groups, q_le
     plgpu.barrier_wait(stats_ready.at[slot])
     lse2_Q = ops.load(stats_ring.at[slot, 0], column)
     pt_KxQ = jnp.exp2(st_KxQ - lax.broadcast_in_dim(lse2_Q, st_KxQ.shape, [1]))
+    pt16_KxQ = None
+    if tanh_KxQ is not None and not rate:  # the cap's 1 - tanh^2 folded into P^T before the
+      # next wgmma, so that neither the tanh nor the fp32 P^T stay live across it
+      pt16_KxQ = pt_KxQ.astype(k_smem.dtype)
+      pt_KxQ, tanh_KxQ = _blocks.soft_cap_grad(pt_KxQ, tanh_KxQ), None
     plgpu.barrier_wait(do_ready.at[slot])
     do_smem = do_ring.at[slot]
     dpt_KxQ = ops.matmul(v_smem, do_smem, transpose_b=True)
@@ -190,7 +203,8 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, softcap, t, groups, q_le
                      q_block * t.block_q, kv_start, rate)
     delta_Q = ops.load(stats_ring.at[slot, 1], column)
     plgpu.barrier_arrive(stats_free.at[slot])
-    pt16_KxQ = ops.dropped(pt_KxQ, keep_KxQ, rate).astype(k_smem.dtype)
+    if pt16_KxQ is None:
+      pt16_KxQ = ops.dropped(pt_KxQ, keep_KxQ, rate).astype(k_smem.dtype)
     dpt_KxQ = ops.dropped(dpt_KxQ, keep_KxQ, rate)
     dst_KxQ = _blocks.soft_cap_grad(
         pt_KxQ * (dpt_KxQ - lax.broadcast_in_dim(delta_Q, dpt_KxQ.shape, [1])), tanh_KxQ)
@@ -349,9 +363,11 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
   tilings = tilings or MOSAIC_BWD_TILINGS.get(head_dim)
   if tilings is None or not supports(q_BxTxHxE.shape, k_BxSxKxE.shape, q_BxTxHxE.dtype,
                                      causal=causal, has_segments=False, has_alibi=False,
-                                     window=None, tilings=tilings):
+                                     window=None, tilings=tilings, dropout=bool(dropout_rate),
+                                     softcap=softcap is not None):
     raise ValueError(f"the Mosaic GPU backward does not take q {q_BxTxHxE.shape} "
-                     f"{q_BxTxHxE.dtype}, k {k_BxSxKxE.shape}, causal={causal} with {tilings}; "
+                     f"{q_BxTxHxE.dtype}, k {k_BxSxKxE.shape}, causal={causal}, softcap="
+                     f"{softcap}, dropout_rate={dropout_rate} with {tilings}; "
                      "call flash_attention, which routes such inputs to the Triton backward")
   if dropout_rate and dropout_keys_BxH is None:
     raise ValueError("dropout_rate > 0 needs dropout_keys_BxH, the forward's keys "
