@@ -53,7 +53,8 @@ def compile_kernel(generation, head_dim, dtype, features, length, backward):
         q_segment_ids=q_ids if features.get("segments") else None,
         kv_segment_ids=kv_ids if features.get("segments") else None,
         alibi_slopes=alibi if features.get("alibi") else None, tilings=tilings, interpret=False,
-        dropout_rate=0.1 if features.get("dropout") else 0.0, dropout_seed=seed)
+        dropout_rate=0.1 if features.get("dropout") else 0.0, dropout_seed=seed,
+        softcap=30.0 if features.get("softcap") else None)
 
   fn = attention
   if backward:
@@ -76,6 +77,15 @@ def test_dropout_compiles_forward_and_backward_for_v5e():
   through Mosaic and libtpu, in the forward and both backward kernels."""
   text = compile_kernel("v5e", 128, jnp.bfloat16, dict(causal=True, dropout=True), 512,
                         backward=True)
+  assert text.count('custom_call_target="tpu_custom_call"') == 3
+
+
+@needs_libtpu
+def test_softcap_compiles_forward_and_backward_for_v5e():
+  """The in-kernel logit softcap (tanh on the scores, 1 - tanh^2 on dS) with causal ALiBi lowers
+  through Mosaic and libtpu, in the forward and both backward kernels."""
+  text = compile_kernel("v5e", 128, jnp.bfloat16, dict(causal=True, alibi=True, softcap=True),
+                        512, backward=True)
   assert text.count('custom_call_target="tpu_custom_call"') == 3
 
 

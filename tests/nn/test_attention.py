@@ -156,9 +156,12 @@ def test_local_rope_base_on_sliding_layers_only():
     tiny_config(position="rope", rope_local_base=10.0)  # no window: no local layers
 
 
-def test_softcap_needs_the_xla_attention():
-  with pytest.raises(ValueError, match="attention_impl='xla'"):
-    tiny_config(attention_softcap=50.0, attention_impl="pallas")
+def test_softcap_needs_an_implementation_that_caps():
+  refusal = r"attention_softcap=50.0 .*'pallas'.*not model.attention_impl='cudnn'"
+  with pytest.raises(ValueError, match=refusal):
+    tiny_config(attention_softcap=50.0, attention_impl="cudnn")
+  for impl in ("xla", "chunked", "pallas", "auto"):  # each computes the cap (tests/nn/kernels)
+    assert tiny_config(attention_softcap=50.0, attention_impl=impl).attention.softcap == 50.0
   for key in ("attention_scale", "attention_softcap", "logits_softcap"):
     with pytest.raises(ValueError, match=f"model.{key}=0.0 must be a positive"):
       tiny_config(**{key: 0.0})

@@ -35,10 +35,14 @@ def test_explicit_values_and_xla_only_features_are_kept():
   model = dict(base_config().model, dtype="float16", attention_impl="chunked")
   assert resolve_auto(model, "gpu")["dtype"] == "float16"
   assert resolve_auto(model, "gpu")["attention_impl"] == "chunked"
-  # soft-capping (xla only): tfjax.nn.ops' auto rule chooses per call on GPU (today xla)
+  # a dense T5 bias (xla only): tfjax.nn.ops' auto rule chooses per call on GPU (today xla)
+  t5 = dict(base_config().model, position="t5_bias")
+  assert resolve_auto(t5, "gpu")["attention_impl"] == "auto"
+  assert resolve_auto(t5, "cpu")["attention_impl"] == "xla"
+  # soft-capping is computed by every Pallas kernel: the platform's kernel
   softcap = dict(base_config().model, attention_softcap=30.0)
-  assert resolve_auto(softcap, "gpu")["attention_impl"] == "auto"
-  assert resolve_auto(softcap, "cpu")["attention_impl"] == "xla"
+  assert resolve_auto(softcap, "gpu", num_devices=1)["attention_impl"] == "pallas"
+  assert resolve_auto(softcap, "tpu", num_devices=1)["attention_impl"] == "pallas"
   # attention dropout is applied inside the kernels: the platform's kernel
   dropout = dict(base_config().model, attention_dropout=0.2)
   assert resolve_auto(dropout, "gpu", num_devices=1)["attention_impl"] == "pallas"
@@ -78,11 +82,12 @@ def test_config_json_and_the_start_line_record_the_resolved_values(tmp_path, cap
 
 def test_the_start_line_says_why_attention_is_not_the_kernel():
   config = tiny_config()
-  config.model.attention_softcap = 50.0
+  config.model.position = "t5_bias"
   exp = experiment.prepare(config, platform="gpu")
   assert exp.config.model.attention_impl == "auto"
   line = experiment.execution_summary(exp, platform="gpu")
-  assert "compute bfloat16" in line and "attention: xla (attention soft-capping)" in line
+  assert "compute bfloat16" in line
+  assert "attention: xla (position='t5_bias' (a dense bias))" in line
 
 
 def test_attention_dropout_stays_on_the_kernels():

@@ -268,10 +268,8 @@ def platform_kind(platform: Optional[str] = None) -> str:
 
 def xla_only_attention(items: dict) -> Optional[str]:
   """Why attention must (today) run on xla for these flat model keys, or None: what
-  tfjax.nn.ops passes as its `xla_only` (soft-capping, a dense T5 bias). Attention dropout is
-  not among them: the Pallas kernels apply it (tfjax/nn/dropout_hash.py)."""
-  if items.get("attention_softcap") is not None:
-    return "attention soft-capping"
+  tfjax.nn.ops passes as its `xla_only` (a dense T5 bias). Attention dropout and soft-capping
+  are not among them: the Pallas kernels apply both (tfjax/nn/dropout_hash.py, _blocks.soft_cap)."""
   if items.get("position") == "t5_bias":
     return "position='t5_bias' (a dense bias)"
   return None

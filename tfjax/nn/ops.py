@@ -49,6 +49,8 @@ from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
 # `implementation` values: xla is this module's reference, auto picks one per backend and length,
 # the others are tfjax/nn/kernels/ (model.attention_impl chooses one).
 ATTENTION_IMPLS = ("xla", "chunked", "pallas", "cudnn", "auto")
+# The implementations that compute `softcap` (cudnn has no logit cap).
+SOFTCAP_IMPLS = ("xla", "chunked", "pallas")
 
 __all__ = ["alibi_bias", "attention_logits_mask", "attention_weights", "dot_product_attention",
            "softcap_logits", "visibility_mask", "weighted_values"]
@@ -175,9 +177,10 @@ def _implementations() -> Mapping[str, Callable]:
 
 def _resolve(implementation: str, q_len: int, kv_len: int, xla_only: bool = False) -> str:
   """The implementation `auto` stands for on this backend and length (xla when an argument only
-  xla supports is given: a dense bias, soft-capping); any other name as given. Dropout on the
-  weights is no such argument: every Pallas kernel applies it (tfjax/nn/dropout_hash.py), and
-  on CPU, where 'chunked' lacks it, `dot_product_attention` takes xla instead."""
+  xla supports is given: a dense bias); any other name as given. Dropout on the weights and
+  soft-capping are no such arguments: every Pallas kernel applies both (tfjax/nn/dropout_hash.py,
+  tfjax/nn/kernels/_blocks.soft_cap), chunked caps too, and on CPU, where 'chunked' lacks
+  dropout, `dot_product_attention` takes xla instead."""
   one_of("attention implementation", implementation, ATTENTION_IMPLS)
   if implementation != "auto":
     return implementation
@@ -224,7 +227,8 @@ def dot_product_attention(
       (tfjax/nn/dropout_hash.py), so xla and the kernels drop the same weights.
     dropout_rng: PRNG key for that dropout; its int32 seed is `dropout_hash.seed_from_key`.
     softcap: soft-cap the scaled scores, softcap * tanh(s / softcap), before biases and masks
-      (Gemma 2; xla only).
+      (Gemma 2): xla, chunked and pallas (every Triton, Mosaic GPU and Mosaic TPU kernel,
+      forward and backward); cudnn refuses it. A static Python float.
 
   Returns:
     [B, T, H, E] in q's dtype.
@@ -233,7 +237,7 @@ def dot_product_attention(
   if window is not None and window < 1:
     raise ValueError(f"window must be a positive number of keys, got {window}")
   name = _resolve(implementation, q_BxTxHxE.shape[1], k_BxSxKxE.shape[1],
-                  xla_only=bias is not None or softcap is not None)
+                  xla_only=bias is not None)
   if implementation == "auto" and name == "chunked" and dropout_rate > 0.0:
     name = "xla"  # the plain-JAX chunked attention has no dropout
   fns = _implementations() if name != "xla" else {"xla": _xla_attention}
@@ -258,13 +262,12 @@ def dot_product_attention(
     kwargs.update(dropout_rate=dropout_rate,
                   dropout_seed=dropout_hash.seed_from_key(dropout_rng))
   if softcap is not None:
-    if name != "xla":
+    if name not in SOFTCAP_IMPLS:
       raise ValueError(
-          f"attention soft-capping is only supported by implementation='xla', not {name!r}; "
-          "set model.attention_impl='xla' (or 'auto')")
+          f"attention soft-capping is only supported by implementation in {SOFTCAP_IMPLS}, not "
+          f"{name!r}; set model.attention_impl to one of them (or 'auto')")
     kwargs.update(softcap=softcap)
-  if implementation == "auto" and name in ("xla", "chunked") and jax.default_backend() == "cpu" \
-      and "softcap" not in kwargs:
+  if implementation == "auto" and name in ("xla", "chunked") and jax.default_backend() == "cpu":
     # A CPU host may lower this program for TPU or GPU devices (tfjax.aot): 'auto' then means
     # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
     from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top

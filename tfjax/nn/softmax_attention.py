@@ -47,11 +47,11 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
 
 def check(cfg: ModelConfig) -> None:
   softcap = cfg.attention.softcap
-  if softcap is not None and cfg.attention_impl not in ("xla", "auto"):
+  if softcap is not None and cfg.attention_impl not in (*ops.SOFTCAP_IMPLS, "auto"):
     raise ValueError(
-        f"model.attention_softcap={softcap} is computed by the xla attention "
-        f"only, not model.attention_impl={cfg.attention_impl!r}; set attention_impl='xla' "
-        "or 'auto'")
+        f"model.attention_softcap={softcap} is computed by attention_impl in "
+        f"{ops.SOFTCAP_IMPLS}, not model.attention_impl={cfg.attention_impl!r}; set one of "
+        "them or 'auto'")
 
 
 SOFTMAX = register_attention_kind(AttentionKind(

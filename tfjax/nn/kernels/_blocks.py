@@ -7,7 +7,9 @@ What lives here, written once for both:
     the causal rule and the sliding window of tfjax/nn/masks.py turned into block bounds;
   * the in-tile mask and ALiBi bias (`mask_and_bias`), from the relative positions i - j,
     segment ids (the single "equal and nonzero" rule of _common.kernel_segment_ids) and the slope;
-  * `BlockConfig`, the static facts both kernels specialise on.
+  * `BlockConfig`, the static facts both kernels specialise on, and the logit soft-cap
+    (`soft_cap`, `soft_cap_grad`: Gemma 2's cap * tanh(s / cap) on the scaled scores, before the
+    ALiBi bias and the masks, as tfjax.nn.ops' xla reference applies it).
 
 What cannot be shared, and why:
   * Building the relative-position tile. Triton lowers 1-D `arange` and broadcasts it; Mosaic
@@ -50,6 +52,22 @@ class BlockConfig:
   has_segments: bool
   has_alibi: bool
   dropout_rate: float = 0.0  # on the weights; mask from tfjax/nn/dropout_hash.py
+  softcap: Optional[float] = None  # scores -> softcap * tanh(scores / softcap) before the bias
+
+
+def soft_cap(cfg: BlockConfig, s):
+  """(softcap * tanh(s / softcap), tanh(s / softcap)) of the scaled scores s; (s, None) without
+  a cap. The backward keeps the tanh: d cap(s) / ds = 1 - tanh^2 (`soft_cap_grad`)."""
+  if cfg.softcap is None:
+    return s, None
+  tanh = jnp.tanh(s * (1.0 / cfg.softcap))
+  return tanh * cfg.softcap, tanh
+
+
+def soft_cap_grad(ds, tanh):
+  """dS through the cap: ds * (1 - tanh^2) (ds itself without a cap). The ALiBi slope's
+  gradient reads ds before this: the bias is added after the cap."""
+  return ds if tanh is None else ds * (1.0 - tanh * tanh)
 
 
 def cdiv_nonneg(a, b: int):

@@ -28,6 +28,16 @@ def check_dropout(rate, seed) -> float:
   return rate
 
 
+def check_softcap(softcap):
+  """The logit cap as a static float (None: off) after checking it is positive."""
+  if softcap is None:
+    return None
+  if not float(softcap) > 0:
+    raise ValueError(f"softcap must be a positive number (the bound of the capped scores), "
+                     f"got {softcap}")
+  return float(softcap)
+
+
 def round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 

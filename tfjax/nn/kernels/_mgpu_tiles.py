@@ -32,6 +32,16 @@ LOG2_E = math.log2(math.e)
 MASK_LOGIT = -0.7 * float(jnp.finfo(F32).max)
 
 
+def base2_logits(acc, scale: float, softcap):
+  """(logits, tanh): the wgmma product Q K^T (or K Q^T) as base-2 logits acc * scale * log2(e),
+  or with a softcap c * tanh(acc * scale / c) * log2(e) (the cap on the natural-unit scores, as
+  'xla' has it) and that tanh, which the backward's 1 - tanh^2 reads (None without a cap)."""
+  if softcap is None:
+    return acc * (scale * LOG2_E), None
+  tanh = jnp.tanh(acc * (scale / softcap))
+  return tanh * (softcap * LOG2_E), tanh
+
+
 class Registers:
   """Register arrays of the compiled kernel in their wgmma layouts, or the plain arrays of the
   interpreter (which has no layout casts and no plgpu.load). A vector's `dim` is the tile axis it

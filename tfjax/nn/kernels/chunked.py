@@ -34,14 +34,20 @@ class _Config:
   window: Optional[int]
   block_q: int
   block_k: int
+  softcap: Optional[float] = None  # scores -> softcap * tanh(scores / softcap) before the bias
 
 
 def _block_logits(cfg, q_i, k_j, q_pos, kv_pos, q_ids, kv_ids, slopes_BxKxG):
-  """Masked, biased fp32 logits [B, K, G, bq, bk] of one tile, and -|i - j| for the ALiBi grad.
+  """Masked, biased fp32 logits [B, K, G, bq, bk] of one tile, -|i - j| for the ALiBi grad and
+  the softcap's tanh(s / cap) for its grad 1 - tanh^2 (None without a cap; cap before bias).
 
   q_i [B, bq, K, G, D], k_j [B, bk, K, D], positions [1 or B, bq] / [1 or B, bk], ids [B, .].
   """
   s = jnp.einsum("bqkgd,bckd->bkgqc", q_i, k_j, preferred_element_type=F32) * cfg.scale
+  tanh = None
+  if cfg.softcap is not None:
+    tanh = jnp.tanh(s / cfg.softcap)
+    s = cfg.softcap * tanh
   neg_dist = None
   if slopes_BxKxG is not None:
     rel = (q_pos[:, :, None] - kv_pos[:, None, :])[:, None, None]  # [Bp, 1, 1, bq, bk] = i - j
@@ -53,7 +59,7 @@ def _block_logits(cfg, q_i, k_j, q_pos, kv_pos, q_ids, kv_ids, slopes_BxKxG):
       q_segment_ids=q_ids, kv_segment_ids=kv_ids, q_positions=q_pos, kv_positions=kv_pos)
   if mask is not None:
     s = jnp.where(mask[:, :, None], s, masks.MASK_VALUE)  # [B, 1, 1, bq, bk]
-  return s, neg_dist
+  return s, neg_dist, tanh
 
 
 def _block_visible(cfg, q_pos, kv_pos):
@@ -116,7 +122,7 @@ def _forward(cfg, q, k, v, slopes_BxH, aux):
 
     def key_step(carry, j):
       def update(m, l, acc):
-        s, _ = _block_logits(cfg, q_i, tiles.cols(k, j), *tiles.masks(i, j), slopes)
+        s, _, _ = _block_logits(cfg, q_i, tiles.cols(k, j), *tiles.masks(i, j), slopes)
         m_new = jnp.maximum(m, s.max(-1))
         # Until a row meets a visible key m stays MASK_VALUE and p counts masked keys; the first
         # visible key makes alpha exactly 0, erasing them. Rows that never do are zeroed below.
@@ -161,16 +167,18 @@ def _backward(cfg, q, k, v, slopes_BxH, aux, out, lse, d_out):
       dq, d_slopes, dk_j, dv_j = carry
 
       def tile_grads(q_i, do_i):
-        s, neg_dist = _block_logits(cfg, q_i, k_j, *tiles.masks(i, j), slopes)
+        s, neg_dist, tanh = _block_logits(cfg, q_i, k_j, *tiles.masks(i, j), slopes)
         p = jnp.exp(s - lse[i][..., None])
         dv = jnp.einsum("bkgqc,bqkgd->bckd", p.astype(d_out.dtype), do_i,
                         preferred_element_type=F32)
         dp = jnp.einsum("bqkgd,bckd->bkgqc", do_i, v_j, preferred_element_type=F32)
         ds = p * (dp - delta[i][..., None])
+        d_slope = None if slopes is None else (ds * neg_dist).sum((-2, -1))  # bias after the cap
+        if tanh is not None:  # d cap(s) / ds = 1 - tanh^2
+          ds = ds * (1.0 - tanh * tanh)
         dk = jnp.einsum("bkgqc,bqkgd->bckd", ds.astype(q.dtype), q_i, preferred_element_type=F32)
         dq_i = jnp.einsum("bkgqc,bckd->bqkgd", ds.astype(k.dtype), k_j,
                           preferred_element_type=F32)
-        d_slope = None if slopes is None else (ds * neg_dist).sum((-2, -1))
         return dq_i.reshape(dq_tile_shape), dk, dv, d_slope
 
       zeros = (jnp.zeros(dq_tile_shape, F32), jnp.zeros(kv_tile_shape, F32),
@@ -226,8 +234,9 @@ def _positions(positions, length_padded):
 def chunked_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_ids=None,
                       kv_segment_ids=None, window=None, alibi_slopes=None, bias=None, scale=None,
                       q_positions=None, kv_positions=None, block_q: int = 512,
-                      block_k: int = 512):
-  """`tfjax.nn.ops.dot_product_attention` semantics in O(T + S) memory (no dense `bias`)."""
+                      block_k: int = 512, softcap: Optional[float] = None):
+  """`tfjax.nn.ops.dot_product_attention` semantics in O(T + S) memory (no dense `bias`);
+  `softcap` caps the scaled scores before the ALiBi bias and masks, as 'xla' does."""
   if bias is not None:
     raise _common.unsupported("a dense `bias` (it is itself a T x S array)", "chunked", "'xla'")
   batch, q_len, heads, head_dim = q_BxTxHxE.shape
@@ -243,7 +252,8 @@ def chunked_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segmen
             else masks.alibi_slopes_BxH(alibi_slopes, batch))
   cfg = _Config(scale=float(head_dim ** -0.5 if scale is None else scale),
                 causal=bool(causal or window is not None), window=window,
-                block_q=block_q, block_k=block_k)
+                block_q=block_q, block_k=block_k,
+                softcap=_common.check_softcap(softcap))
   pad = _common.pad_axis
   out_BxTxHxE = _attention(cfg, pad(q_BxTxHxE, 1, q_len_p), pad(k_BxSxKxE, 1, kv_len_p),
                            pad(v_BxSxKxE, 1, kv_len_p), slopes, aux)

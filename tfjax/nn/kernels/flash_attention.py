@@ -18,11 +18,16 @@ Triton tiles require.
 The forward has a second implementation, `gpu_forward="mosaic"`: the Mosaic GPU kernel of
 flash_attention_mgpu.py (Hopper TMA + wgmma), whose (out, lse) feed the same backward. It takes
 bf16, head_dim 64 or 128 (once padded), MHA/GQA, non-causal or causal with q_len == kv_len, ALiBi,
-segment ids / padding, windows, dropout ('auto' leaves these four to Triton: not timed on a GPU),
+segment ids / padding, windows, dropout, softcap ('auto' leaves these five to Triton: not timed),
 compiled; any other call (fp32 or fp16, other head_dims, lengths off the Mosaic tiles, end-aligned
 causal offsets) runs the Triton forward, with no error. The backward likewise has
 `gpu_backward="mosaic"`: the Mosaic GPU dK/dV and dQ kernels of flash_attention_mgpu_bwd.py
-(no ALiBi, windows or segments; dropout yes), not yet timed on a GPU ('auto' is Triton's).
+(no ALiBi, windows or segments; dropout and softcap yes, not both at head_dim 128), not yet timed
+on a GPU ('auto' is Triton's).
+
+Logit softcap (Gemma 2): every kernel caps the scaled scores, s' = c tanh(s / c), before the ALiBi
+bias and the masks (tfjax.nn.ops' order); the backward recomputes the tanh and multiplies dS by
+1 - tanh^2 before dK and dQ (the slope gradient reads dS itself: the bias comes after the cap).
 
 Dropout on the weights: every kernel rebuilds a tile's keep mask from (seed, batch, head, query,
 key) with the counter-based hash of tfjax/nn/dropout_hash.py (the mask 'xla' uses too), so the
@@ -191,7 +196,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     kv_start = pl.multiple_of(kv_block * block_k, block_k)
     keys = pl.ds(kv_start, block_k)
     kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
-    s = _dot(q, k_ref[keys, :], (1, 1), cfg.precision) * cfg.scale
+    s, _ = _blocks.soft_cap(cfg, _dot(q, k_ref[keys, :], (1, 1), cfg.precision) * cfg.scale)
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     m_new = jnp.maximum(m, s.max(axis=1))
     # While a row has met only masked keys m stays MASK_VALUE and p counts them; its first
@@ -231,7 +236,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     rows = pl.ds(q_start, block_q)
     q, do = q_ref[rows, :], do_ref[rows, :]
     q_ids = q_ids_ref[rows] if cfg.has_segments else None
-    s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
+    s, tanh = _blocks.soft_cap(cfg, _dot(q, k, (1, 1), cfg.precision) * cfg.scale)
     s, _ = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     lse = lse_ref[rows] + _alibi_row_shift(cfg, slope, block_q)
     p = jnp.exp(s - lse[:, None])
@@ -239,7 +244,7 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     dv = dv + _dot(_blocks.dropout_weights(cfg, p, keep).astype(do.dtype), do, (0, 0),
                    cfg.precision)
     dp = _blocks.dropout_weights(cfg, _dot(do, v, (1, 1), cfg.precision), keep)
-    ds = p * (dp - delta_ref[rows][:, None])
+    ds = _blocks.soft_cap_grad(p * (dp - delta_ref[rows][:, None]), tanh)
     dk = dk + _dot(ds.astype(q.dtype), q, (0, 0), cfg.precision)
     return dk, dv
 
@@ -266,13 +271,13 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     keys = pl.ds(kv_start, block_k)
     kv_ids = kv_ids_ref[keys] if cfg.has_segments else None
     k = k_ref[keys, :]
-    s = _dot(q, k, (1, 1), cfg.precision) * cfg.scale
+    s, tanh = _blocks.soft_cap(cfg, _dot(q, k, (1, 1), cfg.precision) * cfg.scale)
     s, neg_dist = _mask_and_bias(cfg, s, q_start, kv_start, q_ids, kv_ids, slope, masked)
     p = jnp.exp(s - lse[:, None])
     keep = _keep(cfg, key_ref, q_start, kv_start, block_q, block_k)
     dp = _blocks.dropout_weights(cfg, _dot(do, v_ref[keys, :], (1, 1), cfg.precision), keep)
     ds = p * (dp - delta[:, None])
-    dq = dq + _dot(ds.astype(k.dtype), k, (1, 0), cfg.precision)
+    dq = dq + _dot(_blocks.soft_cap_grad(ds, tanh).astype(k.dtype), k, (1, 0), cfg.precision)
     if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j| (or its shift)
       d_slope = d_slope + (ds * neg_dist).sum(axis=1)
     return dq, d_slope
@@ -336,7 +341,7 @@ def _forward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys):
 def _backward(cfg, q, k, v, q_ids, kv_ids, slopes, dropout_keys, out, lse, d_out):
   if cfg.gpu_backward == "mosaic":  # no ALiBi there: no slope gradient
     return (*flash_attention_mgpu_bwd.mosaic_backward(
-        q, k, v, out, lse, d_out, causal=cfg.causal, scale=cfg.scale,
+        q, k, v, out, lse, d_out, causal=cfg.causal, scale=cfg.scale, softcap=cfg.softcap,
         dropout_rate=cfg.dropout_rate, dropout_keys_BxH=dropout_keys), None)
   batch, q_len, heads, head_dim = q.shape
   kv_len, kv_heads, groups = k.shape[1], k.shape[2], cfg.groups
@@ -406,11 +411,13 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
                      f"{GPU_FORWARDS}")
   takes = flash_attention_mgpu.supports(
       q_shape, (*kv_shape, q_shape[3]), dtype, causal=cfg.causal, has_segments=cfg.has_segments,
-      has_alibi=cfg.has_alibi, window=cfg.window, dropout=bool(cfg.dropout_rate))
+      has_alibi=cfg.has_alibi, window=cfg.window, dropout=bool(cfg.dropout_rate),
+      softcap=cfg.softcap is not None)
   aligned = not cfg.causal or cfg.offset == 0  # the kernel's causal rule is top-left aligned
-  # 'auto': Mosaic where it was timed on Hopper (plain, causal); masks/ALiBi/dropout never ran.
+  # 'auto': Mosaic where it was timed on Hopper (plain, causal); masks/ALiBi/dropout/softcap
+  # never ran there.
   wanted = requested == "mosaic" or (requested == "auto" and _on_hopper() and not (
-      cfg.has_segments or cfg.has_alibi or cfg.window or cfg.dropout_rate))
+      cfg.has_segments or cfg.has_alibi or cfg.window or cfg.dropout_rate or cfg.softcap))
   use_mosaic = wanted and not cfg.interpret and takes and aligned
   return "mosaic" if use_mosaic else "triton"
 
@@ -427,7 +434,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
                     q_positions=None, kv_positions=None, tilings: Optional[Tilings] = None,
                     interpret: Optional[bool] = None, gpu_forward: Optional[str] = None,
                     gpu_backward: Optional[str] = None, dropout_rate: float = 0.0,
-                    dropout_seed=None):
+                    dropout_seed=None, softcap: Optional[float] = None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
@@ -438,6 +445,8 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
   where they apply, Triton elsewhere; "auto" is Triton's for now.
   `dropout_rate` > 0 drops attention weights with the keep mask of tfjax/nn/dropout_hash.py for
   the int32 `dropout_seed` (the same mask as implementation='xla'), in either forward kernel.
+  `softcap` (a static float; None: off) caps the scaled scores, softcap * tanh(s / softcap),
+  before the ALiBi bias and the masks, in every forward and backward kernel.
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -462,7 +471,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
       dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
-      forward=forward, backward=backward,
+      softcap=_common.check_softcap(softcap), forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else interpret,
       precision=_common.matmul_precision())
   cfg = dataclasses.replace(cfg, gpu_forward=_gpu_forward(
@@ -471,7 +480,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
           GPU_BACKWARD if gpu_backward is None else gpu_backward, interpret=cfg.interpret,
           dropout_rate=cfg.dropout_rate, causal=cfg.causal, offset=cfg.offset,
           has_segments=cfg.has_segments, has_alibi=cfg.has_alibi, window=cfg.window,
-          q_shape=(batch, q_len_p, heads, head_dim_p),
+          q_shape=(batch, q_len_p, heads, head_dim_p), softcap=cfg.softcap is not None,
           kv_shape=(batch, kv_len_p, kv_heads, head_dim_p), dtype=q_BxTxHxE.dtype))
 
   def pad(x, length):

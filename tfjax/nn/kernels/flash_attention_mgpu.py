@@ -15,13 +15,14 @@ It returns the output [B, L, H, D] and the natural-log log-sum-exp [B, H, L] in 
 residuals the Triton backward (flash_attention.py) recomputes the probabilities from, so this is
 a drop-in forward of the same custom VJP.
 
-Masks, ALiBi and dropout are applied by the consumers in registers (_mgpu_tiles.py), by the
-Triton forward's rules: the bias -slope |i - j| on every step; the causal / window / segment
-masks on the steps not known to be fully visible; dropout drops P (not l) with dropout_hash.keep of
-(batch, query head, query, key), so the Triton backward regenerates the same mask, and O is
-scaled by 1 / (1 - rate) once at the end; lse stays the undropped one. Segment ids (which also
-hide padding: id 0) come from global memory in the WGMMA row / column layouts; a row that sees
-no key writes 0 and lse +inf, as the Triton forward does.
+Softcap, masks, ALiBi and dropout are applied by the consumers in registers (_mgpu_tiles.py), by
+the Triton forward's rules: the cap c tanh(s / c) on the scaled scores first, then the bias
+-slope |i - j| on every step; the causal / window / segment masks on the steps not known to be
+fully visible; dropout drops P (not l) with dropout_hash.keep of (batch, query head, query, key),
+so the Triton backward regenerates the same mask, and O is scaled by 1 / (1 - rate) once at the
+end; lse stays the undropped one. Segment ids (which also hide padding: id 0) come from global
+memory in the WGMMA row / column layouts; a row that sees no key writes 0 and lse +inf, as the
+Triton forward does.
 
 Both consumers run the same kv steps, so their barrier arrivals stay in lockstep: the program's
 range of key blocks (_blocks.kv_block_range at 2 * block_q rows, the Triton kernels' rule):
@@ -40,11 +41,11 @@ dots and the id loads plain reads there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads (query head h reads
 kv head h // G); non-causal, or causal with q_len == kv_len, with or without a sliding window;
-segment ids (padding masks), ALiBi slopes and dropout, alone or together; q_len a multiple of
-2 * block_q and kv_len of block_kv. Everything else (and the end-aligned causal offset) is
-routed to the Triton forward by the caller (flash_attention.py). No logit softcap: the pallas
-entry has none (softcap runs in 'xla'). Implemented, interpreted and compiled for sm_90a on
-CPU; the masked, ALiBi and dropout paths are not yet timed on a GPU.
+segment ids (padding masks), ALiBi slopes, dropout and a logit softcap, alone or together; q_len
+a multiple of 2 * block_q and kv_len of block_kv. Everything else (and the end-aligned causal
+offset) is routed to the Triton forward by the caller (flash_attention.py). Implemented,
+interpreted and compiled for sm_90a on CPU; the masked, ALiBi, dropout and softcap paths are not
+yet timed on a GPU.
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from tfjax.nn.kernels import _blocks, _mgpu_tiles
+from tfjax.nn.kernels import _blocks, _common, _mgpu_tiles
 
-F32, LOG2_E, MASK_LOGIT = _mgpu_tiles.F32, _mgpu_tiles.LOG2_E, _mgpu_tiles.MASK_LOGIT
+F32, MASK_LOGIT = _mgpu_tiles.F32, _mgpu_tiles.MASK_LOGIT
 LN_2 = math.log(2.0)
 CONSUMERS = 2  # warpgroups doing the math; one more warpgroup issues the TMA copies
 
@@ -102,11 +103,12 @@ MOSAIC_TILINGS = {
 
 
 def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_alibi: bool,
-             window, tiling: MosaicTiling | None = None, dropout: bool = False) -> bool:
+             window, tiling: MosaicTiling | None = None, dropout: bool = False,
+             softcap: bool = False) -> bool:
   """Whether this kernel computes the call; False sends it to the Triton forward. Segment ids
   (padding masks included), ALiBi, windows and dropout are all in scope (module docstring),
   except dropout at head_dim 128: ptxas spills 1,312 B there (sm_90a, over the 1 KiB bound)."""
-  del has_segments, has_alibi  # masks and bias are built in the consumers
+  del has_segments, has_alibi, softcap  # the cap, masks and bias are built in the consumers
   _, q_len, heads, head_dim = q_shape
   _, kv_len, kv_heads, _ = kv_shape
   if jnp.dtype(dtype) != jnp.bfloat16 or head_dim not in MOSAIC_TILINGS or heads % kv_heads:
@@ -171,7 +173,6 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
       plgpu.barrier_arrive(turn)
       plgpu.barrier_wait(turn)
 
-  logit_scale = cfg.scale * LOG2_E  # logits in base 2: exp(s - m) == exp2(s * log2(e) - m')
   head_dim = qo_smem.shape[-1]
 
   def step(kv_block, carry, masked):
@@ -191,7 +192,8 @@ def _consumer(refs, scratch, *, cfg, tiling, kv_len, wg, interpret):
       s_BqxBk = lax.dot_general(qo_smem[...], k_smem.at[slot][...], (((1,), (1,)), ((), ())),
                                 preferred_element_type=F32)
       rendezvous()
-    s_BqxBk = s_BqxBk * logit_scale
+    # base-2 logits (exp(s - m) == exp2(s log2(e) - m')), capped first when cfg.softcap is set
+    s_BqxBk, _ = _mgpu_tiles.base2_logits(s_BqxBk, cfg.scale, cfg.softcap)
     plgpu.barrier_arrive(k_free.at[slot])  # the wgmma has completed: K's slot may be refilled
     s_BqxBk, keep_BqxBk = _mgpu_tiles.mask_bias_dropout(
         cfg, refs, regs, rows_state, s_BqxBk, kv_block=kv_block, row_start=row_start,
@@ -300,8 +302,8 @@ def _producer(refs, scratch, *, cfg, tiling, kv_len):
 def mosaic_forward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal: bool, scale: float,
                    window: int | None = None, q_segment_ids=None, kv_segment_ids=None,
                    alibi_slopes=None, dropout_rate: float = 0.0, dropout_keys=None,
-                   offset: int | None = None, tiling: MosaicTiling | None = None,
-                   interpret=None):
+                   softcap: float | None = None, offset: int | None = None,
+                   tiling: MosaicTiling | None = None, interpret=None):
   """(out [B, L, H, D] in q.dtype, lse [B, H, L] fp32) for inputs `supports` accepts.
 
   window: keys i - window < j <= i (causal). q_segment_ids [B, T] / kv_segment_ids [B, S]:
@@ -309,7 +311,8 @@ def mosaic_forward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal: bool, scale: floa
   tfjax/nn/kernels/_common.kernel_segment_ids, which also hides padding). alibi_slopes [B, H]
   fp32: the bias -slope |i - j|. dropout_rate with dropout_keys [B, H] int32
   (dropout_hash.head_keys): the weights dropped by dropout_hash.keep and the rest scaled by
-  1 / (1 - rate); lse stays the undropped one, as the Triton backward expects. offset: query t
+  1 / (1 - rate); lse stays the undropped one, as the Triton backward expects. softcap: the
+  scaled scores become softcap * tanh(s / softcap) before the bias and masks. offset: query t
   sits at position t + offset for ALiBi (default kv_len - q_len; causal needs 0).
   `interpret`: None compiles for the GPU; Mosaic GPU's interpret parameters run the kernel on
   CPU, simulating shared memory, barriers and the warpgroups (tests).
@@ -336,7 +339,7 @@ def mosaic_forward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal: bool, scale: floa
   cfg = _blocks.BlockConfig(
       scale=float(scale), causal=causal, window=window, offset=offset, groups=heads // kv_heads,
       has_segments=has_segments, has_alibi=alibi_slopes is not None,
-      dropout_rate=float(dropout_rate))
+      dropout_rate=float(dropout_rate), softcap=_common.check_softcap(softcap))
   optional = {}  # the extra operands, by name, in the order they follow q, k, v
   if has_segments:
     optional.update(q_ids=jnp.asarray(q_segment_ids, jnp.int32),
@@ -395,4 +398,4 @@ def forward(cfg: _blocks.BlockConfig, q, k, v, q_ids, kv_ids, slopes_BxH, dropou
   return mosaic_forward(q, k, v, causal=cfg.causal, scale=cfg.scale, window=cfg.window,
                         q_segment_ids=q_ids, kv_segment_ids=kv_ids, alibi_slopes=slopes_BxH,
                         dropout_rate=cfg.dropout_rate, dropout_keys=dropout_keys_BxH,
-                        offset=cfg.offset)
+                        softcap=cfg.softcap, offset=cfg.offset)

@@ -20,7 +20,9 @@ delta = rowsum(dO * O) and lse * log2(e) are one plain-JAX step before the kerne
 `stats` [B, H, R, L] fp32 so that one TMA copy brings the rows of a query block; with dropout a
 third row holds the (batch, head) key of tfjax/nn/dropout_hash.py (its int32 bits), from which
 each tile rebuilds the forward's keep mask M: dV += (P^T * M / (1 - rate)) dO and
-dP^T is multiplied by M / (1 - rate) before dS^T (flash_with_vjp in _blocks.py).
+dP^T is multiplied by M / (1 - rate) before dS^T (flash_with_vjp in _blocks.py). With a logit
+softcap c the tiles recompute S' = c tanh(S * scale / c) and multiply dS by 1 - tanh^2 before
+dK and dQ (_mgpu_tiles.base2_logits, _blocks.soft_cap_grad).
 
 Causal (top-left, q_len == kv_len, as the forward): the dK/dV loop starts at the first query block
 that reaches the program's keys and the dQ loop ends at the last key block its last row reaches;
@@ -34,8 +36,9 @@ products are plain dots of the shared-memory slots there.
 
 Scope (`supports`): bf16; head_dim 64 or 128; GQA with kv heads dividing heads; non-causal, or
 causal with q_len == kv_len; lengths multiples of the tiles; no ALiBi, segment ids, padding masks,
-or window; dropout with the keys of dropout_hash.head_keys. flash_attention.py sends every other
-call to the Triton backward (`route`).
+or window; dropout with the keys of dropout_hash.head_keys; a logit softcap (not with dropout at
+head_dim 128: it spills there). flash_attention.py sends every other call to the Triton backward
+(`route`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from tfjax.nn import dropout_hash
-from tfjax.nn.kernels import _mgpu_pipeline, _mgpu_tiles
+from tfjax.nn.kernels import _blocks, _common, _mgpu_pipeline, _mgpu_tiles
 
 F32 = jnp.float32
 LOG2_E = math.log2(math.e)
@@ -87,8 +90,11 @@ MOSAIC_BWD_TILINGS = {
 
 
 def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_alibi: bool,
-             window, tilings: BwdTilings | None = None) -> bool:
-  """Whether these kernels compute the call's gradients; False leaves them to Triton."""
+             window, tilings: BwdTilings | None = None, dropout: bool = False,
+             softcap: bool = False) -> bool:
+  """Whether these kernels compute the call's gradients; False leaves them to Triton. Dropout
+  and a softcap together at head_dim 128 are out: ptxas spills 1,864 B in the dK/dV kernel
+  there (sm_90a, over the 1 KiB bound; each alone stays under it)."""
   _, q_len, heads, head_dim = q_shape
   _, kv_len, kv_heads, _ = kv_shape
   if jnp.dtype(dtype) != jnp.bfloat16 or head_dim not in MOSAIC_BWD_TILINGS:
@@ -97,13 +103,16 @@ def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_
     return False
   if causal and q_len != kv_len:  # the end-aligned causal offset is left to Triton
     return False
+  if dropout and softcap and head_dim == 128:
+    return False
   t = tilings or MOSAIC_BWD_TILINGS[head_dim]
   return (q_len % t.dkdv.block_q == 0 and kv_len % (CONSUMERS * t.dkdv.block_kv) == 0
           and q_len % (CONSUMERS * t.dq.block_q) == 0 and kv_len % t.dq.block_kv == 0)
 
 
 def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool, offset: int,
-          has_segments: bool, has_alibi: bool, window, q_shape, kv_shape, dtype) -> str:
+          has_segments: bool, has_alibi: bool, window, q_shape, kv_shape, dtype,
+          softcap: bool = False) -> str:
   """The backward of a flash_attention call: "mosaic" where it was asked for and `supports` the
   (padded) shapes, else "triton"."""
   if requested not in GPU_BACKWARDS:
@@ -111,11 +120,12 @@ def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool,
                      f"{GPU_BACKWARDS}")
   # "auto" stays on Triton: the Mosaic backward has not been timed on a GPU yet, and "auto" is to
   # pick from a measured per-shape table, not a guess.
-  del dropout_rate  # the kernels rebuild the forward's keep mask from the same hash
+  # Dropout: the kernels rebuild the forward's keep mask from the same hash.
   if requested != "mosaic" or interpret or (causal and offset):
     return "triton"
   takes = supports(q_shape, kv_shape, dtype, causal=causal, has_segments=has_segments,
-                   has_alibi=has_alibi, window=window)
+                   has_alibi=has_alibi, window=window, dropout=bool(dropout_rate),
+                   softcap=softcap)
   return "mosaic" if takes else "triton"
 
 
@@ -151,7 +161,7 @@ def _keep(ops, key_ref, layout, shape, q_dim, q_start, kv_start, rate):
   return top < dropout_hash.keep_threshold(rate)
 
 
-def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops, rate):
+def _dkdv_consumer(refs, scratch, wg, *, causal, scale, softcap, t, groups, q_len, ops, rate):
   q_ref, k_ref, v_ref, do_ref, stats_ref, dk_ref, dv_ref = refs
   (k_own, v_own), own_ready, (q_ring, do_ring, stats_ring), ready, free = scratch
   (q_ready, do_ready, stats_ready), (q_free, do_free, stats_free) = ready, free
@@ -165,7 +175,6 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops, r
   for barrier in own_ready:
     plgpu.barrier_wait(barrier.at[wg])
   first, masked_until, per_head = _dkdv_steps(causal, tile, t, q_len)
-  logit_scale = scale * LOG2_E
   column = plgpu.Layout.WGMMA.reduce(0)  # a [block_q] vector along the columns of S^T
 
   def step(q_block, carry, group, masked):
@@ -173,13 +182,19 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops, r
     i = group * per_head + (q_block - first)  # the producer's step counter
     slot = lax.rem(i, jnp.array(t.stages, i.dtype))
     plgpu.barrier_wait(q_ready.at[slot])
-    st_KxQ = ops.matmul(k_smem, q_ring.at[slot], transpose_b=True) * logit_scale
+    st_KxQ, tanh_KxQ = _mgpu_tiles.base2_logits(
+        ops.matmul(k_smem, q_ring.at[slot], transpose_b=True), scale, softcap)
     if masked:  # causal: key position <= query position
       q_pos = q_block * t.block_q + ops.iota(st_KxQ.shape, 1)
       st_KxQ = jnp.where(q_pos >= kv_start + ops.iota(st_KxQ.shape, 0), st_KxQ, MASK_LOGIT)
     plgpu.barrier_wait(stats_ready.at[slot])
     lse2_Q = ops.load(stats_ring.at[slot, 0], column)
     pt_KxQ = jnp.exp2(st_KxQ - lax.broadcast_in_dim(lse2_Q, st_KxQ.shape, [1]))
+    pt16_KxQ = None
+    if tanh_KxQ is not None and not rate:  # the cap's 1 - tanh^2 folded into P^T before the
+      # next wgmma, so that neither the tanh nor the fp32 P^T stay live across it
+      pt16_KxQ = pt_KxQ.astype(k_smem.dtype)
+      pt_KxQ, tanh_KxQ = _blocks.soft_cap_grad(pt_KxQ, tanh_KxQ), None
     plgpu.barrier_wait(do_ready.at[slot])
     do_smem = do_ring.at[slot]
     dpt_KxQ = ops.matmul(v_smem, do_smem, transpose_b=True)
@@ -188,9 +203,11 @@ def _dkdv_consumer(refs, scratch, wg, *, causal, scale, t, groups, q_len, ops, r
                      q_block * t.block_q, kv_start, rate)
     delta_Q = ops.load(stats_ring.at[slot, 1], column)
     plgpu.barrier_arrive(stats_free.at[slot])
-    pt16_KxQ = ops.dropped(pt_KxQ, keep_KxQ, rate).astype(k_smem.dtype)
+    if pt16_KxQ is None:
+      pt16_KxQ = ops.dropped(pt_KxQ, keep_KxQ, rate).astype(k_smem.dtype)
     dpt_KxQ = ops.dropped(dpt_KxQ, keep_KxQ, rate)
-    dst_KxQ = pt_KxQ * (dpt_KxQ - lax.broadcast_in_dim(delta_Q, dpt_KxQ.shape, [1]))
+    dst_KxQ = _blocks.soft_cap_grad(
+        pt_KxQ * (dpt_KxQ - lax.broadcast_in_dim(delta_Q, dpt_KxQ.shape, [1])), tanh_KxQ)
     # dV += P^T dO and dK += dS^T Q issued together, one wait.
     dv_KxD, dk_KxD = ops.accumulate([(dv_KxD, pt16_KxQ, do_smem),
                                      (dk_KxD, dst_KxQ.astype(k_smem.dtype), q_ring.at[slot])])
@@ -264,7 +281,7 @@ def _dq_steps(causal, tile, t: BwdTiling, kv_len):
   return tile_start // t.block_kv, (tile_end + t.block_kv - 1) // t.block_kv
 
 
-def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, q_len, ops, rate):
+def _dq_consumer(refs, scratch, wg, *, causal, scale, softcap, t, kv_len, q_len, ops, rate):
   q_ref, _, _, do_ref, stats_ref, dq_ref = refs
   (q_own, do_own, stats_own), own_ready, (k_ring, v_ring), ready, free = scratch
   (k_ready, v_ready), (k_free, v_free) = ready, free
@@ -282,12 +299,12 @@ def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, q_len, ops, rat
   row = plgpu.Layout.WGMMA.reduce(1)  # a [block_q] vector along the rows of S
   lse2_Q, delta_Q = ops.load(stats_smem.at[0], row), ops.load(stats_smem.at[1], row)
   key_row = stats_smem.at[2] if rate else None
-  logit_scale = scale * LOG2_E
 
   def step(kv_block, dq_QxD, masked):
     slot = lax.rem(kv_block, jnp.array(t.stages, kv_block.dtype))
     plgpu.barrier_wait(k_ready.at[slot])
-    s_QxK = ops.matmul(q_smem, k_ring.at[slot], transpose_b=True) * logit_scale
+    s_QxK, tanh_QxK = _mgpu_tiles.base2_logits(
+        ops.matmul(q_smem, k_ring.at[slot], transpose_b=True), scale, softcap)
     if masked:
       kv_pos = kv_block * t.block_kv + ops.iota(s_QxK.shape, 1)
       s_QxK = jnp.where(row_start + ops.iota(s_QxK.shape, 0) >= kv_pos, s_QxK, MASK_LOGIT)
@@ -297,7 +314,8 @@ def _dq_consumer(refs, scratch, wg, *, causal, scale, t, kv_len, q_len, ops, rat
     plgpu.barrier_arrive(v_free.at[slot])
     dp_QxK = ops.dropped(dp_QxK, _keep(ops, key_row, row, s_QxK.shape, 0, row_start,
                                            kv_block * t.block_kv, rate), rate)
-    ds_QxK = p_QxK * (dp_QxK - lax.broadcast_in_dim(delta_Q, dp_QxK.shape, [0]))
+    ds_QxK = _blocks.soft_cap_grad(
+        p_QxK * (dp_QxK - lax.broadcast_in_dim(delta_Q, dp_QxK.shape, [0])), tanh_QxK)
     dq_QxD, = ops.accumulate([(dq_QxD, ds_QxK.astype(q_smem.dtype), k_ring.at[slot])])
     plgpu.barrier_arrive(k_free.at[slot])
     return dq_QxD
@@ -328,11 +346,13 @@ def _dq_sources(refs, scratch, *, causal, t, groups, kv_len, q_len):
 
 
 def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_out_BxTxHxE, *,
-                    causal: bool, scale: float, dropout_rate: float = 0.0,
-                    dropout_keys_BxH=None, tilings: BwdTilings | None = None, interpret=None):
+                    causal: bool, scale: float, softcap: float | None = None,
+                    dropout_rate: float = 0.0, dropout_keys_BxH=None,
+                    tilings: BwdTilings | None = None, interpret=None):
   """(dq, dk, dv) in the inputs' dtypes, from the forward's output and natural-log lse [B, H, L]
   fp32, for inputs `supports` accepts. With `dropout_rate` > 0, `dropout_keys_BxH` are the int32
-  keys of dropout_hash.head_keys the forward dropped with.
+  keys of dropout_hash.head_keys the forward dropped with. `softcap`: the forward capped the
+  scaled scores with it (static float; None: no cap).
 
   `interpret`: None compiles for the GPU; Mosaic GPU's interpret parameters run the kernels on
   CPU, simulating shared memory, barriers and the warpgroups (tests).
@@ -343,9 +363,11 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
   tilings = tilings or MOSAIC_BWD_TILINGS.get(head_dim)
   if tilings is None or not supports(q_BxTxHxE.shape, k_BxSxKxE.shape, q_BxTxHxE.dtype,
                                      causal=causal, has_segments=False, has_alibi=False,
-                                     window=None, tilings=tilings):
+                                     window=None, tilings=tilings, dropout=bool(dropout_rate),
+                                     softcap=softcap is not None):
     raise ValueError(f"the Mosaic GPU backward does not take q {q_BxTxHxE.shape} "
-                     f"{q_BxTxHxE.dtype}, k {k_BxSxKxE.shape}, causal={causal} with {tilings}; "
+                     f"{q_BxTxHxE.dtype}, k {k_BxSxKxE.shape}, causal={causal}, softcap="
+                     f"{softcap}, dropout_rate={dropout_rate} with {tilings}; "
                      "call flash_attention, which routes such inputs to the Triton backward")
   if dropout_rate and dropout_keys_BxH is None:
     raise ValueError("dropout_rate > 0 needs dropout_keys_BxH, the forward's keys "
@@ -361,14 +383,14 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
   operands = (q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, d_out_BxTxHxE, stats_BxHxRxT)
   operand = lambda *shape: plgpu.SMEM(shape, dtype, transforms=_mgpu_pipeline.smem_layout())
   ops = _mgpu_pipeline.Ops(interpret)
-  rate = float(dropout_rate)
+  rate, softcap = float(dropout_rate), _common.check_softcap(softcap)
   kw = dict(interpret=interpret, operands=operands)
 
   t = tilings.dkdv
   dkdv_kw = dict(causal=causal, t=t, groups=groups, q_len=q_len)
   dk, dv = _mgpu_pipeline.run_kernel(
-      lambda refs, scratch, wg: _dkdv_consumer(refs, scratch, wg, scale=scale, ops=ops,
-                                               rate=rate, **dkdv_kw),
+      lambda refs, scratch, wg: _dkdv_consumer(refs, scratch, wg, scale=scale, softcap=softcap,
+                                               ops=ops, rate=rate, **dkdv_kw),
       out_type=(jax.ShapeDtypeStruct(k_BxSxKxE.shape, dtype),) * 2,
       buffers=((operand(CONSUMERS, t.block_kv, head_dim),) * 2,
                (operand(t.stages, t.block_q, head_dim),) * 2
@@ -381,8 +403,8 @@ def mosaic_backward(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, out_BxTxHxE, lse_BxHxT, d_o
   t = tilings.dq
   dq_kw = dict(causal=causal, t=t, kv_len=kv_len, q_len=q_len)
   dq, = _mgpu_pipeline.run_kernel(
-      lambda refs, scratch, wg: _dq_consumer(refs, scratch, wg, scale=scale, ops=ops, rate=rate,
-                                             **dq_kw),
+      lambda refs, scratch, wg: _dq_consumer(refs, scratch, wg, scale=scale, softcap=softcap,
+                                             ops=ops, rate=rate, **dq_kw),
       out_type=(jax.ShapeDtypeStruct(q_BxTxHxE.shape, dtype),),
       buffers=((operand(CONSUMERS, t.block_q, head_dim),) * 2
                + (plgpu.SMEM((CONSUMERS, num_rows, t.block_q), F32),),

@@ -12,6 +12,8 @@ block loop made a grid axis so that Pallas pipelines each block from HBM into VM
            p = exp(s - lse), dV += p^T dO, dS = p * (dO V^T - delta), dK += scale * dS^T Q.
   dQ       grid (batch, head, q block, kv block) like the forward: dQ += scale * dS K, and the
            ALiBi slope gradient sum(dS * -|i - j|) per row.
+Logit softcap: every kernel caps the scaled scores, c tanh(s / c), before the ALiBi bias and the
+masks; the backward recomputes the tanh and multiplies dS by 1 - tanh^2 (_blocks.soft_cap).
 Block skipping: the blocks the causal rule / sliding window hide are neither computed (`pl.when`
 on the block's visibility) nor fetched (the index_maps clamp the sequential axis into the visible
 block range, and Pallas does not re-copy a block whose index did not change). Tiles known to be
@@ -69,14 +71,15 @@ def _dot(a, b, contract=(1, 0)):
 
 
 def _logits(cfg, q, k, q_start, kv_start, q_ids, kv_ids, slope, masked):
-  """Scaled, biased, masked fp32 logits tile and -|i - j| (or None); i - j from a 2-D iota."""
-  s = _dot(q, k, (1, 1)) * cfg.scale
+  """Scaled, capped, biased, masked fp32 logits tile, -|i - j| (or None) and the softcap's tanh
+  (or None; _blocks.soft_cap); i - j from a 2-D iota."""
+  s, tanh = _blocks.soft_cap(cfg, _dot(q, k, (1, 1)) * cfg.scale)
   rel = None
   if _blocks.needs_relative_positions(cfg, masked):
     shape = s.shape
     rel = ((q_start + cfg.offset - kv_start) + lax.broadcasted_iota(jnp.int32, shape, 0)
            - lax.broadcasted_iota(jnp.int32, shape, 1))
-  return _blocks.mask_and_bias(cfg, s, rel, q_ids, kv_ids, slope, masked)
+  return (*_blocks.mask_and_bias(cfg, s, rel, q_ids, kv_ids, slope, masked), tanh)
 
 
 def _when_visible(cfg, block, bounds, compute):
@@ -143,8 +146,8 @@ def _forward_kernel(q_ref, k_ref, v_ref, *refs, cfg):
     q_ids = q_ids_ref[...] if cfg.has_segments else None
     kv_ids = kv_ids_ref[...] if cfg.has_segments else None
     slope = slopes_ref[b, h] if cfg.has_alibi else None
-    s, _ = _logits(cfg, q_ref[...], k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope,
-                   masked)
+    s, _, _ = _logits(cfg, q_ref[...], k_ref[...], i * block_q, j * block_k, q_ids, kv_ids,
+                      slope, masked)
     m_prev = m_ref[...]
     m_new = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
     # While a row has met only masked keys m stays MASK_VALUE and p counts them; its first
@@ -187,12 +190,13 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     kv_ids = kv_ids_ref[...] if cfg.has_segments else None
     slope = slopes_ref[b, kv_head * cfg.groups + g] if cfg.has_alibi else None
     q, do = q_ref[...], do_ref[...]
-    s, _ = _logits(cfg, q, k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope, masked)
+    s, _, tanh = _logits(cfg, q, k_ref[...], i * block_q, j * block_k, q_ids, kv_ids, slope,
+                         masked)
     p = jnp.exp(s - lse_ref[...])
     keep = _keep(cfg, keys_ref, b, kv_head * cfg.groups + g, i * block_q, j * block_k, s.shape)
     dv_acc[...] += _dot(_blocks.dropout_weights(cfg, p, keep).astype(do.dtype), do, (0, 0))
     dp = _blocks.dropout_weights(cfg, _dot(do, v_ref[...], (1, 1)), keep)
-    ds = p * (dp - delta_ref[...])
+    ds = _blocks.soft_cap_grad(p * (dp - delta_ref[...]), tanh)
     dk_acc[...] += _dot(ds.astype(q.dtype), q, (0, 0))
 
   _when_visible(cfg, i, _blocks.q_block_range(cfg, j, block_q, block_k, num_q_blocks), compute)
@@ -221,14 +225,14 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, *refs, cfg):
     kv_ids = kv_ids_ref[...] if cfg.has_segments else None
     slope = slopes_ref[b, h] if cfg.has_alibi else None
     k = k_ref[...]
-    s, neg_dist = _logits(cfg, q_ref[...], k, i * block_q, j * block_k, q_ids, kv_ids, slope,
-                          masked)
+    s, neg_dist, tanh = _logits(cfg, q_ref[...], k, i * block_q, j * block_k, q_ids, kv_ids,
+                                slope, masked)
     p = jnp.exp(s - lse_ref[...])
     keep = _keep(cfg, keys_ref, b, h, i * block_q, j * block_k, s.shape)
     ds = p * (_blocks.dropout_weights(cfg, _dot(do_ref[...], v_ref[...], (1, 1)), keep)
               - delta_ref[...])
-    dq_acc[...] += _dot(ds.astype(k.dtype), k)
-    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j|
+    dq_acc[...] += _dot(_blocks.soft_cap_grad(ds, tanh).astype(k.dtype), k)
+    if cfg.has_alibi:  # d loss / d slope = sum over the tile of dS * -|i - j| (after the cap)
       d_slope_acc[...] += (ds * neg_dist).sum(axis=1, keepdims=True)
 
   _when_visible(cfg, j, _blocks.kv_block_range(cfg, i, block_q, block_k, num_kv_blocks), compute)
@@ -382,12 +386,14 @@ def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segm
                         scale=None, q_positions=None, kv_positions=None,
                         tilings: Optional[TpuTilings] = None,
                         interpret: Optional[bool] = None, dropout_rate: float = 0.0,
-                        dropout_seed=None):
+                        dropout_seed=None, softcap: Optional[float] = None):
   """`tfjax.nn.ops.dot_product_attention` semantics as Mosaic TPU kernels (default positions).
 
   `tilings` overrides the `TPU_TILINGS` row of this TPU generation; `interpret` defaults to True
   on CPU (TPU interpret mode) and False on TPU. `dropout_rate` > 0 drops attention weights with
   the keep mask of tfjax/nn/dropout_hash.py for the int32 `dropout_seed` (as 'xla' does).
+  `softcap` (static float; None: off) caps the scaled scores, softcap * tanh(s / softcap), before
+  the ALiBi bias and the masks; the backward multiplies dS by 1 - tanh^2.
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -418,7 +424,7 @@ def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segm
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
       dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
-      forward=forward, backward=backward,
+      softcap=_common.check_softcap(softcap), forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else bool(interpret))
 
   keys = dropout_hash.head_keys(dropout_seed, batch, heads) if cfg.dropout_rate else None
