@@ -12,6 +12,8 @@ attention no GQA).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -72,7 +74,7 @@ DEFAULT_IMPLS = {"gpu": ["xla", "cudnn", "mha_bundled", "pallas"],
 
 
 def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ,
-                          gpu_backward="triton"):
+                          gpu_backward="triton", softcap=None):
   """Our Pallas kernels with the Mosaic GPU forward. Inputs it would hand to the Triton forward
   raise instead, so that every 'pallas_mosaic' row measures the Mosaic kernel. `gpu_backward`
   "mosaic" ('pallas_mosaic_bwd' rows) takes the Mosaic GPU backward too; calls outside its
@@ -82,34 +84,43 @@ def mosaic_forward_pallas(q, k, v, *, causal, alibi_slopes, kv_heads_differ,
     raise NotImplementedError("the Mosaic GPU forward runs on NVIDIA Hopper GPUs only")
   if not flash_attention_mgpu.supports(q.shape, k.shape, q.dtype, causal=causal,
                                        has_segments=False, has_alibi=alibi_slopes is not None,
-                                       window=None):
+                                       window=None, softcap=softcap is not None):
     raise NotImplementedError("outside the Mosaic GPU forward's scope (bf16, head_dim 64/128, "
                               "block-multiple lengths)")
   if gpu_backward == "mosaic" and not flash_attention_mgpu_bwd.supports(
       q.shape, k.shape, q.dtype, causal=causal, has_segments=False,
-      has_alibi=alibi_slopes is not None, window=None):
+      has_alibi=alibi_slopes is not None, window=None, softcap=softcap is not None):
     raise NotImplementedError("outside the Mosaic GPU backward's scope (no ALiBi)")
   return flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes, gpu_forward="mosaic",
-                         gpu_backward=gpu_backward)
+                         gpu_backward=gpu_backward, softcap=softcap)
 
 
-def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None):
+def _refuse(why, *args):
+  del args
+  raise NotImplementedError(why)
+
+
+def attention_fn(impl, causal, alibi_slopes, kv_heads_differ, tilings=None, softcap=None):
+  """`(q, k, v) -> out` of implementation `impl`; `softcap`: the scores' cap (None: off)."""
   if impl == "pallas_triton":
     return lambda q, k, v: flash_attention(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
-                                           gpu_forward="triton")
+                                           gpu_forward="triton", softcap=softcap)
   if impl == "pallas_mosaic":
     return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
-                                                 kv_heads_differ=kv_heads_differ)
+                                                 kv_heads_differ=kv_heads_differ, softcap=softcap)
   if impl == "pallas_mosaic_bwd":  # the Mosaic GPU forward and backward (both opt-in)
     return lambda q, k, v: mosaic_forward_pallas(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                  kv_heads_differ=kv_heads_differ,
-                                                 gpu_backward="mosaic")
+                                                 gpu_backward="mosaic", softcap=softcap)
   if impl in BUNDLED_PEERS:
+    if softcap is not None:  # raised when traced, so the row records it as unsupported
+      return functools.partial(_refuse, f"{impl} has no softcap")
     return lambda q, k, v: BUNDLED_PEERS[impl](q, k, v, causal=causal, alibi_slopes=alibi_slopes,
                                                kv_heads_differ=kv_heads_differ)
   if tilings is not None:  # our kernels with explicit tiles (--tune)
     kernel = flash_attention_tpu if isinstance(tilings, TpuTilings) else flash_attention
     return lambda q, k, v: kernel(q, k, v, causal=causal, alibi_slopes=alibi_slopes,
-                                  tilings=tilings)
+                                  tilings=tilings, softcap=softcap)
   return lambda q, k, v: ops.dot_product_attention(q, k, v, causal=causal,
-                                                   alibi_slopes=alibi_slopes, implementation=impl)
+                                                   alibi_slopes=alibi_slopes, implementation=impl,
+                                                   softcap=softcap)

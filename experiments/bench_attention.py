@@ -9,8 +9,8 @@ Default sweep: bf16, d_model 2048 (heads = 2048 / head_dim), batch x L = 16k tok
   TPU  xla, JAX's bundled TPU flash attention ('flash_tpu_bundled') and splash attention
        ('splash_bundled') as peers, and ours ('pallas' = the Mosaic kernels).
 The bundled kernels are peers used only here (they have no ALiBi; the bundled TPU flash attention
-no GQA). Variants 'alibi' and 'gqa' (causal, with ALiBi / with kv_heads = heads / 4) test that
-they cost within 10% of causal.
+no GQA). Variants 'alibi', 'gqa' and 'softcap' (causal, with ALiBi / with kv_heads = heads / 4 /
+with Gemma 2's attention softcap of 50) test that they cost within 10% of causal.
 
 FLOPs counted (the FlashAttention convention): forward 4 * B * L^2 * H * D, halved when causal;
 backward 2.5x forward. Memory: the compiled executable's temporaries + arguments + outputs
@@ -52,6 +52,7 @@ from attention_impls import (BUNDLED_PEERS, DEFAULT_IMPLS, attention_fn,  # noqa
                              bundled_pallas_mha, bundled_splash, bundled_tpu_flash,
                              mosaic_forward_pallas)
 
+SOFTCAP = 50.0  # the 'softcap' variant's cap: Gemma 2's attention logits softcap
 VARIANT_TOLERANCE = 1.10  # alibi / gqa may cost at most 10% more than plain causal.
 
 
@@ -106,7 +107,8 @@ def make_case(impl, variant, seq_len, head_dim, causal, cfg, tilings=None,
   kv_heads = max(1, heads // 4) if variant == "gqa" else heads
   dtype = jnp.dtype(cfg.dtype)
   slopes = 2.0 ** (-8.0 * jnp.arange(1, heads + 1) / heads) if variant == "alibi" else None
-  attn = attention_fn(impl, causal, slopes, kv_heads != heads, tilings)
+  attn = attention_fn(impl, causal, slopes, kv_heads != heads, tilings,
+                      softcap=SOFTCAP if variant == "softcap" else None)
 
   def fwd_bwd(q, k, v, d_out):
     _, vjp = jax.vjp(attn, q, k, v)
@@ -347,7 +349,7 @@ def parse_args(argv=None):
   p.add_argument("--impls", type=strs, default=None,
                  help="default by backend: " + "; ".join(
                      f"{b}: {','.join(i)}" for b, i in DEFAULT_IMPLS.items()))
-  p.add_argument("--variants", type=strs, default=["alibi", "gqa"],
+  p.add_argument("--variants", type=strs, default=["alibi", "gqa", "softcap"],
                  help="extra causal variants, besides base")
   p.add_argument("--variant_impls", type=strs, default=None,
                  help="implementations the variants run for (default: all of --impls)")
