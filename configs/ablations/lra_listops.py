@@ -118,17 +118,47 @@ def majority_floor(scale: str) -> float:
   return float(np.bincount(labels, minlength=10).max() / len(labels))
 
 
+SHALLOW_FIT_ROWS = 4096  # training rows the root-operator rule is fitted on
+
+
+@functools.lru_cache(maxsize=None)
+def root_operator_rule(scale: str) -> float:
+  """The eval-set accuracy of a rule that reads one token, the root operator (the row's token
+  after [CLS]), and answers the label most frequent with that operator in SHALLOW_FIT_ROWS
+  training rows. A model at this level has used no more of the expression than that token; LRA's
+  Transformer row (36.37 %) sits about there, which is why the claims are read above it."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
+  config = get_config(scale)
+  data = datasets.make_dataset(config.data, config.task)
+  train = [data.train_batch(i, 512) for i in range(SHALLOW_FIT_ROWS // 512)]
+  roots = np.concatenate([b["inputs"][:, 1] for b in train])
+  labels = np.concatenate([b["labels"] for b in train])
+  answer = {int(r): int(np.bincount(labels[roots == r], minlength=10).argmax())
+            for r in np.unique(roots)}
+  majority = int(np.bincount(labels, minlength=10).argmax())  # an operator never seen in fitting
+  evals = [b for _, b in data.eval_batches(config.train.eval_batch_size,
+                                           config.train.eval_batches)]
+  eval_roots = np.concatenate([b["inputs"][:, 1] for b in evals])
+  eval_labels = np.concatenate([b["labels"] for b in evals])
+  guesses = np.array([answer.get(int(r), majority) for r in eval_roots])
+  return float((guesses == eval_labels).mean())
+
+
 def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per scale)
   """LRA's table 1 ListOps column as claims against the Transformer (softmax) arm on
-  eval/accuracy. Each needs the arm trained (requires) and softmax to learn in every seed
-  (control); the metric's floor is that majority rate (bounds), and a seed that stays near it
-  failed (failure: the claim is then judged by failure counts)."""
+  eval/accuracy. Each needs the arm trained (requires) and softmax to leave the majority-class
+  floor in every seed (control); a seed that stays near that floor failed (failure: the claim is
+  then judged by failure counts). The floor a comparison needs to rise above (bounds) is the
+  root-operator rule's accuracy: two arms whose every seed sits at it have both learned only
+  what one token tells, and their comparison says nothing about attention over the row."""
   scale = _lm.check_scale(scale, "lra_listops.py")
   floor = majority_floor(scale)
   learned = floor + LEARNED_MARGIN
+  shallow = root_operator_rule(scale)
   # The reference must learn in every seed: a seed at the floor would pass on the mean.
   control = dict(where=arm("softmax", scale), metric="eval/accuracy", min=learned,
-                 every_seed=True, what=f"softmax learns ListOps in every seed (accuracy >= "
+                 every_seed=True, what=f"softmax leaves the floor in every seed (accuracy >= "
                                        f"{learned:.3f}, the majority-class floor {floor:.3f} "
                                        f"+ {LEARNED_MARGIN})")
   claims = []
@@ -143,7 +173,9 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
         paper=f"accuracy {a} vs {b} % (table 1, ListOps, {LRA_NAMES[name]} vs Transformer)",
         a={**side, "metric": "eval/accuracy"},
         b={**arm("softmax", scale), "metric": "eval/accuracy"}, expect="less",
-        bounds=(floor, 1.0), failure={"metric": "eval/accuracy", "below": learned},
+        bounds=(shallow, 1.0), failure={"metric": "eval/accuracy", "below": learned},
+        bounds_what=f"here {shallow:.3f}: what a rule reading only the root operator scores; "
+                    f"both arms score what that one token gives",
         requires=[dict(where=side, metric="eval/accuracy", min=0.0,
                        what=f"the {name} arm runs (its kind: {why})")],
         controls=[control]))

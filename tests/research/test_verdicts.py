@@ -176,6 +176,21 @@ def test_untestable_when_every_seed_sits_at_the_floor_or_ceiling(value, where):
   assert "at the" not in verdicts.verdict(rows, claim)["why"]
 
 
+def test_a_declared_floor_above_the_metrics_own_is_named_in_the_reason():
+  """`bounds` may set a higher floor than the metric's (ListOps: a one-token rule's accuracy);
+  `bounds_what` says what it is, in the reason."""
+  metric = "eval/accuracy"
+  rows = _rows({"alibi": (0.36, 0.365, 0.37), "rope": (0.362, 0.366, 0.358)}, metric)
+  claim = {"a": {"model.position": "alibi", "metric": metric},
+           "b": {"model.position": "rope", "metric": metric}, "expect": "less",
+           "bounds": (0.361, 1.0), "bounds_what": "a one-token rule scores 0.361"}
+  result = verdicts.verdict(rows, claim)
+  assert result["word"] == "untestable here", result
+  assert "at the floor of eval/accuracy (a one-token rule scores 0.361)" in result["why"], result
+  claim["bounds"] = (0.19, 1.0)  # the majority floor alone: the arms are far above it
+  assert verdicts.verdict(rows, claim)["word"] == "tie"
+
+
 def test_a_failed_positive_control_makes_the_claim_untestable():
   rows = _count_rows({"post": 1, "pre": 0}, 6)  # post-LN (with warmup here) fails 1 of 6
   control = {"where": {"model.norm_placement": "post"}, "metric": "failed", "max": 0.0,

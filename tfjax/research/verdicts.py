@@ -12,6 +12,7 @@ and a metric, and names the direction the paper reports:
    'controls': [condition, ...]  positive controls: the paper's own reference behaviour at this
                                  setting (e.g. post-LN with warmup trains); see `check_conditions`,
    'bounds': (floor, ceiling)    of the metric, where not in BOUNDS;
+   'bounds_what': str            what those bounds are (printed in the untestable reason);
    'failure': {'metric': m, 'below': x}  a seed whose m is below x (or not finite) failed: the
                                  claim is bimodal when one did, as a loss claim with a failed seed;
    b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
@@ -330,7 +331,8 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
            f"{'Fisher' if kind == 'count' else 'the test'} can give is {floor_p:.2g} "
            f">= {ALPHA}")
   if not why and bounds:
-    why = f"every seed of both arms at the {bounds} of {claim['a']['metric']}"
+    why = f"every seed of both arms at the {bounds} of {claim['a']['metric']}" + (
+        f" ({claim['bounds_what']})" if claim.get("bounds_what") else "")
   return {**out, "untestable": why, "why": "; ".join(notes)}
 
 
