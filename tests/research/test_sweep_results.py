@@ -109,3 +109,15 @@ def test_provenance_names_commit_device_and_config(monkeypatch):
   got = sweep_results.provenance(base_config())
   assert got["commit"] == "feed123" and got["device"].startswith("cpu (")
   assert got["config"] == sweep_results.config_fingerprint(base_config())
+
+
+def test_wall_seconds_is_the_union_of_the_points_running_intervals():
+  """Two packed groups side by side (10:00-10:10 and 10:05-10:12, their members sharing the
+  group's interval), then a lone point after a gap (10:20-10:21): 12 + 1 = 13 minutes; unknown
+  (None) as soon as one row records no end."""
+  def row(end, span):
+    return {"finished": f"2026-11-28 {end}", "span_seconds": span}
+  rows = [row("10:10:00", 600), row("10:10:00", 600), row("10:12:00", 420),
+          row("10:21:00", 60)]
+  assert sweep_results.wall_seconds(rows) == 13 * 60
+  assert sweep_results.wall_seconds(rows + [{"finished": None, "span_seconds": 5}]) is None

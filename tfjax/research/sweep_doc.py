@@ -196,7 +196,8 @@ def section_block(section: dict) -> str:
            f"{section['points']} points of the sweep, seeds {', '.join(map(str, seeds))}, run at "
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
            f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points "
-           "recorded: a point resumed from a checkpoint records its last attempt only).", ""]
+           "recorded: a point resumed from a checkpoint records its last attempt only); "
+           + _wall_time(rows), ""]
   if section["stale"]:
     arms = {json.dumps({k: v for k, v in r["overrides"].items()
                         if k not in sweep_lib.SEED_KEYS}, sort_keys=True)
@@ -227,6 +228,16 @@ def section_block(section: dict) -> str:
       spec["file"] for spec in section["report"].get("mrr", ())]
   lines += [""] + [f"![{f}](figures/{f})" for f in files if section["rows"]]
   return "\n".join(lines)
+
+
+def _wall_time(rows: list) -> str:
+  wall = sweep_results.wall_seconds(rows)
+  if wall is None:
+    return ("wall time not recorded (points finished before results recorded when they "
+            "ended).")
+  ends = sorted(r["finished"] for r in rows)
+  return (f"wall time {wall / 60:.1f} min (the time at least one point was running, "
+          f"{ends[0][:10]} to {ends[-1][:10]}).")
 
 
 def _kernel_sum(rec: dict) -> str:

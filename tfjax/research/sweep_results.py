@@ -2,7 +2,9 @@
 
 One line per point, in the sweep's order:
   {"point": name, "overrides": {...}, "seed": s, "status": "done" | "diverged" | ...,
-   "metrics": {metric: value}, "commit": the code's commit, "seconds": the point's runtime,
+   "metrics": {metric: value}, "commit": the code's commit, "seconds": the point's runtime (a
+   packed point's: its share of the group's), "finished" and "span_seconds" (when the point, or
+   its packed group, ended, and how long it ran: the section's wall time is their union),
    "device": what it ran on (absent in results recorded before points named it),
    "config": config_fingerprint of the point's resolved config}
 `metrics` holds the metrics the tables, plots and claims use (the REPORT's metrics, their @N
@@ -13,6 +15,7 @@ so docs/ablations.md is rebuilt from the committed files alone (tfjax/research/s
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -105,9 +108,28 @@ def records(rows: Sequence[dict], done_files: dict, metrics: Sequence[str],
                 "seed": row["overrides"].get("seed"), "status": row["status"],
                 "metrics": {m: row["metrics"][m] for m in keep if m in row["metrics"]},
                 "commit": point_commit, "seconds": done.get("seconds"),
+                **({"finished": done["finished"], "span_seconds": done.get("packed", {}).get(
+                    "group_seconds", done.get("seconds"))} if done.get("finished") else {}),
                 **({"device": done["device"]} if done.get("device") else {}),
                 **({"config": done["config"]} if done.get("config") else {})})
   return out
+
+
+def wall_seconds(rows: Sequence[dict]) -> Optional[float]:
+  """Seconds during which at least one of the rows' points (a packed one: its group) was
+  running: the union of their [finished - span, finished] intervals. None unless every row
+  records when it finished (points run before results recorded it do not)."""
+  spans = []
+  for row in rows:
+    if not row.get("finished") or row.get("span_seconds") is None:
+      return None
+    end = datetime.datetime.strptime(row["finished"], "%Y-%m-%d %H:%M:%S").timestamp()
+    spans.append((end - row["span_seconds"], end))
+  total, reach = 0.0, float("-inf")
+  for start, end in sorted(spans):
+    total += max(0.0, end - max(start, reach))
+    reach = max(reach, end)
+  return total if spans else None
 
 
 def write(path: str, recs: Sequence[dict]) -> None:
@@ -132,5 +154,6 @@ def load(path: str) -> list[dict]:
       rows.append({"name": rec["point"], "overrides": rec["overrides"],
                    "status": rec["status"], "metrics": rec["metrics"], "curves": {},
                    "error": None, "commit": rec["commit"], "seconds": rec["seconds"],
-                   "device": rec.get("device"), "config": rec.get("config")})
+                   "device": rec.get("device"), "config": rec.get("config"),
+                   "finished": rec.get("finished"), "span_seconds": rec.get("span_seconds")})
   return rows
