@@ -110,3 +110,37 @@ def test_the_configs_tables_of_published_numbers_match_the_papers():
 def test_the_number_filter_keeps_results_and_drops_citations():
   assert _numbers("dev ppl 4.92 vs 4.91 (table 3, row (A) vs base), 2017") == [4.92, 4.91]
   assert _numbers("T5 600-800 extra tokens (figure 1)") == [600.0, 800.0]
+
+
+def _doc():
+  with open(os.path.join(sweep_doc.REPO, "docs", "ablations.md"), encoding="utf-8") as f:
+    return f.read()
+
+
+def _points(name, scale):
+  path = os.path.join(sweep_doc.REPO, "configs", "ablations", f"{name}.py")
+  return len(sweep.load_module(path).get_sweep(scale))
+
+
+def test_the_docs_point_counts_equal_the_configs_sweeps():
+  """Every point count in the prose tables of docs/ablations.md (Setup's smoke / medium / full
+  table, the smoke runtime table, the full-scale line) is len(get_sweep(scale)) of its config,
+  so a changed grid cannot leave a stale count behind."""
+  doc = _doc()
+  setup = dict((m[0], tuple(map(int, m[1:]))) for m in
+               re.findall(r"^\| (\w+) \| (\d+) / (\d+) / (\d+)\b", doc, flags=re.M))
+  names = ("position", "position_lengthgen", "norm", "ffn", "heads", "lra_listops")
+  assert sorted(setup) == sorted(names), setup
+  for name, counts in setup.items():
+    assert counts == tuple(_points(name, s) for s in ("smoke", "medium", "full")), name
+  smoke = re.findall(r"^\| [^|]+ \| (\d+) \| `python experiments/sweep\.py "
+                     r"--config=configs/ablations/(\w+)\.py --scale=smoke", doc, flags=re.M)
+  assert len(smoke) == 5, smoke
+  for count, name in smoke:
+    assert int(count) == _points(name, "smoke"), name
+  full = re.search(r"Point counts at full scale: (.*?)\.\n", doc, flags=re.S).group(1)
+  full = re.sub(r"\s*\([^)]*\)", "", full.replace("\n", " "))
+  pairs = re.findall(r"(\w+) (\d+)", full)
+  assert len(pairs) == 5, full
+  for name, count in pairs:
+    assert int(count) == _points(name, "full"), name
