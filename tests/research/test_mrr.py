@@ -69,3 +69,28 @@ def test_rank_arms_refuses_a_setting_key_that_does_not_tell_variants_apart():
     sweep_tables.rank_arms(summary, ["eval/exact_match@12"],
                            {"metric": "eval/exact_match", "arms": "model.position",
                             "settings": ()})
+
+
+def test_the_doc_ranks_over_the_tasks_the_verdicts_rank_and_labels_the_full_ranking():
+  from tfjax.research import sweep_doc  # pylint: disable=import-outside-toplevel
+  # copy: sinusoidal 0.9 > none 0.5 > t5 0.1; reverse: none 0.8 > t5 0.4 > sinusoidal 0.2.
+  rows = _rows({("copy", "none"): 0.5, ("copy", "sinusoidal"): 0.9, ("copy", "t5_bias"): 0.1,
+                ("reverse", "none"): 0.8, ("reverse", "sinusoidal"): 0.2,
+                ("reverse", "t5_bias"): 0.4})
+  metrics = ["eval/exact_match@12"]
+  summary = sweep_tables.summarize(rows, metrics)
+  spec = {"metric": "eval/exact_match", "arms": "model.position", "settings": ("data.name",)}
+  # The verdicts ranked reverse only (copy left out by their precondition).
+  section = {"judged": [{"kind": "mrr", "result": {"ranked": ["reverse"]}}]}
+  rankings = sweep_doc._rankings  # pylint: disable=protected-access
+  everything, used = rankings(section, summary, metrics, spec)
+  assert everything["mrr"] == pytest.approx({"none": (1 / 2 + 1) / 2,
+                                             "sinusoidal": (1 + 1 / 3) / 2,
+                                             "t5_bias": (1 / 3 + 1 / 2) / 2})
+  assert "not the ranking the verdicts use" in everything["heading"]
+  # Over reverse alone: ranks 1, 3, 2.
+  assert used["mrr"] == pytest.approx({"none": 1.0, "t5_bias": 1 / 2, "sinusoidal": 1 / 3})
+  assert list(used["mrr"]) == ["none", "t5_bias", "sinusoidal"]
+  assert "over reverse, the tasks the verdicts rank" in used["heading"]
+  # No rank claim judged: the one ranking, unlabelled.
+  assert len(rankings({"judged": []}, summary, metrics, spec)) == 1

@@ -110,3 +110,81 @@ def test_the_configs_tables_of_published_numbers_match_the_papers():
 def test_the_number_filter_keeps_results_and_drops_citations():
   assert _numbers("dev ppl 4.92 vs 4.91 (table 3, row (A) vs base), 2017") == [4.92, 4.91]
   assert _numbers("T5 600-800 extra tokens (figure 1)") == [600.0, 800.0]
+
+
+def _doc():
+  with open(os.path.join(sweep_doc.REPO, "docs", "ablations.md"), encoding="utf-8") as f:
+    return f.read()
+
+
+def _points(name, scale):
+  path = os.path.join(sweep_doc.REPO, "configs", "ablations", f"{name}.py")
+  return len(sweep.load_module(path).get_sweep(scale))
+
+
+def test_the_docs_point_counts_equal_the_configs_sweeps():
+  """Every point count in the prose tables of docs/ablations.md (Setup's smoke / medium / full
+  table, the smoke runtime table, the full-scale line) is len(get_sweep(scale)) of its config,
+  so a changed grid cannot leave a stale count behind."""
+  doc = _doc()
+  setup = dict((m[0], tuple(map(int, m[1:]))) for m in
+               re.findall(r"^\| (\w+) \| (\d+) / (\d+) / (\d+)\b", doc, flags=re.M))
+  names = ("position", "position_lengthgen", "norm", "ffn", "heads", "lra_listops")
+  assert sorted(setup) == sorted(names), setup
+  for name, counts in setup.items():
+    assert counts == tuple(_points(name, s) for s in ("smoke", "medium", "full")), name
+  smoke = re.findall(r"^\| [^|]+ \| (\d+) \| `python experiments/sweep\.py "
+                     r"--config=configs/ablations/(\w+)\.py --scale=smoke", doc, flags=re.M)
+  assert len(smoke) == 5, smoke
+  for count, name in smoke:
+    assert int(count) == _points(name, "smoke"), name
+  full = re.search(r"Point counts at full scale: (.*?)\.\n", doc, flags=re.S).group(1)
+  full = re.sub(r"\s*\([^)]*\)", "", full.replace("\n", " "))
+  pairs = re.findall(r"(\w+) (\d+)", full)
+  assert len(pairs) == 5, full
+  for name, count in pairs:
+    assert int(count) == _points(name, "full"), name
+
+
+# Paper numbers quoted in the prose of docs/ablations.md (not in a claim's 'paper' field):
+# (paper, table/figure/section, row) -> (value, the doc's text that quotes it). Each value is
+# the published one; the test finds the text in the doc and the value in the text.
+QUOTED_IN_PROSE = {
+    ("Vaswani 2017", "table 3", "(A) 1 head, d_k 512, BLEU"): (24.9, None),
+    ("Vaswani 2017", "table 3", "(A) 4 heads, d_k 128, BLEU"): (25.5, None),
+    ("Vaswani 2017", "table 3", "base, 8 heads, d_k 64, BLEU"): (25.8, None),
+    ("Vaswani 2017", "table 3", "(A) 16 heads, d_k 32, BLEU"): (25.8, None),
+    ("Vaswani 2017", "table 3", "(A) 32 heads, d_k 16, BLEU"): (25.4, None),
+    ("Vaswani 2017", "table 3", "(B) d_k 16, dev perplexity"):
+        (5.16, "8 heads with d_k 16 gives perplexity 5.16 (BLEU 25.1)"),
+    ("Vaswani 2017", "table 3", "(B) d_k 16, BLEU"):
+        (25.1, "8 heads with d_k 16 gives perplexity 5.16 (BLEU 25.1)"),
+    ("Vaswani 2017", "table 3", "(B) d_k 32, dev perplexity"): (5.01, "d_k 32 gives 5.01 (25.4)"),
+    ("Vaswani 2017", "table 3", "(B) d_k 32, BLEU"): (25.4, "d_k 32 gives 5.01 (25.4)"),
+    ("Wang 2022 (DeepNet)", "table 1", "decoder-only, alpha"):
+        ("(2N)^(1/4)", "alpha = (2N)^(1/4)"),
+    ("Wang 2022 (DeepNet)", "table 1", "decoder-only, beta"):
+        ("(8N)^(-1/4)", "beta = (8N)^(-1/4)"),
+    ("Xiong 2020", "figure 2", "Post-LN warmup steps"): (4000, "where they use 4000"),
+    ("Shazeer 2020", "table 1", "training steps of the quoted column"):
+        ("65,536", "held-out log-perplexity after 65,536 steps"),
+}
+# Row (A) of Vaswani et al.'s table 3 as the heads section prints it, heads (d_k) in order.
+_ROW_A = (("1 (512)", "(A) 1 head, d_k 512"), ("4 (128)", "(A) 4 heads, d_k 128"),
+          ("8 (64)", "base, 8 heads, d_k 64"), ("16 (32)", "(A) 16 heads, d_k 32"),
+          ("32 (16)", "(A) 32 heads, d_k 16"))
+
+
+def test_every_paper_number_the_prose_quotes_is_held_with_its_table_and_row():
+  doc = re.sub(r"\s+", " ", _doc())
+  for key, (value, text) in QUOTED_IN_PROSE.items():
+    if text is None:
+      continue
+    assert text in doc, (key, text)
+    assert str(value) in text, (key, value, text)
+  header = "| (A) heads (d_k) | " + " | ".join(h for h, _ in _ROW_A) + " |"
+  bleu = "| BLEU | " + " | ".join(
+      str(QUOTED_IN_PROSE[("Vaswani 2017", "table 3", f"{row}, BLEU")][0]) for _, row in _ROW_A)
+  ppl = "| dev perplexity | " + " | ".join(
+      f"{QUOTED['heads'][('Vaswani 2017', 'table 3', row)]:.2f}" for _, row in _ROW_A)
+  assert f"{header} |---|---|---|---|---|---| {bleu} | {ppl} |" in doc

@@ -229,6 +229,18 @@ def test_holm_adjusts_p_within_a_section():
   both = verdicts.judge_claims(rows, [claim, {**claim, "id": "again"}])
   assert [r["word"] for r in both] == ["direction only", "direction only"], both
   assert both[0]["p_holm"] == pytest.approx(min(1.0, 2 * alone["p"]))
+  # Every claim of a family prints its Holm p, also the largest p of the family, whose Holm
+  # value equals its raw p (hand-computed: 0.01 x 2 = 0.02, max(0.02, 0.04) = 0.04).
+  assert verdicts.holm([0.01, 0.04]) == pytest.approx([0.02, 0.04])
+  far = _rows({"alibi": a, "rope": b, "none": [20.0 + x for x in range(6)]})
+  third = verdicts.judge_claims(far, [claim, {**claim, "a": {**claim["a"], "model.position":
+                                                             "none"}, "id": "far"}])
+  assert third[1]["p"] < alone["p"] / 2, third
+  assert third[0]["p_holm"] == pytest.approx(third[0]["p"]) == pytest.approx(alone["p"])
+  for result in both + third:
+    assert f"Holm {result['p_holm']:.2g};" in verdicts.format_ours(result), result
+  # A claim judged alone (a second metric) is no family: it prints no Holm.
+  assert "Holm" not in verdicts.format_ours(alone)
 
 
 def test_mrr_leaves_out_tasks_where_no_arm_generalizes_and_is_untestable_without_any():

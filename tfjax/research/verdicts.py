@@ -363,7 +363,7 @@ def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
   if edge and not result["untestable"]:
     result["untestable"] = (f"both arms at the {edge} of {spec['metric']} at every ranked "
                             f"{spec.get('label', spec['setting'])} and length >= {spec['min_n']}")
-  return {**result, "why": "; ".join(w for w in (result["why"], note) if w)}
+  return {**result, "ranked": ranked, "why": "; ".join(w for w in (result["why"], note) if w)}
 
 
 def _ranked_at_bound(rows: Sequence[dict], claim: Mapping, ranked: Sequence) -> Optional[str]:
@@ -387,6 +387,7 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
   raws = [_raw(rows, claim) for claim in claims]
   ps = [r["p"] if not r["untestable"] and r["p"] is not None else None for r in raws]
   adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
+  family = sum(p is not None for p in ps)  # format_ours prints Holm for every claim of a family
   out = []
   for raw, p_holm, level in zip(raws, adjusted, levels):
     result = {k: v for k, v in raw.items() if k not in ("untestable", "expect")}
@@ -403,7 +404,8 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
         raw["why"] = "; ".join(w for w in (
             raw["why"], f"{ratio:.1f} se, within 1 se of the {crossing:.1f} se where p crosses "
             f"its Holm level {level:.2g}; {MIN_SEEDS} seeds per arm needed") if w)
-    out.append({**result, "p_holm": p_holm, "word": verdict_word, "why": raw["why"]})
+    out.append({**result, "p_holm": p_holm, "holm_family": family, "word": verdict_word,
+                "why": raw["why"]})
   return out
 
 
@@ -419,8 +421,11 @@ def format_ours(result: Mapping, kind: str = "mean") -> str:
             f"{result['n_a']} vs {result['n_b']} seeds")
   ratio = (f"{abs(result['delta']) / result['se']:.1f} se" if result["se"] else "se 0")
   unit = " (failure fraction)" if result.get("kind", kind) == "count" else ""
+  # Every claim of a Holm family shows its adjusted p, also where it equals the raw p (the
+  # largest p of a family), so no row of a family reads as unadjusted; a claim judged alone
+  # (a second metric, a family of one) shows none.
   adjusted = (f", Holm {result['p_holm']:.2g}" if result.get("p_holm") is not None
-              and result["p_holm"] != result["p"] else "")
+              and result.get("holm_family", 1) > 1 else "")
   seeds = (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
            f"{result['n_a']} vs {result['n_b']} seeds")
   return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g}{unit} ({ratio}, "
