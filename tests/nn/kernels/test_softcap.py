@@ -9,7 +9,6 @@ GPU forward/backward choice is traced. With the CUDA plugin (`aot_gpu`): the sof
 compile for H100 (sm_90a) within 227 KiB of shared memory and spill at most 1 KiB.
 """
 import functools
-import glob
 import importlib
 import importlib.util
 import os
@@ -23,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from test_flash_attention_mgpu_bwd import kernel_resources
 from test_kernels import assert_close, random_qkv
 from tfjax.nn import dropout_hash, ops
 from tfjax.nn.kernels import chunked_attention, flash_attention_tpu
@@ -374,19 +374,6 @@ def check_softcap_compiles_for_h100(dump_dir):
         assert text.count('custom_call_target="mosaic_gpu') == mosaic, case
 
 
-def mosaic_resources(dump_dir):
-  """{kernel dump name: (dynamic shared memory bytes, spill bytes)} from Mosaic GPU's dumps."""
-  found = {}
-  for path in glob.glob(os.path.join(dump_dir, "tfjax_flash_*_mgpu_*.ptxas")):
-    stem = path[:-len(".ptxas")]
-    with open(path) as f:
-      spills = sum(map(int, re.findall(r"(\d+) bytes spill (?:stores|loads)", f.read())))
-    with open(stem + ".mlir-passes.log") as f:
-      shared = int(re.search(r"dynamic_shared_memory_size %c(\d+)_i32", f.read()).group(1))
-    found[os.path.basename(stem)] = (shared, spills)
-  return found
-
-
 @pytest.mark.aot_gpu
 @pytest.mark.skipif(not HAS_CUDA_PLUGIN, reason="needs pip install '.[cuda-aot]'")
 def test_softcap_kernels_compile_for_h100_within_shared_memory_and_spills():
@@ -402,7 +389,7 @@ def test_softcap_kernels_compile_for_h100_within_shared_memory_and_spills():
     result = subprocess.run([sys.executable, "-c", code, dump], cwd=REPO, capture_output=True,
                             text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
-    found = mosaic_resources(dump)
+    found = kernel_resources(dump)
   triton = re.findall(r"RESOURCE triton (\w+) (.*): (\d+) (\d+) (\d+)", result.stdout)
   assert len(triton) == 3 * sum(not case[-1] for case in GPU_CASES), result.stdout
   print("Mosaic dumps numbered in this order:", re.findall(r"MOSAIC (.*)", result.stdout))
