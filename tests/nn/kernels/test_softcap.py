@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from test_flash_attention_mgpu_bwd import kernel_resources
+from test_flash_attention_mgpu_bwd import kernel_resources, on_hopper
 from test_kernels import assert_close, random_qkv
 from tfjax.nn import dropout_hash, ops
 from tfjax.nn.kernels import chunked_attention, flash_attention_tpu
@@ -405,11 +405,6 @@ def test_softcap_kernels_compile_for_h100_within_shared_memory_and_spills():
 
 
 # ---- On a Hopper GPU (not run in the session that wrote this: no GPU) -------------------------
-
-on_hopper = pytest.mark.skipif(
-    jax.default_backend() != "gpu" or "H100" not in jax.devices()[0].device_kind and
-    "H200" not in jax.devices()[0].device_kind, reason="needs an H100 / H200 GPU")
-
 
 @pytest.mark.gpu
 @on_hopper
