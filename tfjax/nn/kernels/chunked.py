@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from tfjax.nn import masks
-from tfjax.nn.kernels import _common
+from tfjax.nn.kernels import _blocks, _common
 
 F32 = jnp.float32
 
@@ -43,11 +43,8 @@ def _block_logits(cfg, q_i, k_j, q_pos, kv_pos, q_ids, kv_ids, slopes_BxKxG):
 
   q_i [B, bq, K, G, D], k_j [B, bk, K, D], positions [1 or B, bq] / [1 or B, bk], ids [B, .].
   """
-  s = jnp.einsum("bqkgd,bckd->bkgqc", q_i, k_j, preferred_element_type=F32) * cfg.scale
-  tanh = None
-  if cfg.softcap is not None:
-    tanh = jnp.tanh(s / cfg.softcap)
-    s = cfg.softcap * tanh
+  s, tanh = _blocks.soft_cap(
+      cfg, jnp.einsum("bqkgd,bckd->bkgqc", q_i, k_j, preferred_element_type=F32) * cfg.scale)
   neg_dist = None
   if slopes_BxKxG is not None:
     rel = (q_pos[:, :, None] - kv_pos[:, None, :])[:, None, None]  # [Bp, 1, 1, bq, bk] = i - j
@@ -174,8 +171,7 @@ def _backward(cfg, q, k, v, slopes_BxH, aux, out, lse, d_out):
         dp = jnp.einsum("bqkgd,bckd->bkgqc", do_i, v_j, preferred_element_type=F32)
         ds = p * (dp - delta[i][..., None])
         d_slope = None if slopes is None else (ds * neg_dist).sum((-2, -1))  # bias after the cap
-        if tanh is not None:  # d cap(s) / ds = 1 - tanh^2
-          ds = ds * (1.0 - tanh * tanh)
+        ds = _blocks.soft_cap_grad(ds, tanh)
         dk = jnp.einsum("bkgqc,bqkgd->bckd", ds.astype(q.dtype), q_i, preferred_element_type=F32)
         dq_i = jnp.einsum("bkgqc,bckd->bqkgd", ds.astype(k.dtype), k_j,
                           preferred_element_type=F32)
