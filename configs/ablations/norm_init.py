@@ -86,5 +86,11 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):  # pylint: disable=unused-argument
+  import math  # pylint: disable=import-outside-toplevel
   from tfjax.research import grad_norms  # pylint: disable=import-outside-toplevel
-  return grad_norms.per_layer_grad_norms(config)
+  out = grad_norms.per_layer_grad_norms(config)
+  # The one training step says nothing here (the sweep reads "final train loss above the untrained
+  # model's" as diverged, which one step at warmup's first lr often is): an init-only point has
+  # diverged only when a gradient norm is not finite.
+  out["diverged"] = float(not all(math.isfinite(v) for v in out.values()))
+  return out
