@@ -53,7 +53,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            a=arm("pre"), b={"value": 1.0}, expect="greater"),
       dict(id="xiong_relative", claim=f"at initialization, the layer-{layers}-over-layer-1 ratio "
            f"of the FFN W_2 gradient norm is larger for post-LN than for pre-LN",
-           paper="post-LN grows, pre-LN level (Xiong et al. figure 3)",
+           # The relative half of figure 3 alone: it holds whatever pre-LN's own trend is.
+           paper="post-LN's ratio above pre-LN's (Xiong et al. figure 3)",
            a=arm("post"), b=arm("pre"), expect="greater"),
   ]
 

@@ -102,6 +102,10 @@ def test_the_configs_tables_of_published_numbers_match_the_papers():
           "sinusoidal": "absolute (sinusoidal)"}
   assert mrr == {k: QUOTED["position_lengthgen"][("Kazemnejad 2023", "figure 1", r)]
                  for k, r in rows.items()}
+  shape = sweep.load_module(path("norm_init")).BASE_SHAPE  # Vaswani et al.'s base model
+  keys = {"num_layers": "base, N (layers)", "d_model": "base, d_model", "d_ff": "base, d_ff",
+          "num_heads": "base, h (heads)"}
+  assert shape == {k: QUOTED_IN_PROSE[("Vaswani 2017", "table 3", r)][0] for k, r in keys.items()}
   lra = sweep.load_module(path("lra_listops"))
   assert lra.PUBLISHED == {k: QUOTED["lra_listops"][("Tay 2021", "table 1", r)]
                            for k, r in lra.LRA_NAMES.items()}
@@ -129,7 +133,7 @@ def test_the_docs_point_counts_equal_the_configs_sweeps():
   doc = _doc()
   setup = dict((m[0], tuple(map(int, m[1:]))) for m in
                re.findall(r"^\| (\w+) \| (\d+) / (\d+) / (\d+)\b", doc, flags=re.M))
-  names = ("position", "position_lengthgen", "norm", "ffn", "heads", "lra_listops")
+  names = ("position", "position_lengthgen", "norm", "norm_init", "ffn", "heads", "lra_listops")
   assert sorted(setup) == sorted(names), setup
   for name, counts in setup.items():
     assert counts == tuple(_points(name, s) for s in ("smoke", "medium", "full")), name
@@ -166,6 +170,15 @@ QUOTED_IN_PROSE = {
     ("Wang 2022 (DeepNet)", "table 1", "decoder-only, beta"):
         ("(8N)^(-1/4)", "beta = (8N)^(-1/4)"),
     ("Xiong 2020", "figure 2", "Post-LN warmup steps"): (4000, "where they use 4000"),
+    # The base model's shape, the layer the norm_init section builds (table 3, row "base").
+    ("Vaswani 2017", "table 3", "base, N (layers)"):
+        (6, "table 3: 6 layers, d_model 512, d_ff 2048, 8 heads"),
+    ("Vaswani 2017", "table 3", "base, d_model"):
+        (512, "table 3: 6 layers, d_model 512, d_ff 2048, 8 heads"),
+    ("Vaswani 2017", "table 3", "base, d_ff"):
+        (2048, "table 3: 6 layers, d_model 512, d_ff 2048, 8 heads"),
+    ("Vaswani 2017", "table 3", "base, h (heads)"):
+        (8, "table 3: 6 layers, d_model 512, d_ff 2048, 8 heads"),
     ("Shazeer 2020", "table 1", "training steps of the quoted column"):
         ("65,536", "held-out log-perplexity after 65,536 steps"),
 }

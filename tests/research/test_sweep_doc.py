@@ -132,7 +132,7 @@ def test_a_row_is_known_by_what_it_trained_not_by_how_its_arm_is_spelled(tmp_pat
   _rewrite(path, lambda rec: {**rec, "config": "0" * 12} if rec["seed"] == 0 else rec)
   section = sweep_doc.load_section("ffn", repo)
   assert {r["overrides"]["seed"] for r in section["stale"]} == {0}
-  # Arms may have different seed counts (ARM_SEEDS): only the seed-0 rows drop out.
+  # Only the seed-0 rows (one per arm) drop out.
   assert len(section["stale"]) == seeds.count(0) == 8
   assert len(section["rows"]) == len(seeds) - seeds.count(0)
 

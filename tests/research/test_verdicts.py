@@ -199,7 +199,7 @@ def test_a_failed_positive_control_makes_the_claim_untestable():
   result = verdicts.verdict(rows, claim)
   assert result["word"] == "untestable here", result
   assert result["why"].startswith("control: post-LN with warmup trains fails"), result
-  passing = _count_rows({"post": 0, "pre": 0}, 6)
+  passing = _count_rows({"post": 0, "pre": 2}, 6)
   assert verdicts.verdict(passing, claim)["word"] != "untestable here"
 
 
@@ -362,3 +362,74 @@ def test_an_every_seed_control_fails_on_one_bad_seed_that_the_mean_hides():
   assert verdicts.check_conditions(ok, [{**control, "every_seed": True}]) is None
   ok[1]["metrics"] = {}  # a seed without the metric fails the control, it is not skipped
   assert "nan" in verdicts.check_conditions(ok, [{**control, "every_seed": True}])
+
+
+@pytest.mark.parametrize("failures,edge", [({"post": 0, "pre": 0}, "floor"),
+                                           ({"post": 8, "pre": 8}, "ceiling")])
+def test_failure_counts_at_none_or_all_are_untestable(failures, edge):
+  """0 of 8 vs 0 of 8 (or 8 of 8 vs 8 of 8) failed: the counts cannot order the arms."""
+  result = verdicts.verdict(_count_rows(failures, 8), COUNT)
+  assert result["word"] == "untestable here", result
+  assert f"at the {edge} of the failure fraction" in result["why"], result
+
+
+def _tost_by_hand(a, b, margin):
+  """Welch's Δ, se, df and the two one-sided p (inside) and the minimum-effect p (beyond),
+  written out here with scipy's t distribution."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  a, b = np.asarray(a), np.asarray(b)
+  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+  delta, se = a.mean() - b.mean(), math.sqrt(va + vb)
+  df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+  inside = max(stats.t.sf((delta + margin) / se, df), stats.t.cdf((delta - margin) / se, df))
+  beyond = stats.t.sf((abs(delta) - margin) / se, df)
+  return delta, se, df, inside, beyond
+
+
+@pytest.mark.parametrize("a,b,expected,which", [
+    # Within ±0.01 and tight: equivalent.
+    ((2.000, 2.001, 1.999, 2.0005, 2.0002), (2.001, 2.000, 2.0015, 1.9995, 2.0008),
+     "reproduced", "inside"),
+    # 0.05 apart, tight: the gap exceeds the margin.
+    ((2.050, 2.051, 2.049, 2.0505, 2.0502), (2.000, 2.001, 1.999, 2.0005, 2.0002),
+     "contradicted", "beyond"),
+    # 0.01 apart with a spread of 0.01: neither test passes.
+    ((2.01, 2.02, 2.00, 2.015, 2.005), (2.00, 2.01, 1.99, 2.005, 1.995), "inconclusive", None),
+    # The same at 3 seeds per arm: more seeds are needed.
+    ((2.01, 2.02, 2.00), (2.00, 2.01, 1.99), "needs more seeds", None),
+])
+def test_a_parity_claim_is_judged_by_its_margin(a, b, expected, which):
+  claim = {**CLAIM, "parity": 0.01}
+  result = verdicts.verdict(_rows({"alibi": a, "rope": b}), claim)
+  assert result["word"] == expected, result
+  delta, se, df, inside, beyond = _tost_by_hand(a, b, 0.01)
+  assert result["delta"] == pytest.approx(delta) and result["se"] == pytest.approx(se)
+  assert result["p"] == pytest.approx(min(inside, beyond))
+  lo, hi = result["parity"]["ci"]
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  q = stats.t.ppf(0.95, df)
+  assert (lo, hi) == pytest.approx((delta - q * se, delta + q * se))
+  if which:
+    assert f"p({which})" in verdicts.format_ours(result), verdicts.format_ours(result)
+
+
+def test_one_arm_at_two_lengths_is_paired():
+  """The same runs measured at 2L and at L: the paired t on per-seed differences (scipy's
+  ttest_rel), not Welch's t on two independent samples."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  at_l, at_2l = [2.0, 2.5, 3.0, 3.5, 4.0], [2.2, 2.6, 3.3, 3.6, 4.3]
+  rows = [{"overrides": {"model.position": "rope", "seed": s}, "status": "done",
+           "metrics": {"ppl@64": x, "ppl@128": y}} for s, (x, y) in enumerate(zip(at_l, at_2l))]
+  claim = {"a": {"model.position": "rope", "metric": "ppl@128"},
+           "b": {"model.position": "rope", "metric": "ppl@64"}, "expect": "greater"}
+  result = verdicts.verdict(rows, claim)
+  assert result["p"] == pytest.approx(stats.ttest_rel(at_2l, at_l).pvalue)
+  assert result["p"] < stats.ttest_ind(at_2l, at_l, equal_var=False).pvalue  # the spread cancels
+  assert result["word"] == "reproduced"
+
+
+def test_a_declared_confound_makes_the_claim_untestable_with_its_reason():
+  rows = _rows({"alibi": (1.0, 1.1, 1.2), "rope": (2.0, 2.1, 2.2)})
+  result = verdicts.verdict(rows, {**CLAIM, "confound": "rope's table was never trained"})
+  assert result["word"] == "untestable here"
+  assert result["why"] == "confounded: rope's table was never trained"

@@ -161,11 +161,10 @@ def _note(claim: dict) -> str:
 
 
 def _word(claim: dict) -> str:
-  """The findings table's verdict: the word, with its reason when no verdict was reached."""
+  """The findings table's verdict: the word, with its reason or scope (why no verdict was
+  reached; what a ranking ranked over; that failed seeds made it a count) where there is one."""
   result = claim["result"]
-  if result["word"] in ("untestable here", "needs more seeds", PENDING) and result["why"]:
-    return f"{result['word']} ({result['why']})"
-  return result["word"]
+  return f"{result['word']} ({result['why']})" if result["why"] else result["word"]
 
 
 def findings_block(sections: list[dict]) -> str:
@@ -290,14 +289,16 @@ def aot_block(repo: str) -> str:
 
 
 def headline_block(sections: list[dict]) -> str:
-  """Five lines (one per sweep): how many claims got each verdict word."""
+  """One line per sweep: how many claims got each verdict word, and what rankings ranked over."""
   lines = []
   for section in sections:
     words = [c["result"]["word"] for c in section["judged"]]
     counts = ", ".join(f"{words.count(w)} {w}" for w in (*verdicts.WORDS, PENDING)
                        if words.count(w))
     scale = f"{section['scale']} scale" if section["scale"] else "no per-seed results yet"
-    lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts} "
+    ranked = sorted({str(s) for c in section["judged"] for s in c["result"].get("ranked", ())})
+    scope = f"; rankings over {', '.join(ranked)} only" if ranked else ""
+    lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts}{scope} "
                  "([docs/ablations.md](docs/ablations.md))")
   return "\n".join(lines)
 

@@ -26,6 +26,14 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict:
           "p": float(2 * scipy_stats.t.sf(abs(t), df))}
 
 
+def paired(a: Sequence[float], b: Sequence[float]) -> dict:
+  """{'delta', 'se', 't', 'df', 'p'} of mean(a - b) over paired seeds (the same runs measured
+  twice, e.g. at two lengths): Student's t on the per-seed differences."""
+  if len(a) != len(b):
+    raise ValueError(f"paired samples need one value per seed on each side: {len(a)} vs {len(b)}")
+  return one_sample(np.asarray(a, float) - np.asarray(b, float), 0.0)
+
+
 def one_sample(a: Sequence[float], value: float) -> dict:
   """{'delta', 'se', 't', 'df', 'p'} of mean(a) - value (Student's one-sample t-test)."""
   a = np.asarray(a, float)
@@ -36,6 +44,26 @@ def one_sample(a: Sequence[float], value: float) -> dict:
   t = delta / se
   return {"delta": delta, "se": se, "t": t, "df": float(len(a) - 1),
           "p": float(2 * scipy_stats.t.sf(abs(t), len(a) - 1))}
+
+
+def parity(delta: float, se: float, df: Optional[float], margin: float) -> dict:
+  """The two tests of a parity claim (|Δ| within ±margin), on Δ, its se and df (Welch's or the
+  one-sample t's; None: normal):
+    p_equal  two one-sided tests (TOST): the larger of the p of "Δ <= -margin" and of
+             "Δ >= margin"; small when the (1 - 2 alpha) CI of Δ lies inside ±margin
+    p_apart  the one-sided p of "|Δ| <= margin" on Δ's side (a minimum-effect test); small
+             when that CI lies wholly beyond the margin
+  At most one of the two is below alpha < 0.5."""
+  if margin <= 0:
+    raise ValueError(f"a parity margin must be positive, got {margin}")
+  if se == 0:
+    inside = abs(delta) < margin
+    return {"p_equal": 0.0 if inside else 1.0, "p_apart": 1.0 if inside or abs(delta) == margin
+            else 0.0}
+  dist = (scipy_stats.norm if df is None or not math.isfinite(df)
+          else scipy_stats.t(df))
+  p_equal = max(float(dist.sf((delta + margin) / se)), float(dist.cdf((delta - margin) / se)))
+  return {"p_equal": p_equal, "p_apart": float(dist.sf((abs(delta) - margin) / se))}
 
 
 def fisher(failed_a: int, n_a: int, failed_b: int, n_b: int) -> dict:

@@ -15,21 +15,32 @@ and a metric, and names the direction the paper reports:
    'bounds_what': str            what those bounds are (printed in the untestable reason);
    'failure': {'metric': m, 'below': x}  a seed whose m is below x (or not finite) failed: the
                                  claim is bimodal when one did, as a loss claim with a failed seed;
+   'confound': str               a difference from the paper's setting that decides the
+                                 comparison (the config states it): the claim is untestable;
+   'parity': margin              a parity claim (the paper finds the arms on par): judged by
+                                 whether Δ lies within ±margin (see `parity` below), not by a
+                                 direction ('expect' then only orders the arms in the text);
    b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
 THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's claims):
   mean   Δ = mean(a) - mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b) (Welch), p = Welch's
-         two-sided t-test. A loss-like claim (lower is better) whose arms include a failed or
-         diverged seed is bimodal: it is judged by failure counts (below), not by the mean of a
-         mixture of trained and untrained losses.
+         two-sided t-test; where a and b are one arm's runs measured twice (two lengths), the
+         paired t-test on the per-seed differences. A loss-like claim (lower is better) whose
+         arms include a failed or diverged seed is bimodal: it is judged by failure counts
+         (below), not by the mean of a mixture of trained and untrained losses.
   count  a failure is a point whose `failed` (else `diverged`) metric is 1. Δ = failure fraction
          of a - of b, se = the binomial se of that difference, p = Fisher's exact test.
   mrr    per-seed mean reciprocal ranks: Δ and se as for means, p = the exact permutation test
          (ranks take few values and can agree in every seed, where Welch's p would be 0).
+  parity a claim declaring 'parity': m (means only): p = the smaller of the equivalence p (two
+         one-sided tests that Δ lies inside ±m) and the minimum-effect p (that |Δ| exceeds m);
+         reproduced when the equivalence p is below the level, contradicted when the
+         minimum-effect p is, inconclusive otherwise (needs more seeds below MIN_SEEDS seeds).
   Holm   the p of a section's testable claims are Holm-adjusted (step-down, family = section);
          the words below use the adjusted p.
   words, in this order:
-    untestable here   a precondition or a positive control fails; a side has fewer than 2 seeds;
+    untestable here   a precondition or a positive control fails; the config declares a confound
+                      the paper's setting does not have; a side has fewer than 2 seeds;
                       the design cannot reach p < ALPHA (the smallest p its test can give with
                       these seeds, e.g. Fisher or the permutation test 3 vs 3: 0.1); or every
                       seed of both arms sits within BOUND_TOL of the metric's floor or ceiling
@@ -50,45 +61,15 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
-    critical_ratio, fisher, holm, holm_levels, one_sample, permutation, smallest_p, welch)
+from scipy import stats as scipy_stats
 
-ALPHA = 0.05
-MIN_SEEDS = 5       # seeds per arm below which a verdict near its threshold needs more
-BOUND_TOL = 0.02    # within this of a floor or ceiling, a value sits at it
-BOUNDS = {"eval/exact_match": (0.0, 1.0)}  # metric (or @N family): floor, ceiling
-FAILURE_METRICS = ("failed", "diverged")   # 1 = the seed failed; the first present is used
-SEED_KEYS = ("seed", "data.seed")  # as tfjax.research.sweep.SEED_KEYS
-WORDS = ("reproduced", "direction only", "tie", "needs more seeds", "contradicted",
-         "opposite only", "untestable here")
-RULE_TEXT = (
-    "**Verdict rule** (`tfjax/research/verdicts.py`, applied to the committed per-seed results). "
-    "Each claim compares two arms on one metric. Losses and other per-seed numbers: Δ = mean(a) - "
-    "mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b), p from Welch's two-sided t-test. "
-    "Failure counts: Δ = difference of the failure fractions (a failure: a seed whose `failed`, "
-    "else `diverged`, is 1), se its binomial standard error, p from Fisher's exact test. Mean "
-    "reciprocal ranks (length generalization): per-seed MRR, Δ and se as for losses, p from the "
-    "exact permutation test (ranks take few values and can agree in every seed). A "
-    "loss-like claim whose arms include a failed or diverged seed is bimodal and is judged by "
-    "its failure counts instead of by Welch's t on the losses; so is a claim on another metric "
-    "that declares what a failed seed is (ListOps: accuracy less than 0.05 above the "
-    "majority-class floor) when one fails. A control may hold in every seed rather than on the "
-    "seed mean (ListOps: the Transformer learns in every seed). **Multiple comparisons:** the p "
-    "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
-    f"the words use the adjusted p. Then, in this order: *untestable here*, with the reason, "
-    f"when a precondition or a declared positive control fails (the paper's reference "
-    f"behaviour at this setting, e.g. post-LN with warmup trains, or at least one arm "
-    f"generalizes past the training length), an arm has fewer than 2 seeds, the design cannot "
-    f"reach p < {ALPHA} (the smallest p its test can give with these seed counts over every "
-    f"outcome: Fisher's test or the permutation test with 3 vs 3 seeds cannot go below 0.1; "
-    f"Welch's t has no such floor), or every seed of both arms lies within {BOUND_TOL} of the "
-    f"metric's floor or ceiling (exact match: 0 or 1; for a rank claim, the ranked metric at "
-    f"every ranked task and length); *tie* when |Δ| < 1 se; *needs more seeds* when |Δ|/se is "
-    f"within 1 of the value at which p crosses the claim's Holm level and an arm has fewer "
-    f"than {MIN_SEEDS} seeds; *reproduced* when Δ has the claimed sign and adjusted p < "
-    f"{ALPHA}; *direction only* when it has the claimed sign and adjusted p >= {ALPHA}; "
-    f"*contradicted* when Δ has the opposite sign and adjusted p < {ALPHA}; *opposite only* "
-    f"when it has the opposite sign and adjusted p >= {ALPHA}.")
+from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
+    critical_ratio, fisher, holm, holm_levels, one_sample, paired, parity, permutation,
+    smallest_p, welch)
+
+from tfjax.research.verdict_rule import (  # noqa: F401  (RULE_TEXT, WORDS: this module's API)
+    ALPHA, BOUND_TOL, BOUNDS, FAILURE_METRICS, MIN_SEEDS, PARITY_MARGIN, RULE_TEXT, SEED_KEYS,
+    WORDS)
 
 
 def word(delta: float, se: float, p: float, expect: str) -> str:
@@ -300,8 +281,11 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
   if kind == "count":
     metric = claim["a"]["metric"] if claim.get("kind") == "count" else _failure_metric(a + b)
     n_a, n_b = len(a), len(b)
-    stats = (fisher(_failures(a, metric, rule), n_a, _failures(b, metric, rule), n_b)
-             if n_a and n_b else None)
+    k_a, k_b = _failures(a, metric, rule), _failures(b, metric, rule)
+    stats = fisher(k_a, n_a, k_b, n_b) if n_a and n_b else None
+    # No seed failed, or every seed did: the counts sit at the floor or ceiling of the fraction.
+    bounds = ("floor" if k_a + k_b == 0 else "ceiling" if k_a + k_b == n_a + n_b
+              else None) if n_a and n_b else None
     # A bimodal loss claim keeps its direction: lower loss <-> fewer failures. Of a
     # higher-is-better metric (accuracy), a lower value <-> more failures.
     expect = claim["expect"]
@@ -315,15 +299,21 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     else:
       vb = values(rows, claim["b"])
       n_b = len(vb)
-      test = permutation if kind == "rank" else welch
+      same_runs = ({k: v for k, v in claim["a"].items() if k != "metric"}
+                   == {k: v for k, v in claim["b"].items() if k != "metric"})
+      # One arm's metric at two settings (e.g. rotary at 2L vs L): the seeds pair up.
+      test = permutation if kind == "rank" else paired if same_runs else welch
       stats = test(va, vb) if len(va) > 1 and n_b > 1 else None
     n_a = len(va)
     expect = claim["expect"]
     bounds = at_bound(va, vb, bounds_of(claim["a"]["metric"], claim))
   out = {"kind": kind, "expect": expect, "n_a": n_a, "n_b": n_b, "df": None,
          **{"delta": None, "se": None, "p": None, **(stats or {})}, "untestable": None}
+  if claim.get("parity") and kind == "mean" and stats:
+    out.update(_parity(out, float(claim["parity"])))
   why = (check_conditions(rows, claim.get("requires", ()))
-         or check_conditions(rows, claim.get("controls", ()), "control: "))
+         or check_conditions(rows, claim.get("controls", ()), "control: ")
+         or (f"confounded: {claim['confound']}" if claim.get("confound") else None))
   if not why and min(n_a, n_b) < 2:
     why = f"seeds: {n_a} and {n_b} (2 needed)"
   if not why and (floor_p := smallest_p(kind, n_a, n_b)) >= ALPHA:
@@ -331,9 +321,21 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
            f"{'Fisher' if kind == 'count' else 'the test'} can give is {floor_p:.2g} "
            f">= {ALPHA}")
   if not why and bounds:
-    why = f"every seed of both arms at the {bounds} of {claim['a']['metric']}" + (
+    measured = "the failure fraction" if kind == "count" else claim["a"]["metric"]
+    why = f"every seed of both arms at the {bounds} of {measured}" + (
         f" ({claim['bounds_what']})" if claim.get("bounds_what") else "")
   return {**out, "untestable": why, "why": "; ".join(notes)}
+
+
+def _parity(stats: Mapping, margin: float) -> dict:
+  """A parity claim's p (the smaller of its two tests), which test that is, and the 90% CI."""
+  tests = parity(stats["delta"], stats["se"], stats.get("df"), margin)
+  test = "equal" if tests["p_equal"] <= tests["p_apart"] else "apart"
+  df = stats.get("df")
+  q = (scipy_stats.norm.ppf(1 - ALPHA) if df is None or not math.isfinite(df)
+       else scipy_stats.t.ppf(1 - ALPHA, df))
+  ci = (stats["delta"] - q * stats["se"], stats["delta"] + q * stats["se"])
+  return {"p": tests[f"p_{test}"], "parity": {"margin": margin, "test": test, "ci": ci}}
 
 
 def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
@@ -395,6 +397,14 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
       why = "; ".join(w for w in (raw["untestable"], raw["why"]) if w)
       out.append({**result, "p_holm": None, "word": "untestable here", "why": why})
       continue
+    if raw.get("parity"):
+      verdict_word = ({"equal": "reproduced", "apart": "contradicted"}[raw["parity"]["test"]]
+                      if p_holm < ALPHA else "inconclusive")
+      if verdict_word == "inconclusive" and min(raw["n_a"], raw["n_b"]) < MIN_SEEDS:
+        verdict_word = "needs more seeds"
+      out.append({**result, "p_holm": p_holm, "holm_family": family, "word": verdict_word,
+                  "why": raw["why"]})
+      continue
     verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
     if verdict_word != "tie" and raw["se"] and min(raw["n_a"], raw["n_b"]) < MIN_SEEDS:
       ratio = abs(raw["delta"]) / raw["se"]
@@ -428,5 +438,11 @@ def format_ours(result: Mapping, kind: str = "mean") -> str:
               and result.get("holm_family", 1) > 1 else "")
   seeds = (f"{result['n_a']} seeds" if result["n_b"] == math.inf else
            f"{result['n_a']} vs {result['n_b']} seeds")
+  if result.get("parity"):
+    par = result["parity"]
+    lo, hi = par["ci"]
+    test = "inside" if par["test"] == "equal" else "beyond"
+    return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g} (90% CI [{lo:+.3g}, {hi:+.3g}], "
+            f"margin ±{par['margin']:g}; p({test}) = {result['p']:.2g}{adjusted}; {seeds})")
   return (f"Δ = {result['delta']:+.3g} ± {result['se']:.2g}{unit} ({ratio}, "
           f"p = {result['p']:.2g}{adjusted}; {seeds})")
