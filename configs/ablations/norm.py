@@ -55,7 +55,14 @@ GRID = {
     "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
                    steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=(0, 1, 2, 3, 4),
                    qk_norm=False, xavier=dict(placements=("pre", "post"), warmups=("W",),
-                                              layers="all", seeds=tuple(range(8)))),
+                                              layers="all", seeds=tuple(range(8))),
+                   # Wang et al.'s setting for DeepNorm: one recipe with warmup under which
+                   # post-LN fails (the earlier medium grid, lr 3e-3 and 60 warmup steps: post-LN
+                   # failed in 3 of 3 seeds, pre-LN trained); 6 seeds for the compared arms
+                   # (Fisher's test can reach p < 0.05 / 6), 3 for the pre-LN control.
+                   stability=dict(lr=3e-3, warmup=60, seeds=tuple(range(6)),
+                                  arms=("post", "deepnorm"), control="pre",
+                                  control_seeds=(0, 1, 2))),
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }
@@ -124,30 +131,36 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   grid = GRID[_lm.check_scale(scale, "norm.py")]
 
   def arm(metric, placement="pre", warmup=grid["warmup"], norm="layernorm",
-          layers=grid["layers"][0], init="normal"):
+          layers=grid["layers"][0], init="normal", lr=grid["lr"][0]):
     return {"model.norm_placement": placement, "model.norm": norm, "model.qk_norm": "none",
-            "model.init": init, "model.num_layers": layers, "optimizer.lr": grid["lr"][0],
+            "model.init": init, "model.num_layers": layers, "optimizer.lr": lr,
             "optimizer.warmup_steps": warmup, "metric": metric}
   deep = grid["layers"][-1]
 
-  def trains(placement, layers, warmup=grid["warmup"], why=""):
+  def trains(placement, layers, warmup=grid["warmup"], why="", lr=grid["lr"][0]):
     """A positive control: every seed of this arm trains (failed = 0)."""
-    where = {k: v for k, v in arm("failed", placement, warmup, layers=layers).items()
+    where = {k: v for k, v in arm("failed", placement, warmup, layers=layers, lr=lr).items()
              if k != "metric"}
     return {"where": where, "metric": "failed", "max": 0.0,
-            "what": f"{placement}-LN with warmup {warmup} trains at {layers} layers{why}"}
+            "what": f"{placement}-LN with warmup {warmup} trains at {layers} layers, lr {lr:g}"
+                    f"{why}"}
   # Xiong et al.'s reference: post-LN *with* warmup trains (their figure 2, 6 layers). Where it
   # does not at this lr / warmup / init / depth, the warmup claims cannot be tested here.
   xiong = trains("post", grid["layers"][0], why=" (Xiong et al. fig. 2)")
   w = grid["warmup"]
+  # DeepNorm's claim is read where post-LN fails with warmup (GRID's `stability` setting, where a
+  # scale has one; else the main one, where its control then says whether post-LN fails).
+  stab = grid.get("stability", {"lr": grid["lr"][0], "warmup": w})
+  s_lr, s_w = stab["lr"], stab["warmup"]
 
-  def fails(placement, why):
+  def fails(placement, why, warmup=w, lr=grid["lr"][0]):
     """The setting a stability claim needs: its baseline fails, under the recipe (with warmup)
     the paper trains every arm with."""
-    where = {k: v for k, v in arm("failed", placement, w, layers=deep).items() if k != "metric"}
+    where = {k: v for k, v in arm("failed", placement, warmup, layers=deep, lr=lr).items()
+             if k != "metric"}
     return {"where": where, "metric": "failed", "min": 0.5,
-            "what": f"{placement}-LN with warmup {w} fails in at least half the seeds at {deep} "
-                    f"layers ({why})"}
+            "what": f"{placement}-LN with warmup {warmup} fails in at least half the seeds at "
+                    f"{deep} layers, lr {lr:g} ({why})"}
   return [
       dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
            paper="BLEU 8.45 without vs ~34 with (6 layers; Xiong et al. figure 2)", kind="count",
@@ -166,12 +179,13 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       # at depths where post-LN diverges with it; Ding et al. (CogView) introduce Sandwich-LN
       # against pre-LN's instability. Each claim is read with warmup, where its baseline fails.
       dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep} "
-           f"(both with warmup {w})",
+           f"(both with warmup {s_w}, lr {s_lr:g})",
            paper="stable where post-LN diverges under the same recipe (Wang et al.)",
-           kind="count", a=arm("failed", "deepnorm", layers=deep),
-           b=arm("failed", "post", layers=deep), expect="less",
-           controls=[trains("pre", deep),
-                     fails("post", "Wang et al.'s setting: post-LN diverges with warmup")]),
+           kind="count", a=arm("failed", "deepnorm", s_w, layers=deep, lr=s_lr),
+           b=arm("failed", "post", s_w, layers=deep, lr=s_lr), expect="less",
+           controls=[trains("pre", deep, s_w, lr=s_lr),
+                     fails("post", "Wang et al.'s setting: post-LN diverges with warmup", s_w,
+                           s_lr)]),
       dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than pre-LN at depth {deep} "
            f"(both with warmup {w})",
            paper="Sandwich-LN keeps training stable where pre-LN does not (Ding et al. 2021, "
@@ -196,7 +210,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/norm.py --scale=medium \\
         --workdir=runs/ablations/norm_medium --parallel=2
 
-  Points: 56 smoke, 78 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
+  Points: 56 smoke, 93 medium, 216 full. Expected runtime: docs/ablations.md (each sweep's results
   line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/norm_<scale>.jsonl).
   """
@@ -238,9 +252,20 @@ def get_sweep(scale=None):
                     "model.num_layers": first if xavier["layers"] == "first" else grid["layers"],
                     "optimizer.warmup_steps": tuple(w if x == "W" else x
                                                     for x in xavier["warmups"])})
+          + _stability_arms(grid, arms)
           + (arms(**{placement: ("pre", "post"), "model.num_layers": first,
                      "optimizer.lr": (grid["high_lr"],), "optimizer.warmup_steps": (0, w)})
              if grid["high_lr"] else []))
+
+
+def _stability_arms(grid, arms) -> list:
+  """The stability setting's points (GRID's `stability`): its compared arms and its control."""
+  stab = grid.get("stability")
+  if not stab:
+    return []
+  at = {"optimizer.lr": (stab["lr"],), "optimizer.warmup_steps": (stab["warmup"],)}
+  return (arms(stab["seeds"], **{"model.norm_placement": stab["arms"], **at})
+          + arms(stab["control_seeds"], **{"model.norm_placement": (stab["control"],), **at}))
 
 
 def unigram_loss(config, workdir) -> float:

@@ -137,6 +137,27 @@ def test_a_row_is_known_by_what_it_trained_not_by_how_its_arm_is_spelled(tmp_pat
   assert len(section["rows"]) == len(seeds) - seeds.count(0)
 
 
+def test_an_arm_with_points_but_no_results_awaits_a_run(tmp_path):
+  """An arm added to a sweep after its run (here: heads' 32-head rows removed from the results
+  file) has points in get_sweep but no committed rows: its claim reads pending, not untestable,
+  and the other claims keep their verdicts."""
+  repo = _copy_repo(tmp_path)
+  path = os.path.join(repo, sweep_doc.RESULTS_DIR, "heads_medium.jsonl")
+  before = {c["id"]: c["result"]["word"] for c in sweep_doc.judge(sweep_doc.load_section(
+      "heads", repo))}
+  def is_32_heads(line):
+    overrides = json.loads(line)["overrides"]
+    return overrides.get("model.num_heads") == 32 and "model.head_dim" not in overrides
+  with open(path, encoding="utf-8") as f:
+    kept = [line for line in f if not is_32_heads(line)]
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(kept)
+  judged = {c["id"]: c["result"] for c in sweep_doc.judge(sweep_doc.load_section("heads", repo))}
+  assert judged["many_heads_worse"]["word"] == sweep_doc.PENDING
+  assert "awaits a run: num_heads=32 has points in the sweep" in judged["many_heads_worse"]["why"]
+  assert judged["one_head_worse"]["word"] == before["one_head_worse"]
+
+
 def test_bad_arguments_exit_2(capsys):
   assert sweep_doc.main(["--bogus"]) == 2
   assert "error:" in capsys.readouterr().err

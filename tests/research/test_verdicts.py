@@ -364,13 +364,14 @@ def test_an_every_seed_control_fails_on_one_bad_seed_that_the_mean_hides():
   assert "nan" in verdicts.check_conditions(ok, [{**control, "every_seed": True}])
 
 
-@pytest.mark.parametrize("failures,edge", [({"post": 0, "pre": 0}, "floor"),
-                                           ({"post": 8, "pre": 8}, "ceiling")])
-def test_failure_counts_at_none_or_all_are_untestable(failures, edge):
-  """0 of 8 vs 0 of 8 (or 8 of 8 vs 8 of 8) failed: the counts cannot order the arms."""
-  result = verdicts.verdict(_count_rows(failures, 8), COUNT)
+def test_failure_counts_with_no_failure_are_untestable_and_all_failing_is_a_tie():
+  """0 of 8 vs 0 of 8 failed: nothing was unstable, the counts cannot order the arms. 8 of 8 vs
+  8 of 8: the remedy the claim names did not help, a result (tie), not a floor."""
+  result = verdicts.verdict(_count_rows({"post": 0, "pre": 0}, 8), COUNT)
   assert result["word"] == "untestable here", result
-  assert f"at the {edge} of the failure fraction" in result["why"], result
+  assert "at the floor of the failure fraction" in result["why"], result
+  result = verdicts.verdict(_count_rows({"post": 8, "pre": 8}, 8), COUNT)
+  assert result["word"] == "tie" and result["p"] == 1.0, result
 
 
 def _tost_by_hand(a, b, margin):

@@ -94,7 +94,8 @@ def load_section(name: str, repo: str = REPO) -> dict:
       return {"name": name, "scale": scale, "rows": [r for r in current if r],
               "all_rows": rows, "stale": [r for r, c in zip(rows, current) if c is None],
               "claims": _call(module, "CLAIMS", scale), "report": _call(module, "REPORT", scale),
-              "points": len(module.get_sweep(scale)), "results": os.path.relpath(path, repo)}
+              "points": len(module.get_sweep(scale)), "results": os.path.relpath(path, repo),
+              "sweep": module.get_sweep(scale)}
   return {"name": name, "scale": None, "rows": [], "all_rows": [], "stale": [],
           "claims": _call(module, "CLAIMS", "medium"), "report": {},
           "points": len(module.get_sweep("medium")), "results": None}
@@ -124,7 +125,17 @@ def judge(section: dict) -> list[dict]:
 
 def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
   """Why a claim awaits a rerun: an arm it compares has fewer than 2 rows of the current config
-  while the results file holds rows of another config (see load_section); else None."""
+  while the results file holds rows of another config (see load_section), or while the sweep
+  has points of that arm with no committed result (an arm added since the run); else None."""
+  if claim.get("kind") != "mrr":
+    for side in (claim["a"], claim["b"]):
+      if "value" in side:
+        continue
+      planned = sum(verdicts.matches({"overrides": p}, side) for p in section.get("sweep", ()))
+      if planned and sum(verdicts.matches(r, side) for r in section["rows"]) < min(planned, 2):
+        arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in side.items() if k != "metric")
+        return (f"awaits a run: {arm} has points in the sweep but no committed results (the "
+                f"command: {section['name']}'s section)")
   if not section["stale"]:
     return None
   if claim.get("kind") == "mrr":

@@ -283,9 +283,9 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     n_a, n_b = len(a), len(b)
     k_a, k_b = _failures(a, metric, rule), _failures(b, metric, rule)
     stats = fisher(k_a, n_a, k_b, n_b) if n_a and n_b else None
-    # No seed failed, or every seed did: the counts sit at the floor or ceiling of the fraction.
-    bounds = ("floor" if k_a + k_b == 0 else "ceiling" if k_a + k_b == n_a + n_b
-              else None) if n_a and n_b else None
+    # No seed of either arm failed: nothing was unstable, so the counts cannot order the arms.
+    # (Every seed of both failing is a result: the remedy the claim names did not help.)
+    bounds = "floor" if n_a and n_b and k_a + k_b == 0 else None
     # A bimodal loss claim keeps its direction: lower loss <-> fewer failures. Of a
     # higher-is-better metric (accuracy), a lower value <-> more failures.
     expect = claim["expect"]
