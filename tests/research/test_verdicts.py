@@ -434,3 +434,21 @@ def test_a_declared_confound_makes_the_claim_untestable_with_its_reason():
   result = verdicts.verdict(rows, {**CLAIM, "confound": "rope's table was never trained"})
   assert result["word"] == "untestable here"
   assert result["why"] == "confounded: rope's table was never trained"
+
+
+def test_per_seed_mrr_ranks_only_seeds_run_on_every_ranked_setting():
+  """Sort at seeds 0-4 beside copy at 0-2: ranked over both, seeds 3-4 (sort only) would rank
+  their arms over other settings than seeds 0-2, so they are left out; over sort alone they
+  count. Each seed's MRR: 'a' wins every setting (rank 1), 'b' is second (1/2)."""
+  rows = [{"overrides": {"model.position": arm, "data.name": task, "seed": seed},
+           "status": "done", "metrics": {"eval/exact_match@12": score}}
+          for task, seeds in (("sort", range(5)), ("copy", range(3)))
+          for seed in seeds for arm, score in (("a", 0.9), ("b", 0.1))]
+  spec = {"metric": "eval/exact_match", "arms": "model.position", "setting": "data.name",
+          "min_n": 9}
+  both = verdicts.per_seed_mrr(rows, spec, ["sort", "copy"])
+  assert sorted({r["overrides"]["seed"] for r in both}) == [0, 1, 2]
+  assert {(r["overrides"]["model.position"], r["metrics"]["mrr"]) for r in both} == {
+      ("a", 1.0), ("b", 0.5)}
+  sort = verdicts.per_seed_mrr(rows, spec, ["sort"])
+  assert sorted({r["overrides"]["seed"] for r in sort}) == [0, 1, 2, 3, 4]

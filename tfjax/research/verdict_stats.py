@@ -131,7 +131,8 @@ def holm_levels(ps: Sequence[Optional[float]], alpha: float) -> list[Optional[fl
 
 def critical_ratio(kind: str, level: float, df: Optional[float]) -> float:
   """|Δ| / se at which the test's two-sided p equals `level`: Student's t quantile at Welch's df
-  for means, the normal quantile for counts (the binomial se's scale)."""
+  for means, the normal quantile for counts (the binomial se's scale) and for ranks (an
+  approximation: their exact permutation test has no quantile of its own)."""
   q = 1 - level / 2
   if kind == "count" or df is None or not math.isfinite(df):
     return float(scipy_stats.norm.ppf(q))

@@ -234,11 +234,17 @@ def learned_settings(rows: Sequence[dict], spec: Mapping) -> tuple[list, dict]:
 
 def per_seed_mrr(rows: Sequence[dict], spec: Mapping, settings: Sequence) -> list[dict]:
   """Rows {arms key: arm, seed} with metric 'mrr': each seed's mean reciprocal rank of the arms
-  over (setting, n >= min_n) of the given settings (tfjax/research/mrr.py), one seed at a time."""
+  over (setting, n >= min_n) of the given settings (tfjax/research/mrr.py), one seed at a time,
+  for the seeds run on every one of those settings."""
   from tfjax.research import mrr as mrr_lib  # pylint: disable=import-outside-toplevel
   out = []
   seeds = sorted({r["overrides"]["seed"] for r in rows if r["status"] == "done"})
   arms = list(dict.fromkeys(r["overrides"][spec["arms"]] for r in rows))
+  # A seed is ranked only where it has every setting: one with fewer (e.g. a task run at 5
+  # seeds beside one at 3) would rank its arms over a different set of settings.
+  has = {seed: {r["overrides"][spec["setting"]] for r in rows
+                if r["status"] == "done" and r["overrides"]["seed"] == seed} for seed in seeds}
+  seeds = [seed for seed in seeds if set(settings) <= has[seed]]
   for seed in seeds:
     scored: dict = {}
     for r in rows:
