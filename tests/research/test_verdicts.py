@@ -427,6 +427,11 @@ def test_one_arm_at_two_lengths_is_paired():
   assert result["p"] == pytest.approx(stats.ttest_rel(at_2l, at_l).pvalue)
   assert result["p"] < stats.ttest_ind(at_2l, at_l, equal_var=False).pvalue  # the spread cancels
   assert result["word"] == "reproduced"
+  # A seed with a non-finite value at one length drops out of both sides, keeping the pairs.
+  rows[0]["metrics"]["ppl@128"] = math.inf
+  result = verdicts.verdict(rows, claim)
+  assert result["n_a"] == result["n_b"] == 4
+  assert result["p"] == pytest.approx(stats.ttest_rel(at_2l[1:], at_l[1:]).pvalue)
 
 
 def test_a_declared_confound_makes_the_claim_untestable_with_its_reason():

@@ -116,6 +116,19 @@ def values(rows: Sequence[dict], side: Mapping) -> list[float]:
   return out
 
 
+def _paired_values(rows: Sequence[dict], side: Mapping, other: str) -> tuple[list, list]:
+  """The side's metric and `other` of the same runs, for the runs where both are finite: the
+  pairs of a paired test, seed by seed."""
+  va, vb = [], []
+  for row in rows:
+    if row["status"] == "done" and matches(row, side):
+      pair = [metric_value(row["metrics"], m) for m in (side["metric"], other)]
+      if all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair):
+        va.append(float(pair[0]))
+        vb.append(float(pair[1]))
+  return va, vb
+
+
 def _label(row: dict) -> str:
   return ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(row["overrides"].items())
                   if k not in SEED_KEYS)
@@ -304,10 +317,11 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
       stats = one_sample(va, vb[0]) if len(va) > 1 else None
     else:
       vb = values(rows, claim["b"])
-      n_b = len(vb)
       same_runs = ({k: v for k, v in claim["a"].items() if k != "metric"}
                    == {k: v for k, v in claim["b"].items() if k != "metric"})
-      # One arm's metric at two settings (e.g. rotary at 2L vs L): the seeds pair up.
+      if same_runs and kind != "rank":  # one arm's metric at two settings (rotary at 2L vs L)
+        va, vb = _paired_values(rows, claim["a"], claim["b"]["metric"])
+      n_b = len(vb)
       test = permutation if kind == "rank" else paired if same_runs else welch
       stats = test(va, vb) if len(va) > 1 and n_b > 1 else None
     n_a = len(va)
