@@ -22,36 +22,12 @@ and a metric, and names the direction the paper reports:
                                  direction ('expect' then only orders the arms in the text);
    b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
-THE RULE (docs/ablations.md states it, from RULE_TEXT), per section (a sweep's claims):
-  mean   Δ = mean(a) - mean(b) over seeds, se = sqrt(s_a²/n_a + s_b²/n_b) (Welch), p = Welch's
-         two-sided t-test; where a and b are one arm's runs measured twice (two lengths), the
-         paired t-test on the per-seed differences. A loss-like claim (lower is better) whose
-         arms include a failed or diverged seed is bimodal: it is judged by failure counts
-         (below), not by the mean of a mixture of trained and untrained losses.
-  count  a failure is a point whose `failed` (else `diverged`) metric is 1. Δ = failure fraction
-         of a - of b, se = the binomial se of that difference, p = Fisher's exact test.
-  mrr    per-seed mean reciprocal ranks: Δ and se as for means, p = the exact permutation test
-         (ranks take few values and can agree in every seed, where Welch's p would be 0).
-  parity a claim declaring 'parity': m (means only): p = the smaller of the equivalence p (two
-         one-sided tests that Δ lies inside ±m) and the minimum-effect p (that |Δ| exceeds m);
-         reproduced when the equivalence p is below the level, contradicted when the
-         minimum-effect p is, inconclusive otherwise (needs more seeds below MIN_SEEDS seeds).
-  Holm   the p of a section's testable claims are Holm-adjusted (step-down, family = section);
-         the words below use the adjusted p.
-  words, in this order:
-    untestable here   a precondition or a positive control fails; the config declares a confound
-                      the paper's setting does not have; a side has fewer than 2 seeds;
-                      the design cannot reach p < ALPHA (the smallest p its test can give with
-                      these seeds, e.g. Fisher or the permutation test 3 vs 3: 0.1); or every
-                      seed of both arms sits within BOUND_TOL of the metric's floor or ceiling
-                      (for mrr: of the ranked metric, at every ranked setting and length)
-    tie               |Δ| < 1 se (Δ = 0 when se = 0)
-    needs more seeds  |Δ|/se is within 1 of the ratio at which p crosses the claim's Holm level,
-                      and an arm has fewer than MIN_SEEDS seeds
-    reproduced        Δ in the claimed direction, adjusted p < ALPHA
-    direction only    Δ in the claimed direction, adjusted p >= ALPHA
-    contradicted      Δ opposite to the claim, adjusted p < ALPHA
-    opposite only     Δ opposite to the claim, adjusted p >= ALPHA
+THE RULE is stated once, in tfjax/research/verdict_rule.py's RULE_TEXT (docs/ablations.md
+prints it): per section, Welch's t on seed means (paired t for one arm at two lengths), Fisher
+on failure counts (a bimodal loss claim is judged by its counts), the exact permutation test on
+per-seed MRR, TOST / minimum-effect tests for parity claims; Holm within the section; then the
+words of WORDS, untestable here first (precondition or control failed, declared confound,
+fewer than 2 seeds, a design that cannot reach p < ALPHA, every seed at a floor or ceiling).
 """
 
 from __future__ import annotations
