@@ -16,6 +16,7 @@ Published (Vaswani et al., table 3, base model on newstest2013 EN-DE, d_model 51
       BLEU   24.9  25.5  25.8      25.8  25.4   (dev perplexity 5.29, 5.00, 4.92, 4.91, 5.01)
   (B) 8 heads, d_k 16: BLEU 25.1 (ppl 5.16); d_k 32: 25.4 (5.01): smaller keys hurt.
 """
+import math
 import os
 
 from tfjax.research import sweep
@@ -48,13 +49,16 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   (a verdict word would read as a reproduction of a claim nobody made)."""
   del scale  # the same claims at every scale
   heads = lambda h: {"model.num_heads": h, "metric": "eval/loss"}  # noqa: E731
+  # The paper's gap as a log-perplexity (nats) difference, the unit of our eval loss: the
+  # effect the design needs the power to see (the verdict rule).
+  effect = lambda h: round(math.log(PUBLISHED_PPL[h] / PUBLISHED_PPL[8]), 4)  # noqa: E731
   return [
       dict(id="one_head_worse", claim="1 head is worse than 8 at fixed d_model (row (A))",
            paper=f"dev ppl {PUBLISHED_PPL[1]} vs {PUBLISHED_PPL[8]} (table 3, row (A) vs base)",
-           a=heads(1), b=heads(8), expect="greater"),
+           a=heads(1), b=heads(8), expect="greater", paper_effect=effect(1)),
       dict(id="many_heads_worse", claim="32 heads are worse than 8 at fixed d_model (row (A))",
            paper=f"dev ppl {PUBLISHED_PPL[32]} vs {PUBLISHED_PPL[8]} (table 3, row (A) vs base)",
-           a=heads(32), b=heads(8), expect="greater"),
+           a=heads(32), b=heads(8), expect="greater", paper_effect=effect(32)),
   ]
 
 

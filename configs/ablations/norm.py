@@ -55,6 +55,7 @@ GRID = {
     # and lr 2e-3 both arms trained. 8 seeds per claim arm: Fisher's test can reach p < 0.05.
     "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
                    steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=tuple(range(8)),
+                   rms_looks=((5, 8),),  # RMSNorm's claim was read at 5 vs 8 seeds first
                    qk_norm=False, xavier=dict(placements=("pre", "post"), warmups=("W",),
                                               layers="all", seeds=tuple(range(8))),
                    # Wang et al.'s setting for DeepNorm: one recipe with warmup under which
@@ -175,7 +176,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            f"±{verdicts.PARITY_MARGIN} nats)",
            paper="comparable quality, 7-64% faster (Zhang & Sennrich)",
            a=arm("eval/loss", norm="rmsnorm"), b=arm("eval/loss"), expect="less",
-           parity=verdicts.PARITY_MARGIN, controls=[trains("pre", grid["layers"][0])]),
+           parity=verdicts.PARITY_MARGIN, controls=[trains("pre", grid["layers"][0])],
+           earlier_looks=grid.get("rms_looks", ())),
       # Wang et al. (DeepNet) compare DeepNorm with post-LN under one recipe, warmup included,
       # at depths where post-LN diverges with it; Ding et al. (CogView) introduce Sandwich-LN
       # against pre-LN's instability. Each claim is read with warmup, where its baseline fails.

@@ -7,21 +7,21 @@ its tokens by sqrt(d_model) from a table of std d^-0.5 (model.embed_scale), as V
 base model does for both rows compared in table 3 (base vs row (E)) and as fairseq's language
 model does by default (no_scale_embedding=False), on which Press et al.'s code builds; T5's
 bias uses the T5 paper's 32 buckets up to an offset of 128 (Raffel et al. 2020, section 2.1;
-at L = 64 the buckets of offsets 64 and beyond are first met at evaluation, while at Press et
-al.'s L = 512 training reaches every bucket: a difference docs/ablations.md lists).
+at L = 64 the buckets of offsets 67 and beyond (27-31) are first met at evaluation, while at
+Press et al.'s L = 512 training reaches every bucket: a difference docs/ablations.md lists).
 Evaluated at T = L, 1.25L, 1.5L, 1.75L, 2L, 4L, 8L and 16L (the lengths between L and 2L are where
 Press et al. see rotary degrade) on the first 512 x L validation tokens, non-overlapping windows
 (Press et al.'s default evaluation, the claims' primary metric) and sliding windows (every token
 scored with at least 3T/4 of context; a second metric) (tfjax/research/length_eval.py).
 Learned positions have no embedding past L: n/a.
-RoPE extension arms (medium and full): the rope models are also scored with position interpolation (linear),
-dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with factor T / L, without
-fine-tuning (length_eval.ROPE_EXTENSIONS): long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra
-lines of the same figures.
+RoPE extension arms (medium and full): the rope models are also scored with position
+interpolation (linear), dynamic NTK (dynamic) and YaRN (yarn) applied at evaluation time with
+factor T / L, without fine-tuning (length_eval.ROPE_EXTENSIONS):
+long/ppl_*_{linear,dynamic,yarn}@T, drawn as extra lines of the same figures.
 Length generalization on synthetic tasks is configs/ablations/position_lengthgen.py.
 
 Published (Press, Smith & Lewis 2021, "Train Short, Test Long", figure 1 and table 1,
-WikiText-103, L = 512 / 1024): sinusoidal perplexity explodes past L (19.9 at L = 512 ->
+WikiText-103, L = 512 / 1024): sinusoidal perplexity explodes past L (to
 hundreds at 15.5k tokens), rotary extrapolates ~100-200 tokens then degrades, T5's bias extends
 further (600-800 tokens) and ALiBi stays flat to many times L. Vaswani et al. 2017 (table 3,
 row (E) vs the base model): learned and sinusoidal positions are nearly identical in distribution
@@ -30,6 +30,9 @@ extrapolation claim.
 """
 import os
 
+import numpy as np
+
+from tfjax.nn import relative_bias
 from tfjax.research import sweep, verdicts
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
@@ -37,9 +40,11 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")
 MULTIPLES = (1, 1.25, 1.5, 1.75, 2, 4, 8, 16)
 EVAL_WINDOWS = 512  # validation tokens scored: EVAL_WINDOWS x L (every T divides it)
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
-SEEDS = {"smoke": (0, 1, 2), "medium": (0, 1, 2, 3, 4), "full": (0, 1, 2)}  # 3 at smoke: Welch needs them;
-# 5 at medium: claims within 1 se of the threshold need them (docs/ablations.md, the rule)
-# Keys each arm changes relative to get_config (tests/research/test_ablation_configs.py checks this).
+# 3 at smoke: Welch needs them; 5 at medium: claims within 1 se of the threshold need them
+SEEDS = {"smoke": (0, 1, 2), "medium": (0, 1, 2, 3, 4), "full": (0, 1, 2)}
+# The seed counts at which the claims were read before seeds were added (p x looks: the rule).
+LOOKS = {"smoke": (), "medium": ((3, 3),), "full": ()}
+# Keys each arm changes relative to get_config (tests/research/test_ablation_configs.py checks).
 ARM_KEYS = ("model.position",)
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
                      for kind, label in (("linear", "PI (linear)"), ("dynamic", "dynamic NTK"),
@@ -75,23 +80,29 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
     def sides(mode):
       return dict(a=arm(a, f"long/ppl_{mode}@{at}"), b=arm(b, f"long/ppl_{mode}@{at_b or at}"))
     out = dict(id=id_, claim=text, paper=paper, expect=expect, **sides("nonoverlap"),
-               secondary={"label": "sliding windows", **sides("sliding")})
+               secondary={"label": "sliding windows", **sides("sliding")},
+               earlier_looks=LOOKS[scale])
     return {**out, "confound": t5_untrained} if "t5_bias" in (a, b) and t5_untrained else out
   # T5's bucketed bias with Raffel's (and Press et al.'s) max distance 128: at Press's L = 512
-  # every bucket sees training, here (L < 128) the buckets of offsets L..127 and >= 128 never do,
-  # so past L the T5 arm reads biases left at their init. That, not T5's bias as trained in the
-  # paper, would decide any comparison of T5 beyond L.
-  max_distance = get_config(scale).model.relative_max_distance
-  t5_untrained = (f"T5's buckets for offsets {L} to {max_distance - 1} and beyond are never "
-                  f"trained at L = {L} (max distance {max_distance}, as Raffel et al. and Press "
-                  f"et al.; at Press's L = 512 every bucket is trained): past L its bias is "
-                  f"its initialization" if max_distance > L else "")
+  # every bucket sees training; here the buckets past the one of offset L - 1 never do, so past
+  # L the T5 arm reads biases left at their init. That, not T5's bias as trained in the paper,
+  # would decide any comparison of T5 beyond L.
+  model = get_config(scale).model
+  first, last = _first_untrained_offset(L, model.relative_buckets, model.relative_max_distance)
+  t5_untrained = (f"T5's buckets {first[1]}-{last} (offsets {first[0]} and beyond) are never "
+                  f"trained at L = {L} (max distance {model.relative_max_distance}, as Raffel et "
+                  f"al. and Press et al.; at Press's L = 512 every bucket is trained): past L "
+                  f"its bias is its initialization" if first else "")
+  learned_init = ("the learned table starts at std 0.02 beside sqrt(d)-scaled unit-RMS tokens, "
+                  "small next to them, while fairseq (Press et al.'s base) starts learned "
+                  "positions at std d^-0.5 and Vaswani et al. do not state theirs: that init "
+                  "alone could decide a 0.01-nat comparison")
   return [
       dict(id="vaswani_parity", claim=f"sinusoidal and learned positions are on par in "
            f"distribution (eval loss within ±{verdicts.PARITY_MARGIN} nats)",
            paper="dev ppl 4.92 vs 4.92, BLEU 25.8 vs 25.7 (table 3, base vs row (E))",
            a=arm("sinusoidal", "eval/loss"), b=arm("learned", "eval/loss"), expect="less",
-           parity=verdicts.PARITY_MARGIN),
+           parity=verdicts.PARITY_MARGIN, confound=learned_init, earlier_looks=LOOKS[scale]),
       claim("alibi_vs_sinusoidal", "ALiBi extrapolates to 16L, sinusoidal does not",
             "sinusoidal ppl in the hundreds at 15.5k tokens, ALiBi flat (figure 1)", "alibi",
             "sinusoidal", 16 * L, "less"),
@@ -108,6 +119,16 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   ]
 
 
+def _first_untrained_offset(L, buckets, max_distance):
+  """((offset, bucket) of the first offset whose bucket training at context L never reaches,
+  the last bucket), or (None, None) when training reaches every bucket."""
+  offsets = np.arange(max(L, max_distance) + 1)
+  bucket_of = np.asarray(relative_bias.relative_position_bucket(
+      -offsets, bidirectional=False, num_buckets=buckets, max_distance=max_distance))
+  past = np.flatnonzero(bucket_of > bucket_of[L - 1])
+  return ((int(past[0]), int(bucket_of[past[0]])), buckets - 1) if past.size else (None, None)
+
+
 def get_config(scale=None):
   """The char LM trained at context L with sqrt(d_model)-scaled embeddings and T5's max distance
   128; get_sweep varies model.position and the seed.
@@ -115,7 +136,7 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/position.py --scale=medium \\
         --workdir=runs/ablations/position_medium --parallel=2
 
-  Points: 18 at every scale (3 seeds). Expected runtime: docs/ablations.md
+  Points: 6 arms x SEEDS[scale] (18 smoke and full, 30 medium). Expected runtime: docs/ablations.md
   (each sweep's measured runtime is in its committed results,
   docs/ablations/results/position_<scale>.jsonl); full: one GPU, not measured.
   """

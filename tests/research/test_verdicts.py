@@ -457,3 +457,41 @@ def test_per_seed_mrr_ranks_only_seeds_run_on_every_ranked_setting():
       ("a", 1.0), ("b", 0.5)}
   sort = verdicts.per_seed_mrr(rows, spec, ["sort"])
   assert sorted({r["overrides"]["seed"] for r in sort}) == [0, 1, 2, 3, 4]
+
+
+def test_seeds_added_after_a_look_multiply_p_by_the_looks_that_could_reject():
+  alibi, rope = (1.0, 1.1, 0.9, 1.05, 0.95), (1.3, 1.4, 1.2, 1.35, 1.25)
+  rows = _rows({"alibi": alibi, "rope": rope})
+  # Welch's p written out: t on the textbook se and df, the two-sided tail of Student's t.
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  p_welch = stats.ttest_ind(alibi, rope, equal_var=False).pvalue
+  plain = verdicts.verdict(rows, CLAIM)
+  twice = verdicts.verdict(rows, {**CLAIM, "earlier_looks": [(3, 3)]})
+  thrice = verdicts.verdict(rows, {**CLAIM, "earlier_looks": [(3, 3), (5, 3)]})
+  assert plain["p"] == pytest.approx(p_welch)
+  assert twice["p"] == pytest.approx(2 * p_welch) and "p x 2" in twice["why"]
+  assert thrice["p"] == pytest.approx(3 * p_welch)
+  # Failure counts read at 3 vs 3 (Fisher cannot go below 0.1 there): that look spends nothing.
+  counts = _count_rows({"post": 8, "pre": 0}, 8)
+  assert (verdicts.verdict(counts, {**COUNT, "earlier_looks": [(3, 3)]})["p"]
+          == pytest.approx(verdicts.verdict(counts, COUNT)["p"]))
+
+
+def test_welch_power_matches_a_simulation():
+  rng = np.random.default_rng(0)
+  sd, n, effect, level = 0.01, 3, 0.018, 0.05
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  a = rng.normal(effect, sd, (20000, n))
+  b = rng.normal(0.0, sd, (20000, n))
+  simulated = np.mean(stats.ttest_ind(a, b, axis=1).pvalue < level)  # Student's t, df 2n - 2
+  assert verdicts.welch_power(effect, sd * math.sqrt(2 / n), 2 * n - 2, level) == pytest.approx(
+      simulated, abs=0.02)
+
+
+def test_a_claim_without_power_for_the_papers_effect_needs_more_seeds():
+  rows = _rows({"alibi": (1.0, 1.012, 0.994), "rope": (1.004, 1.016, 0.998)})
+  small = verdicts.verdict(rows, {**CLAIM, "paper_effect": 0.018})
+  assert small["word"] == "needs more seeds" and "power 0." in small["why"], small
+  large = verdicts.verdict(rows, {**CLAIM, "paper_effect": 0.5})  # a 0.5 effect is ~60 se here
+  assert large["word"] == "tie" and "power 1.00" in large["why"], large
+  assert verdicts.verdict(rows, CLAIM)["word"] == "tie"

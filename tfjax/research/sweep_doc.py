@@ -178,12 +178,18 @@ def _word(claim: dict) -> str:
   return f"{result['word']} ({result['why']})" if result["why"] else result["word"]
 
 
+def _claim(claim: dict) -> str:
+  """The claim as tested: a ranking names the settings it ranked over (the paper's may be more)."""
+  ranked = claim.get("result", {}).get("ranked")
+  return f"{claim['claim']}, on {', '.join(map(str, ranked))} only" if ranked else claim["claim"]
+
+
 def findings_block(sections: list[dict]) -> str:
   lines = ["| sweep | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
   for section in sections:
     scale = section["scale"] or "no results"
     for claim in section["judged"]:
-      lines.append(f"| {section['name']} ({scale}) | {claim['claim']} | {claim['paper']} | "
+      lines.append(f"| {section['name']} ({scale}) | {_claim(claim)} | {claim['paper']} | "
                    f"{_ours(claim)} | {_word(claim)} |")
   return "\n".join(lines)
 
@@ -221,7 +227,7 @@ def section_block(section: dict) -> str:
   rows = section["rows"]
   lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
   for claim in section["judged"]:
-    lines.append(f"| {claim['claim']} | {claim['paper']} | {_ours(claim)} | "
+    lines.append(f"| {_claim(claim)} | {claim['paper']} | {_ours(claim)} | "
                  f"{claim['result']['word']} | {_note(claim)} |")
   lines.append("")
   available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})

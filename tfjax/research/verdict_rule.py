@@ -3,6 +3,7 @@ block); tfjax/research/verdicts.py applies it."""
 
 ALPHA = 0.05
 MIN_SEEDS = 5       # seeds per arm below which a verdict near its threshold needs more
+MIN_POWER = 0.8    # below it (for the paper's effect) a non-significant arm under MIN_SEEDS
 PARITY_MARGIN = 0.01  # nats of a loss: two arms within it are on par (1% perplexity)
 BOUND_TOL = 0.02    # within this of a floor or ceiling, a value sits at it
 BOUNDS = {"eval/exact_match": (0.0, 1.0)}  # metric (or @N family): floor, ceiling
@@ -25,7 +26,11 @@ RULE_TEXT = (
     "majority-class floor) when one fails. A control may hold in every seed rather than on the "
     "seed mean (ListOps: the Transformer learns in every seed). **Multiple comparisons:** the p "
     "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
-    f"the words use the adjusted p. Then, in this order: *untestable here*, with the reason, "
+    "the words use the adjusted p. **Seeds added after a look:** where a claim was read at "
+    "fewer seeds before more were run (its config lists those earlier looks), its p is first "
+    "multiplied by the number of looks (Bonferroni), counting only earlier looks whose design "
+    f"could reach p < {ALPHA} (one that could not spends no alpha). "
+    f"Then, in this order: *untestable here*, with the reason, "
     f"when a precondition or a declared positive control fails (the paper's reference "
     f"behaviour at this setting, e.g. post-LN with warmup trains, or at least one arm "
     f"generalizes past the training length), the config declares a confound that "
@@ -38,7 +43,10 @@ RULE_TEXT = (
     f"every ranked task and length; for failure counts, no seed of either arm failed, while "
     f"every seed of both failing is a result: the remedy did not help); *tie* when |Δ| < 1 "
     f"se; *needs more seeds* when |Δ|/se is within 1 of the value at which p crosses the "
-    f"claim's Holm level and an arm has fewer than {MIN_SEEDS} seeds; *reproduced* when Δ "
+    f"claim's Holm level and an arm has fewer than {MIN_SEEDS} seeds, or, for a claim that "
+    f"states the paper's effect in its metric, when it is not significant, an arm has fewer "
+    f"than {MIN_SEEDS} seeds and the test's power to detect that effect at its Holm level "
+    f"is below {MIN_POWER} (the noncentral t at Welch's df and our se); *reproduced* when Δ "
     f"has the claimed sign and adjusted p < "
     f"{ALPHA}; *direction only* when it has the claimed sign and adjusted p >= {ALPHA}; "
     f"*contradicted* when Δ has the opposite sign and adjusted p < {ALPHA}; *opposite only* "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -137,3 +137,28 @@ def critical_ratio(kind: str, level: float, df: Optional[float]) -> float:
   if kind == "count" or df is None or not math.isfinite(df):
     return float(scipy_stats.norm.ppf(q))
   return float(scipy_stats.t.ppf(q, df))
+
+
+def welch_power(effect: float, se: float, df: Optional[float], level: float) -> float:
+  """The chance that a two-sided t-test at `level` rejects when the true |Δ| is `effect` and
+  the standard error is `se` (the noncentral t at Welch's df; the normal where df is None)."""
+  ncp = abs(effect) / se
+  if df is None or not math.isfinite(df):
+    q = scipy_stats.norm.ppf(1 - level / 2)
+    return float(scipy_stats.norm.sf(q - ncp) + scipy_stats.norm.cdf(-q - ncp))
+  q = scipy_stats.t.ppf(1 - level / 2, df)
+  upper, lower = scipy_stats.nct.sf(q, df, ncp), scipy_stats.nct.cdf(-q, df, ncp)
+  # scipy's noncentral t returns nan far in its tails (ncp of tens of se): 1 and 0 there.
+  upper = upper if math.isfinite(upper) else float(ncp > q)
+  return float(upper + (lower if math.isfinite(lower) else 0.0))
+
+
+def parity_result(stats: Mapping, margin: float, alpha: float) -> dict:
+  """A parity claim's p (the smaller of its two tests), which test that is, and the 90% CI."""
+  tests = parity(stats["delta"], stats["se"], stats.get("df"), margin)
+  test = "equal" if tests["p_equal"] <= tests["p_apart"] else "apart"
+  df = stats.get("df")
+  q = (scipy_stats.norm.ppf(1 - alpha) if df is None or not math.isfinite(df)
+       else scipy_stats.t.ppf(1 - alpha, df))
+  ci = (stats["delta"] - q * stats["se"], stats["delta"] + q * stats["se"])
+  return {"p": tests[f"p_{test}"], "parity": {"margin": margin, "test": test, "ci": ci}}

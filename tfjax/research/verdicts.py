@@ -20,6 +20,10 @@ and a metric, and names the direction the paper reports:
    'parity': margin              a parity claim (the paper finds the arms on par): judged by
                                  whether Δ lies within ±margin (see `parity` below), not by a
                                  direction ('expect' then only orders the arms in the text);
+   'earlier_looks': [(n_a, n_b)] seeds were added after the claim was read at these counts:
+                                 p is multiplied by the number of looks (Bonferroni);
+   'paper_effect': |Δ|           the paper's effect in the metric: below MIN_POWER power for
+                                 it, a non-significant claim under MIN_SEEDS needs more seeds;
    b may be {'value': x}: a's seeds against the number x, by Student's one-sample t}
 
 THE RULE is stated once, in tfjax/research/verdict_rule.py's RULE_TEXT (docs/ablations.md
@@ -37,15 +41,13 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from scipy import stats as scipy_stats
-
 from tfjax.research.verdict_stats import (  # noqa: F401  (welch, fisher: this module's API)
     critical_ratio, fisher, holm, holm_levels, one_sample, paired, parity, permutation,
-    smallest_p, welch)
+    parity_result, smallest_p, welch, welch_power)
 
 from tfjax.research.verdict_rule import (  # noqa: F401  (RULE_TEXT, WORDS: this module's API)
-    ALPHA, BOUND_TOL, BOUNDS, FAILURE_METRICS, MIN_SEEDS, PARITY_MARGIN, RULE_TEXT, SEED_KEYS,
-    WORDS)
+    ALPHA, BOUND_TOL, BOUNDS, FAILURE_METRICS, MIN_POWER, MIN_SEEDS, PARITY_MARGIN, RULE_TEXT,
+    SEED_KEYS, WORDS)
 
 
 def word(delta: float, se: float, p: float, expect: str) -> str:
@@ -306,7 +308,14 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
   out = {"kind": kind, "expect": expect, "n_a": n_a, "n_b": n_b, "df": None,
          **{"delta": None, "se": None, "p": None, **(stats or {})}, "untestable": None}
   if claim.get("parity") and kind == "mean" and stats:
-    out.update(_parity(out, float(claim["parity"])))
+    out.update(parity_result(out, float(claim["parity"]), ALPHA))
+  # Seeds added after reading the claim at smaller counts: Bonferroni over the looks, counting
+  # only the earlier looks whose design could reject (one that could not spends no alpha).
+  looks = [tuple(n) for n in claim.get("earlier_looks", ()) if smallest_p(kind, *n) < ALPHA]
+  if looks and out["p"] is not None:
+    out["p"] = min(1.0, (1 + len(looks)) * out["p"])
+    notes.append(f"read before at {', '.join(f'{x} vs {y}' for x, y in looks)} seeds: p x "
+                 f"{1 + len(looks)} (Bonferroni over the looks)")
   why = (check_conditions(rows, claim.get("requires", ()))
          or check_conditions(rows, claim.get("controls", ()), "control: ")
          or (f"confounded: {claim['confound']}" if claim.get("confound") else None))
@@ -321,17 +330,6 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
     why = f"every seed of both arms at the {bounds} of {measured}" + (
         f" ({claim['bounds_what']})" if claim.get("bounds_what") else "")
   return {**out, "untestable": why, "why": "; ".join(notes)}
-
-
-def _parity(stats: Mapping, margin: float) -> dict:
-  """A parity claim's p (the smaller of its two tests), which test that is, and the 90% CI."""
-  tests = parity(stats["delta"], stats["se"], stats.get("df"), margin)
-  test = "equal" if tests["p_equal"] <= tests["p_apart"] else "apart"
-  df = stats.get("df")
-  q = (scipy_stats.norm.ppf(1 - ALPHA) if df is None or not math.isfinite(df)
-       else scipy_stats.t.ppf(1 - ALPHA, df))
-  ci = (stats["delta"] - q * stats["se"], stats["delta"] + q * stats["se"])
-  return {"p": tests[f"p_{test}"], "parity": {"margin": margin, "test": test, "ci": ci}}
 
 
 def _raw_mrr(rows: Sequence[dict], claim: Mapping) -> dict:
@@ -387,7 +385,7 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
   adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
   family = sum(p is not None for p in ps)  # format_ours prints Holm for every claim of a family
   out = []
-  for raw, p_holm, level in zip(raws, adjusted, levels):
+  for claim, raw, p_holm, level in zip(claims, raws, adjusted, levels):
     result = {k: v for k, v in raw.items() if k not in ("untestable", "expect")}
     if raw["untestable"]:
       why = "; ".join(w for w in (raw["untestable"], raw["why"]) if w)
@@ -402,7 +400,15 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
                   "why": raw["why"]})
       continue
     verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
-    if verdict_word != "tie" and raw["se"] and min(raw["n_a"], raw["n_b"]) < MIN_SEEDS:
+    few = min(raw["n_a"], raw["n_b"]) < MIN_SEEDS
+    power = (welch_power(claim_effect, raw["se"], raw.get("df"), level)
+             if (claim_effect := claim.get("paper_effect")) and raw["se"] else None)
+    if power is not None:
+      raw["why"] = "; ".join(w for w in (raw["why"], f"power {power:.2f} for the paper's "
+                                         f"|Δ| {claim_effect:g} at level {level:.2g}") if w)
+      if few and power < MIN_POWER and p_holm >= ALPHA:
+        verdict_word = "needs more seeds"
+    if verdict_word != "tie" and raw["se"] and few:
       ratio = abs(raw["delta"]) / raw["se"]
       crossing = critical_ratio(raw["kind"], level, raw.get("df"))
       if abs(ratio - crossing) < 1:
