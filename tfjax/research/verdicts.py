@@ -401,11 +401,11 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
       continue
     verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
     few = min(raw["n_a"], raw["n_b"]) < MIN_SEEDS
-    power = (welch_power(claim_effect, raw["se"], raw.get("df"), level)
-             if (claim_effect := claim.get("paper_effect")) and raw["se"] else None)
+    effect = claim.get("paper_effect") if raw["kind"] == "mean" else None  # (not in counts)
+    power = welch_power(effect, raw["se"], raw.get("df"), level) if effect and raw["se"] else None
     if power is not None:
       raw["why"] = "; ".join(w for w in (raw["why"], f"power {power:.2f} for the paper's "
-                                         f"|Δ| {claim_effect:g} at level {level:.2g}") if w)
+                                         f"|Δ| {effect:g} at level {level:.2g}") if w)
       if few and power < MIN_POWER and p_holm >= ALPHA:
         verdict_word = "needs more seeds"
     if verdict_word != "tie" and raw["se"] and few:
