@@ -49,8 +49,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   (a verdict word would read as a reproduction of a claim nobody made)."""
   del scale  # the same claims at every scale
   heads = lambda h: {"model.num_heads": h, "metric": "eval/loss"}  # noqa: E731
-  # The paper's gap as a log-perplexity (nats) difference, the unit of our eval loss: the
-  # effect the design needs the power to see (the verdict rule).
+  # The paper's gap as a log-perplexity difference (nats per subword token there, per character
+  # here: a yardstick of size, not the same quantity) for the design's power (the rule).
   effect = lambda h: round(math.log(PUBLISHED_PPL[h] / PUBLISHED_PPL[8]), 4)  # noqa: E731
   return [
       dict(id="one_head_worse", claim="1 head is worse than 8 at fixed d_model (row (A))",

@@ -495,3 +495,12 @@ def test_a_claim_without_power_for_the_papers_effect_needs_more_seeds():
   large = verdicts.verdict(rows, {**CLAIM, "paper_effect": 0.5})  # a 0.5 effect is ~60 se here
   assert large["word"] == "tie" and "power 1.00" in large["why"], large
   assert verdicts.verdict(rows, CLAIM)["word"] == "tie"
+
+
+def test_power_after_looks_is_taken_at_the_level_the_raw_p_meets():
+  rows = _rows({"alibi": (1.0, 1.012, 0.994), "rope": (1.004, 1.016, 0.998)})
+  once = verdicts.verdict(rows, {**CLAIM, "paper_effect": 0.018})
+  twice = verdicts.verdict(rows, {**CLAIM, "paper_effect": 0.018, "earlier_looks": [(2, 2)]})
+  assert "at level 0.05" in once["why"] and "at level 0.025" in twice["why"], twice
+  power = lambda r: float(r["why"].split("power ")[1].split()[0])  # noqa: E731
+  assert power(twice) < power(once)

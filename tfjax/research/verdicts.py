@@ -309,11 +309,10 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
          **{"delta": None, "se": None, "p": None, **(stats or {})}, "untestable": None}
   if claim.get("parity") and kind == "mean" and stats:
     out.update(parity_result(out, float(claim["parity"]), ALPHA))
-  # Seeds added after reading the claim at smaller counts: Bonferroni over the looks, counting
-  # only the earlier looks whose design could reject (one that could not spends no alpha).
+  # Bonferroni over the earlier looks whose design could reject (the others spend no alpha).
   looks = [tuple(n) for n in claim.get("earlier_looks", ()) if smallest_p(kind, *n) < ALPHA]
   if looks and out["p"] is not None:
-    out["p"] = min(1.0, (1 + len(looks)) * out["p"])
+    out["p"], out["looks"] = min(1.0, (1 + len(looks)) * out["p"]), 1 + len(looks)
     notes.append(f"read before at {', '.join(f'{x} vs {y}' for x, y in looks)} seeds: p x "
                  f"{1 + len(looks)} (Bonferroni over the looks)")
   why = (check_conditions(rows, claim.get("requires", ()))
@@ -402,10 +401,11 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
     verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
     few = min(raw["n_a"], raw["n_b"]) < MIN_SEEDS
     effect = claim.get("paper_effect") if raw["kind"] == "mean" else None  # (not in counts)
-    power = welch_power(effect, raw["se"], raw.get("df"), level) if effect and raw["se"] else None
+    level_p = level / raw.get("looks", 1)  # the raw p's level: p was multiplied by the looks
+    power = welch_power(effect, raw["se"], raw.get("df"), level_p) if effect and raw["se"] else None
     if power is not None:
       raw["why"] = "; ".join(w for w in (raw["why"], f"power {power:.2f} for the paper's "
-                                         f"|Δ| {effect:g} at level {level:.2g}") if w)
+                                         f"|Δ| {effect:g} at level {level_p:.2g}") if w)
       if few and power < MIN_POWER and p_holm >= ALPHA:
         verdict_word = "needs more seeds"
     if verdict_word != "tie" and raw["se"] and few:
