@@ -46,6 +46,11 @@ def one_sample(a: Sequence[float], value: float) -> dict:
           "p": float(2 * scipy_stats.t.sf(abs(t), len(a) - 1))}
 
 
+def _t_or_normal(df: Optional[float]):
+  """Student's t at df, or the normal where df is None or infinite (scipy distributions)."""
+  return scipy_stats.norm if df is None or not math.isfinite(df) else scipy_stats.t(df)
+
+
 def parity(delta: float, se: float, df: Optional[float], margin: float) -> dict:
   """The two tests of a parity claim (|Δ| within ±margin), on Δ, its se and df (Welch's or the
   one-sample t's; None: normal):
@@ -60,8 +65,7 @@ def parity(delta: float, se: float, df: Optional[float], margin: float) -> dict:
     inside = abs(delta) < margin
     return {"p_equal": 0.0 if inside else 1.0, "p_apart": 1.0 if inside or abs(delta) == margin
             else 0.0}
-  dist = (scipy_stats.norm if df is None or not math.isfinite(df)
-          else scipy_stats.t(df))
+  dist = _t_or_normal(df)
   p_equal = max(float(dist.sf((delta + margin) / se)), float(dist.cdf((delta - margin) / se)))
   return {"p_equal": p_equal, "p_apart": float(dist.sf((abs(delta) - margin) / se))}
 
@@ -133,10 +137,7 @@ def critical_ratio(kind: str, level: float, df: Optional[float]) -> float:
   """|Δ| / se at which the test's two-sided p equals `level`: Student's t quantile at Welch's df
   for means, the normal quantile for counts (the binomial se's scale) and for ranks (an
   approximation: their exact permutation test has no quantile of its own)."""
-  q = 1 - level / 2
-  if kind == "count" or df is None or not math.isfinite(df):
-    return float(scipy_stats.norm.ppf(q))
-  return float(scipy_stats.t.ppf(q, df))
+  return float(_t_or_normal(None if kind == "count" else df).ppf(1 - level / 2))
 
 
 def welch_power(effect: float, se: float, df: Optional[float], level: float) -> float:
@@ -146,7 +147,7 @@ def welch_power(effect: float, se: float, df: Optional[float], level: float) -> 
   if df is None or not math.isfinite(df):
     q = scipy_stats.norm.ppf(1 - level / 2)
     return float(scipy_stats.norm.sf(q - ncp) + scipy_stats.norm.cdf(-q - ncp))
-  q = scipy_stats.t.ppf(1 - level / 2, df)
+  q = _t_or_normal(df).ppf(1 - level / 2)
   upper, lower = scipy_stats.nct.sf(q, df, ncp), scipy_stats.nct.cdf(-q, df, ncp)
   # scipy's noncentral t returns nan far in its tails (ncp of tens of se): 1 and 0 there.
   upper = upper if math.isfinite(upper) else float(ncp > q)
@@ -158,7 +159,6 @@ def parity_result(stats: Mapping, margin: float, alpha: float) -> dict:
   tests = parity(stats["delta"], stats["se"], stats.get("df"), margin)
   test = "equal" if tests["p_equal"] <= tests["p_apart"] else "apart"
   df = stats.get("df")
-  q = (scipy_stats.norm.ppf(1 - alpha) if df is None or not math.isfinite(df)
-       else scipy_stats.t.ppf(1 - alpha, df))
+  q = _t_or_normal(df).ppf(1 - alpha)
   ci = (stats["delta"] - q * stats["se"], stats["delta"] + q * stats["se"])
   return {"p": tests[f"p_{test}"], "parity": {"margin": margin, "test": test, "ci": ci}}
