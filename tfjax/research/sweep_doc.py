@@ -119,8 +119,28 @@ def judge(section: dict) -> list[dict]:
       if "secondary" in claim:
         second = {k: v for k, v in claim["secondary"].items() if k != "label"}
         result["secondary"] = verdicts.verdict(section["rows"], {**claim, **second})
-    out.append({**claim, "result": result})
+    out.append({**claim, "result": result, "trained": _trained_seeds(section["rows"], claim, result)})
   return out
+
+
+def _trained_seeds(rows: list, claim: dict, result: dict) -> Optional[str]:
+  """A count claim's note on how narrowly its seeds counted as trained: claim['trained_margin']
+  = (metric, reference, line) prints metric - reference of each seed that did not fail (failed
+  = 0), against the line a seed must be below to count as trained. A count alone hides a seed
+  that cleared the line by a hair."""
+  if not claim.get("trained_margin") or result["word"] == PENDING:
+    return None
+  metric, reference, line = claim["trained_margin"]
+  keys = [k for k in claim["a"] if k != "metric" and claim["a"][k] != claim["b"].get(k)]
+  parts = []
+  for side in (claim["a"], claim["b"]):
+    members = [r["metrics"] for r in rows if r["status"] == "done" and verdicts.matches(r, side)]
+    margins = [m[metric] - m[reference] for m in members if m.get(side["metric"]) == 0]
+    arm = ", ".join(f"{k.split('.')[-1]}={side[k]}" for k in keys)
+    parts.append(f"{arm} {len(margins)} of {len(members)}"
+                 + (f" ({', '.join(f'{v:+.3f}' for v in sorted(margins))})" if margins else ""))
+  return (f"seeds that trained, by {metric} - {reference} (trained below {line:+g}): "
+          + "; ".join(parts))
 
 
 def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
@@ -162,7 +182,7 @@ def _ours(claim: dict) -> str:
 def _note(claim: dict) -> str:
   """The section table's note: the reason (untestable, near the threshold, bimodal, ...) and the
   claim on its second metric."""
-  result, notes = claim["result"], [claim["result"]["why"]]
+  result, notes = claim["result"], [claim["result"]["why"], claim.get("trained")]
   if "secondary" in result:
     second = result["secondary"]
     notes.append(f"{claim['secondary']['label']} (second metric): {second['word']}, "
