@@ -43,6 +43,16 @@ def test_a_section_names_the_devices_its_points_ran_on():
           assert f" on {device}" in section or f" and {device}" in section, (name, device)
 
 
+def test_arms_run_on_two_devices_are_listed_by_device():
+  def row(heads, seed, device):
+    return {"overrides": {"model.num_heads": heads, "seed": seed}, "device": device}
+  rows = [row(8, 0, "cpu"), row(8, 1, "cpu"), row(2, 0, "gpu: H200"), row(32, 0, "cpu"),
+          row(2, 1, None)]
+  line = sweep_doc._arms_by_device(rows)  # pylint: disable=protected-access
+  assert line.endswith("cpu: num_heads=8 (seeds 0, 1); num_heads=32 (seeds 0). device not "
+                       "recorded: num_heads=2 (seeds 1). gpu: H200: num_heads=2 (seeds 0)."), line
+
+
 def _copy_repo(tmp_path):
   """The files regeneration reads: configs, results, the doc and the README."""
   for rel in ("configs/ablations", sweep_doc.RESULTS_DIR):

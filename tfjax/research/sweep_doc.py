@@ -234,6 +234,8 @@ def section_block(section: dict) -> str:
            f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points "
            "recorded: a point resumed from a checkpoint records its last attempt only); "
            + _wall_time(rows), ""]
+  if len(devices) > 1:
+    lines += [_arms_by_device(rows), ""]
   if section["stale"]:
     arms = {json.dumps({k: v for k, v in r["overrides"].items()
                         if k not in sweep_lib.SEED_KEYS}, sort_keys=True)
@@ -264,6 +266,22 @@ def section_block(section: dict) -> str:
       spec["file"] for spec in section["report"].get("mrr", ())]
   lines += [""] + [f"![{f}](figures/{f})" for f in files if section["rows"]]
   return "\n".join(lines)
+
+
+def _arms_by_device(rows: list) -> str:
+  """Where a section's points ran on more than one device, which arms ran where: only arms of
+  one device compare without the devices' numerics in the difference."""
+  where: dict = {}
+  for r in rows:
+    arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in r["overrides"].items()
+                    if k not in sweep_lib.SEED_KEYS) or "baseline"
+    where.setdefault(r.get("device") or "device not recorded", {}).setdefault(arm, set()).add(
+        r["overrides"].get("seed"))
+  parts = [f"{device}: " + "; ".join(f"{arm} (seeds {', '.join(map(str, sorted(seeds)))})"
+                                    for arm, seeds in arms.items())
+           for device, arms in sorted(where.items())]
+  return ("**Arms by device** (compare arms of one device; between devices the difference "
+          "includes their numerics): " + ". ".join(parts) + ".")
 
 
 def _wall_time(rows: list) -> str:
