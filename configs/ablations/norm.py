@@ -62,9 +62,14 @@ GRID = {
                    # post-LN fails (the earlier medium grid, lr 3e-3 and 60 warmup steps: post-LN
                    # failed in 3 of 3 seeds, pre-LN trained); 6 seeds for the compared arms
                    # (Fisher's test can reach p < 0.05 / 6), 3 for the pre-LN control.
+                   # DeepNet's init is Xavier with gain beta on W_V, W_O and the FFN (gain 1
+                   # elsewhere; post-LN: Xavier, fairseq's): the claim reads the xavier_uniform
+                   # arms. Its first reading (6 vs 6) was of the normal-init arms, whose rows stay
+                   # in the tables: a look (the rule).
                    stability=dict(lr=3e-3, warmup=60, seeds=tuple(range(6)),
                                   arms=("post", "deepnorm"), control="pre",
-                                  control_seeds=(0, 1, 2))),
+                                  control_seeds=(0, 1, 2), inits=("normal", "xavier_uniform"),
+                                  claim_init="xavier_uniform", looks=((6, 6),))),
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }
@@ -139,13 +144,13 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
             "optimizer.warmup_steps": warmup, "metric": metric}
   deep = grid["layers"][-1]
 
-  def trains(placement, layers, warmup=grid["warmup"], why="", lr=grid["lr"][0]):
+  def trains(placement, layers, warmup=grid["warmup"], why="", lr=grid["lr"][0], init="normal"):
     """A positive control: every seed of this arm trains (failed = 0)."""
-    where = {k: v for k, v in arm("failed", placement, warmup, layers=layers, lr=lr).items()
-             if k != "metric"}
+    where = {k: v for k, v in arm("failed", placement, warmup, layers=layers, lr=lr,
+                                  init=init).items() if k != "metric"}
     return {"where": where, "metric": "failed", "max": 0.0,
             "what": f"{placement}-LN with warmup {warmup} trains at {layers} layers, lr {lr:g}"
-                    f"{why}"}
+                    f"{'' if init == 'normal' else ', ' + init + ' init'}{why}"}
   # Xiong et al.'s reference: post-LN *with* warmup trains (their figure 2, 6 layers). Where it
   # does not at this lr / warmup / init / depth, the warmup claims cannot be tested here.
   xiong = trains("post", grid["layers"][0], why=" (Xiong et al. fig. 2)")
@@ -153,16 +158,17 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   # DeepNorm's claim is read where post-LN fails with warmup (GRID's `stability` setting, where a
   # scale has one; else the main one, where its control then says whether post-LN fails).
   stab = grid.get("stability", {"lr": grid["lr"][0], "warmup": w})
-  s_lr, s_w = stab["lr"], stab["warmup"]
+  s_lr, s_w, s_init = stab["lr"], stab["warmup"], stab.get("claim_init", "normal")
 
-  def fails(placement, why, warmup=w, lr=grid["lr"][0]):
+  def fails(placement, why, warmup=w, lr=grid["lr"][0], init="normal"):
     """The setting a stability claim needs: its baseline fails, under the recipe (with warmup)
     the paper trains every arm with."""
-    where = {k: v for k, v in arm("failed", placement, warmup, layers=deep, lr=lr).items()
-             if k != "metric"}
+    where = {k: v for k, v in arm("failed", placement, warmup, layers=deep, lr=lr,
+                                  init=init).items() if k != "metric"}
     return {"where": where, "metric": "failed", "min": 0.5,
             "what": f"{placement}-LN with warmup {warmup} fails in at least half the seeds at "
-                    f"{deep} layers, lr {lr:g} ({why})"}
+                    f"{deep} layers, lr {lr:g}{'' if init == 'normal' else ', ' + init + ' init'}"
+                    f" ({why})"}
   # A count hides how narrowly a seed counted as trained: each count claim's note gives the
   # trained seeds' eval loss against unigram/loss (the line: FAILED_MARGIN below it).
   trained_margin = ("eval/loss", "unigram/loss", -FAILED_MARGIN)
@@ -185,13 +191,15 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       # at depths where post-LN diverges with it; Ding et al. (CogView) introduce Sandwich-LN
       # against pre-LN's instability. Each claim is read with warmup, where its baseline fails.
       dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep} "
-           f"(both with warmup {s_w}, lr {s_lr:g})",
+           f"(both with warmup {s_w}, lr {s_lr:g}"
+           f"{'' if s_init == 'normal' else ', ' + s_init + ' init (DeepNet: times beta)'})",
            paper="stable where post-LN diverges under the same recipe (Wang et al.)",
-           kind="count", a=arm("failed", "deepnorm", s_w, layers=deep, lr=s_lr),
-           b=arm("failed", "post", s_w, layers=deep, lr=s_lr), expect="less",
-           controls=[trains("pre", deep, s_w, lr=s_lr),
+           kind="count", a=arm("failed", "deepnorm", s_w, layers=deep, lr=s_lr, init=s_init),
+           b=arm("failed", "post", s_w, layers=deep, lr=s_lr, init=s_init), expect="less",
+           controls=[trains("pre", deep, s_w, lr=s_lr, init=s_init),
                      fails("post", "Wang et al.'s setting: post-LN diverges with warmup", s_w,
-                           s_lr)], trained_margin=trained_margin),
+                           s_lr, init=s_init)], trained_margin=trained_margin,
+           earlier_looks=stab.get("looks", ())),
       dict(id="sandwich_deep", claim=f"Sandwich-LN fails less often than pre-LN at depth {deep} "
            f"(both with warmup {w})",
            paper="Sandwich-LN keeps training stable where pre-LN does not (Ding et al. 2021, "
@@ -270,9 +278,13 @@ def _stability_arms(grid, arms) -> list:
   stab = grid.get("stability")
   if not stab:
     return []
-  at = {"optimizer.lr": (stab["lr"],), "optimizer.warmup_steps": (stab["warmup"],)}
-  return (arms(stab["seeds"], **{"model.norm_placement": stab["arms"], **at})
-          + arms(stab["control_seeds"], **{"model.norm_placement": (stab["control"],), **at}))
+  out = []
+  for init in stab.get("inits", ("normal",)):
+    at = {"optimizer.lr": (stab["lr"],), "optimizer.warmup_steps": (stab["warmup"],),
+          "model.init": (init,)}
+    out += (arms(stab["seeds"], **{"model.norm_placement": stab["arms"], **at})
+            + arms(stab["control_seeds"], **{"model.norm_placement": (stab["control"],), **at}))
+  return out
 
 
 def unigram_loss(config, workdir) -> float:
