@@ -180,7 +180,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       dict(id="preln_without_warmup", claim="pre-LN without warmup beats post-LN without warmup",
            paper="pre-LN trains without warmup, converges faster (Xiong et al.)",
            a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "post", 0), expect="less",
-           controls=[xiong]),
+           controls=[xiong], trained_margin=trained_margin),
       dict(id="rmsnorm_matches", claim=f"RMSNorm matches LayerNorm (pre-LN; eval loss within "
            f"±{verdicts.PARITY_MARGIN} nats)",
            paper="comparable quality, 7-64% faster (Zhang & Sennrich)",
@@ -192,7 +192,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       # against pre-LN's instability. Each claim is read with warmup, where its baseline fails.
       dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep} "
            f"(both with warmup {s_w}, lr {s_lr:g}"
-           f"{'' if s_init == 'normal' else ', ' + s_init + ' init (DeepNet: times beta)'})",
+           f"{'' if s_init == 'normal' else ', ' + s_init + ' init, times beta as in DeepNet'})",
            paper="stable where post-LN diverges under the same recipe (Wang et al.)",
            kind="count", a=arm("failed", "deepnorm", s_w, layers=deep, lr=s_lr, init=s_init),
            b=arm("failed", "post", s_w, layers=deep, lr=s_lr, init=s_init), expect="less",

@@ -181,18 +181,20 @@ def test_a_missing_marker_names_the_fix(name):
 
 
 def test_a_count_claims_note_gives_each_trained_seeds_margin():
-  """The note lists metric - reference of the seeds with failed = 0 only, sorted, per arm,
-  hand-computed here; a failed seed (even one below the line) is not listed."""
-  def row(placement, seed, failed, loss):
-    return {"status": "done", "overrides": {"model.norm_placement": placement, "seed": seed},
+  """The note lists metric - reference of the seeds with failed = 0, sorted, per arm, and the
+  failed seed closest to the line; a diverged seed counts in n as failed. Hand-computed here."""
+  def row(placement, seed, failed, loss, status="done"):
+    return {"status": status, "overrides": {"model.norm_placement": placement, "seed": seed},
             "metrics": {"failed": failed, "eval/loss": loss, "unigram/loss": 3.0}}
-  rows = [row("deepnorm", 0, 0.0, 2.875), row("deepnorm", 1, 1.0, 2.5),
-          row("deepnorm", 2, 0.0, 1.75), row("post", 0, 1.0, 3.0), row("post", 1, 1.0, 3.5)]
-  claim = {"a": {"model.norm_placement": "deepnorm", "metric": "failed"},
-           "b": {"model.norm_placement": "post", "metric": "failed"},
+  rows = [row("deepnorm", 0, 0.0, 2.875), row("deepnorm", 1, 1.0, 2.95),
+          row("deepnorm", 2, 0.0, 1.75), row("deepnorm", 3, 1.0, 2.96),
+          row("post", 0, 1.0, 3.0), row("post", 1, 1.0, float("nan"), "diverged")]
+  claim = {"a": {"model.norm_placement": "deepnorm", "metric": "eval/loss"},
+           "b": {"model.norm_placement": "post", "metric": "eval/loss"},
            "trained_margin": ("eval/loss", "unigram/loss", -0.1)}
   trained = sweep_doc._trained_seeds  # pylint: disable=protected-access
   note = trained(rows, claim, {"word": "direction only"})
   assert note == ("seeds that trained, by eval/loss - unigram/loss (trained below -0.1): "
-                  "norm_placement=deepnorm 2 of 3 (-1.250, -0.125); norm_placement=post 0 of 2")
+                  "norm_placement=deepnorm 2 of 4 (-1.250, -0.125), closest failed -0.050; "
+                  "norm_placement=post 0 of 2, closest failed +0.000")
   assert trained(rows, {**claim, "trained_margin": None}, {"word": "direction only"}) is None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -119,26 +120,33 @@ def judge(section: dict) -> list[dict]:
       if "secondary" in claim:
         second = {k: v for k, v in claim["secondary"].items() if k != "label"}
         result["secondary"] = verdicts.verdict(section["rows"], {**claim, **second})
-    out.append({**claim, "result": result, "trained": _trained_seeds(section["rows"], claim, result)})
+    trained = _trained_seeds(section["rows"], claim, result)
+    out.append({**claim, "result": result, "trained": trained})
   return out
 
 
 def _trained_seeds(rows: list, claim: dict, result: dict) -> Optional[str]:
-  """A count claim's note on how narrowly its seeds counted as trained: claim['trained_margin']
-  = (metric, reference, line) prints metric - reference of each seed that did not fail (failed
-  = 0), against the line a seed must be below to count as trained. A count alone hides a seed
-  that cleared the line by a hair."""
+  """A count claim's note on how narrowly its seeds counted as trained or failed:
+  claim['trained_margin'] = (metric, reference, line) prints metric - reference of each seed that
+  did not fail (its `failed` is 0) and of the failed seed closest to the line (diverged seeds
+  count as failed), against the line a seed must be below to count as trained. A count alone
+  hides a seed that cleared, or missed, the line by a hair."""
   if not claim.get("trained_margin") or result["word"] == PENDING:
     return None
   metric, reference, line = claim["trained_margin"]
   keys = [k for k in claim["a"] if k != "metric" and claim["a"][k] != claim["b"].get(k)]
   parts = []
   for side in (claim["a"], claim["b"]):
-    members = [r["metrics"] for r in rows if r["status"] == "done" and verdicts.matches(r, side)]
-    margins = [m[metric] - m[reference] for m in members if m.get(side["metric"]) == 0]
+    members = [r for r in rows if r["status"] in ("done", "diverged") and verdicts.matches(r, side)]
+    margin = lambda r: r["metrics"][metric] - r["metrics"][reference]  # noqa: E731
+    trained = sorted(margin(r) for r in members
+                     if r["status"] == "done" and r["metrics"].get("failed") == 0)
+    missed = [margin(r) for r in members if r["status"] == "done"
+              and r["metrics"].get("failed") == 1 and math.isfinite(r["metrics"][metric])]
     arm = ", ".join(f"{k.split('.')[-1]}={side[k]}" for k in keys)
-    parts.append(f"{arm} {len(margins)} of {len(members)}"
-                 + (f" ({', '.join(f'{v:+.3f}' for v in sorted(margins))})" if margins else ""))
+    parts.append(f"{arm} {len(trained)} of {len(members)}"
+                 + (f" ({', '.join(f'{v:+.3f}' for v in trained)})" if trained else "")
+                 + (f", closest failed {min(missed):+.3f}" if missed else ""))
   return (f"seeds that trained, by {metric} - {reference} (trained below {line:+g}): "
           + "; ".join(parts))
 
