@@ -21,14 +21,16 @@ _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # that no arm mixes machines.
 SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2, 3, 4), "full": (0, 1, 2)}
 # Seeds per arm (3 where not named) at each earlier reading of the claims, before this rerun
-# of all 40 points at 5 seeds, as (run, seeds): 3 everywhere on CPU (e24efa9, read in bcfe5a1 as
-# "every gated variant beats every ungated one", so every pair); then a new run, 3 everywhere
-# (71ff80a, H200); bilinear and gelu at 5 (ee23211); glu and swiglu too (5c7be18). Each reading
-# of new data for a pair is a look (the rule's Bonferroni over looks): a new run, or a change of
-# the pair's counts within a run; the mixed-device 5 vs 5 reading counts as one as well.
+# of all 40 points at 5 seeds, as (run, seeds[, the arms whose points changed]): 3 everywhere on
+# CPU (e24efa9, read in bcfe5a1 as "every gated variant beats every ungated one", so every pair);
+# then a new run, 3 everywhere (71ff80a, H200); bilinear and gelu at 5 (ee23211); glu and swiglu
+# too (5c7be18); 8 points of gelu, glu, bilinear and swiglu rerun (2113214). Each reading of new
+# data for a pair is a look (the rule's Bonferroni over looks): a new run touching one of its
+# arms, or a change of its counts; the mixed-device 5 vs 5 reading counts as one as well.
+_FIVE = {"bilinear": 5, "gelu": 5, "glu": 5, "swiglu": 5}
 EARLIER_SEEDS = {"smoke": (), "full": (),
                  "medium": (("cpu", {}), ("h200", {}), ("h200", {"bilinear": 5, "gelu": 5}),
-                            ("h200", {"bilinear": 5, "gelu": 5, "glu": 5, "swiglu": 5}))}
+                            ("h200", _FIVE), ("2113214", _FIVE, tuple(_FIVE)))}
 UNGATED = ("relu", "gelu", "silu")
 GATED = ("glu", "bilinear", "reglu", "geglu", "swiglu")
 PUBLISHED = {"relu": 1.997, "gelu": 1.983, "silu": 1.994, "glu": 1.982, "bilinear": 1.960,
@@ -57,7 +59,9 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   pairs = [(a, b) for a in GATED for b in UNGATED]
   def looks(a, b):  # the pair's seed counts at each earlier reading of new data
     out, last = [], None
-    for run, stage in EARLIER_SEEDS[_lm.check_scale(scale, "ffn.py")]:
+    for run, stage, *changed in EARLIER_SEEDS[_lm.check_scale(scale, "ffn.py")]:
+      if changed and a not in changed[0] and b not in changed[0]:
+        continue  # a rerun of other arms: no new data for this pair
       if (run, n := (stage.get(a, 3), stage.get(b, 3))) != last:
         out.append(n)
         last = (run, n)

@@ -29,9 +29,10 @@ SEEDS = {"smoke": (0, 1), "medium": (0, 1, 2), "full": (0, 1, 2)}
 # design had power 0.37 for the paper's 32-vs-8 gap (docs/ablations.md, the rule's power).
 CLAIM_HEADS = (1, 8, 32)
 CLAIM_SEEDS = {"smoke": SEEDS["smoke"], "medium": tuple(range(7)), "full": SEEDS["full"]}
-# Both claims were read at 3 vs 3 seeds (H200, fbc79d3) before the claim arms got 7 seeds each
-# (rerun together on one CPU): p is multiplied by the looks (the rule).
-LOOKS = {"smoke": (), "medium": ((3, 3),), "full": ()}
+# Both claims were read at 3 vs 3 seeds twice before the claim arms got 7 seeds each (rerun
+# together on one CPU): on CPU (runs at e24efa9, doc 6c991d9) and on an H200 (fbc79d3). p is
+# multiplied by the looks (the rule).
+LOOKS = {"smoke": (), "medium": ((3, 3), (3, 3)), "full": ()}
 ARM_KEYS = ("model.num_heads", "model.head_dim")
 PUBLISHED_PPL = {1: 5.29, 4: 5.00, 8: 4.92, 16: 4.91, 32: 5.01}  # table 3 (A), fixed d_model
 REPORT = dict(
@@ -77,8 +78,9 @@ def get_config(scale=None):
     python experiments/sweep.py --config=configs/ablations/heads.py --scale=medium \\
         --workdir=runs/ablations/heads_medium --parallel=2
 
-  Points: 20 smoke, 42 medium (7 seeds for the claims' arms 1, 8 and 32 heads), 30 full. Expected runtime: docs/ablations.md (each sweep's results
-  line gives the runtime its points recorded, and on which device); full: one GPU, not measured.
+  Points: 20 smoke, 42 medium (7 seeds for the claims' arms 1, 8 and 32 heads), 30 full.
+  Expected runtime: docs/ablations.md (each sweep's results line gives the runtime its points
+  recorded, and on which device); full: one GPU, not measured.
   Results and verdicts: docs/ablations.md (from docs/ablations/results/heads_<scale>.jsonl).
   """
   return _lm.char_lm(_lm.check_scale(scale, "heads.py"))

@@ -64,12 +64,13 @@ GRID = {
                    # (Fisher's test can reach p < 0.05 / 6), 3 for the pre-LN control.
                    # DeepNet's init is Xavier with gain beta on W_V, W_O and the FFN (gain 1
                    # elsewhere; post-LN: Xavier, fairseq's): the claim reads the xavier_uniform
-                   # arms. Its first reading (6 vs 6) was of the normal-init arms, whose rows stay
-                   # in the tables: a look (the rule).
+                   # arms. It was read before on arms whose rows stay in the tables, each a look
+                   # (the rule): without warmup, 8 vs 8 (29cd209); warmup 150, 3 vs 8
+                   # (aa5cb33); the normal-init stability arms, 6 vs 6 (1fe3ed5).
                    stability=dict(lr=3e-3, warmup=60, seeds=tuple(range(6)),
                                   arms=("post", "deepnorm"), control="pre",
                                   control_seeds=(0, 1, 2), inits=("normal", "xavier_uniform"),
-                                  claim_init="xavier_uniform", looks=((6, 6),))),
+                                  claim_init="xavier_uniform", looks=((8, 8), (3, 8), (6, 6)))),
     "full": dict(layers=(6, 12), lr=(3e-4, 1e-3, 3e-3), high_lr=None, warmup=300,
                  seeds=(0, 1, 2), steps=3000, width=384),
 }

@@ -27,10 +27,12 @@ RULE_TEXT = (
     "majority-class floor) when one fails. A control may hold in every seed rather than on the "
     "seed mean (ListOps: the Transformer learns in every seed). **Multiple comparisons:** the p "
     "of a section's testable claims are Holm-adjusted (step-down, the family is the section); "
-    "the words use the adjusted p. **Seeds added after a look:** where a claim was read at "
-    "fewer seeds before more were run (its config lists those earlier looks), its p is first "
-    "multiplied by the number of looks (Bonferroni), counting only earlier looks whose design "
-    f"could reach p < {ALPHA} (one that could not spends no alpha). "
+    "the words use the adjusted p. **Earlier readings:** where a claim was read before on "
+    "other data of the current config (fewer seeds, another run of the same points, or arms "
+    "it no longer reads, whose rows stay in the tables; its config lists them), its p is first "
+    "multiplied by the number of readings (Bonferroni), counting only earlier ones whose "
+    f"design could reach p < {ALPHA} (one that could not spends no alpha); readings under a "
+    "superseded config of the sweep are not counted. "
     f"Then, in this order: *untestable here*, with the reason, "
     f"when a precondition or a declared positive control fails (the paper's reference "
     f"behaviour at this setting, e.g. post-LN with warmup trains, or at least one arm "
@@ -59,4 +61,5 @@ RULE_TEXT = (
     f"Δ inside ±margin (adjusted p < {ALPHA}: the 90% CI lies inside it), *contradicted* when "
     f"the one-sided test that |Δ| exceeds the margin does (the CI lies beyond it), "
     f"*inconclusive* otherwise (*needs more seeds* when an arm has fewer than {MIN_SEEDS}); "
-    f"the smaller of the two p enters Holm's family.")
+    f"the smaller of the two p enters Holm's family; the printed 90% CI is not widened for "
+    f"the looks or Holm, so a CI inside or beyond the margin can still read *inconclusive*.")
