@@ -125,6 +125,11 @@ def judge(section: dict) -> list[dict]:
   return out
 
 
+def _arm_label(items) -> str:
+  """'norm_placement=post, lr=0.003': an arm's (config key, value) pairs by the keys' last part."""
+  return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in items)
+
+
 def _trained_seeds(rows: list, claim: dict, result: dict) -> Optional[str]:
   """A count claim's note on how narrowly its seeds counted as trained or failed:
   claim['trained_margin'] = (metric, reference, line) prints metric - reference of each seed that
@@ -143,7 +148,7 @@ def _trained_seeds(rows: list, claim: dict, result: dict) -> Optional[str]:
                      if r["status"] == "done" and r["metrics"].get("failed") == 0)
     missed = [margin(r) for r in members if r["status"] == "done"
               and r["metrics"].get("failed") == 1 and math.isfinite(r["metrics"][metric])]
-    arm = ", ".join(f"{k.split('.')[-1]}={side[k]}" for k in keys)
+    arm = _arm_label((k, side[k]) for k in keys)
     parts.append(f"{arm} {len(trained)} of {len(members)}"
                  + (f" ({', '.join(f'{v:+.3f}' for v in trained)})" if trained else "")
                  + (f", closest failed {min(missed):+.3f}" if missed else ""))
@@ -161,7 +166,7 @@ def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
         continue
       planned = sum(verdicts.matches({"overrides": p}, side) for p in section.get("sweep", ()))
       if planned and sum(verdicts.matches(r, side) for r in section["rows"]) < min(planned, 2):
-        arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in side.items() if k != "metric")
+        arm = _arm_label((k, v) for k, v in side.items() if k != "metric")
         return (f"awaits a run: {arm} has points in the sweep but no committed results (the "
                 f"command: {section['name']}'s section)")
   if not section["stale"]:
@@ -174,7 +179,7 @@ def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
   for side in sides:
     exact = claim.get("kind") != "mrr"
     if sum(verdicts.matches(r, side, exact) for r in section["rows"]) < 2:
-      arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in side.items() if k != "metric")
+      arm = _arm_label((k, v) for k, v in side.items() if k != "metric")
       return (f"awaits a rerun: the committed results of {arm} are of another config of this "
               f"sweep (the command: {section['name']}'s section)")
   return None
@@ -281,8 +286,8 @@ def _arms_by_device(rows: list) -> str:
   one device compare without the devices' numerics in the difference."""
   where: dict = {}
   for r in rows:
-    arm = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in r["overrides"].items()
-                    if k not in sweep_lib.SEED_KEYS) or "baseline"
+    arm = _arm_label((k, v) for k, v in r["overrides"].items()
+                     if k not in sweep_lib.SEED_KEYS) or "baseline"
     where.setdefault(r.get("device") or "device not recorded", {}).setdefault(arm, set()).add(
         r["overrides"].get("seed"))
   parts = [f"{device}: " + "; ".join(f"{arm} (seeds {', '.join(map(str, sorted(seeds)))})"
