@@ -151,7 +151,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
                                   init=init).items() if k != "metric"}
     return {"where": where, "metric": "failed", "max": 0.0,
             "what": f"{placement}-LN with warmup {warmup} trains at {layers} layers, lr {lr:g}"
-                    f"{'' if init == 'normal' else ', ' + init + ' init'}{why}"}
+                    f"{_init_note(init)}{why}"}
   # Xiong et al.'s reference: post-LN *with* warmup trains (their figure 2, 6 layers). Where it
   # does not at this lr / warmup / init / depth, the warmup claims cannot be tested here.
   xiong = trains("post", grid["layers"][0], why=" (Xiong et al. fig. 2)")
@@ -168,8 +168,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
                                   init=init).items() if k != "metric"}
     return {"where": where, "metric": "failed", "min": 0.5,
             "what": f"{placement}-LN with warmup {warmup} fails in at least half the seeds at "
-                    f"{deep} layers, lr {lr:g}{'' if init == 'normal' else ', ' + init + ' init'}"
-                    f" ({why})"}
+                    f"{deep} layers, lr {lr:g}{_init_note(init)} ({why})"}
   # A count hides how narrowly a seed counted as trained: each count claim's note gives the
   # trained seeds' eval loss against unigram/loss (the line: FAILED_MARGIN below it).
   trained_margin = ("eval/loss", "unigram/loss", -FAILED_MARGIN)
@@ -193,7 +192,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       # against pre-LN's instability. Each claim is read with warmup, where its baseline fails.
       dict(id="deepnorm_deep", claim=f"DeepNorm fails less often than post-LN at depth {deep} "
            f"(both with warmup {s_w}, lr {s_lr:g}"
-           f"{'' if s_init == 'normal' else ', ' + s_init + ' init, times beta as in DeepNet'})",
+           f"{_init_note(s_init) and _init_note(s_init) + ', times beta as in DeepNet'})",
            paper="stable where post-LN diverges under the same recipe (Wang et al.)",
            kind="count", a=arm("failed", "deepnorm", s_w, layers=deep, lr=s_lr, init=s_init),
            b=arm("failed", "post", s_w, layers=deep, lr=s_lr, init=s_init), expect="less",
@@ -272,6 +271,11 @@ def get_sweep(scale=None):
           + (arms(**{placement: ("pre", "post"), "model.num_layers": first,
                      "optimizer.lr": (grid["high_lr"],), "optimizer.warmup_steps": (0, w)})
              if grid["high_lr"] else []))
+
+
+def _init_note(init) -> str:
+  """', xavier_uniform init' in a claim's or control's text; nothing for the default init."""
+  return "" if init == "normal" else f", {init} init"
 
 
 def _stability_arms(grid, arms) -> list:
