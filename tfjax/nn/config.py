@@ -276,26 +276,29 @@ def xla_only_attention(items: dict) -> Optional[str]:
 
 
 def resolve_auto(items: dict, platform: Optional[str] = None,
-                 num_devices: Optional[int] = None) -> dict:
+                 num_devices: Optional[int] = None, context: int = 1) -> dict:
   """The flat model keys `items` with dtype / attention_impl 'auto' made concrete for `platform`
-  and `num_devices` (None: this process's; tfjax.aot passes its target's). The one place they
-  are resolved.
+  (None: this process's) and a mesh whose context axis has `context` devices. The one place they
+  are resolved. (`num_devices` is accepted for callers that pass it; the choice no longer depends
+  on it: on every mesh the kernels run per device, tfjax/nn/sharded_attention.py.)
 
   GPU and TPU: bfloat16 compute (params and optimizer state stay float32: nanoGPT's autocast
-  precision) and the Pallas attention kernels on one device. On several devices attention is
-  xla: the kernels are not wrapped for a sharded batch yet (XLA cannot partition a Mosaic kernel:
-  tests/aot/test_aot.py's v5e-4 train step). Where an xla-only attention feature is on
-  (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks per call (its rule
-  says which implementation takes that feature). CPU: float32 and xla, the values the CPU
-  tables (docs/benchmarks/cpu_training.md) were measured with, so new runs compare to them."""
+  precision) and the Pallas attention kernels, or 'chunked' over a context axis (a sequence split
+  over devices needs explicit positions, which the Pallas kernels do not take). Where an xla-only
+  attention feature is on (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks
+  per call (its rule says which implementation takes that feature). CPU: float32 and xla, the
+  values the CPU tables (docs/benchmarks/cpu_training.md) were measured with, so new runs compare
+  to them; 'chunked' over a context axis (xla there would form each device's T/C x T logits)."""
+  del num_devices
   kind = platform_kind(platform)
-  if num_devices is None:
-    num_devices = jax.device_count() if platform is None else 1
   out = dict(items)
   if out.get("dtype") == AUTO:
     out["dtype"] = "float32" if kind == "cpu" else "bfloat16"
   if out.get("attention_impl") == AUTO and (kind == "cpu" or xla_only_attention(out) is None):
-    out["attention_impl"] = "pallas" if kind != "cpu" and num_devices == 1 else "xla"
+    if context > 1 and xla_only_attention(out) is None:
+      out["attention_impl"] = "chunked"
+    else:
+      out["attention_impl"] = "xla" if kind == "cpu" else "pallas"
   return out
 
 

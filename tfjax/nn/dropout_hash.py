@@ -73,7 +73,16 @@ def as_seed(seed) -> jax.Array:
 
 
 def head_keys(seed, batch: int, heads: int) -> jax.Array:
-  """int32 [batch, heads]: the per-(batch, query head) key the kernels read as a scalar."""
+  """int32 [batch, heads]: the per-(batch, query head) key the kernels read as a scalar.
+
+  `seed` may also be such keys already ([batch, heads] int32): a device's block of the whole
+  batch's keys, which tfjax/nn/sharded_attention.py hands each shard so that the mask reads
+  global batch and head indices."""
+  if jnp.ndim(seed) == 2:
+    if jnp.shape(seed) != (batch, heads) or jnp.asarray(seed).dtype != jnp.int32:
+      raise ValueError(f"dropout keys must be int32 [{batch}, {heads}] (dropout_hash.head_keys); "
+                       f"got {jnp.asarray(seed).dtype}{list(jnp.shape(seed))}")
+    return seed
   b = lax.broadcasted_iota(I32, (batch, heads), 0)
   h = lax.broadcasted_iota(I32, (batch, heads), 1)
   return fmix32(fmix32(as_seed(seed) ^ (b * I32(C_BATCH))) ^ (h * I32(C_HEAD)))

@@ -35,6 +35,7 @@ this module never imports Pallas).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, Mapping, Optional
 
@@ -42,7 +43,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from tfjax.nn import dropout_hash
+from tfjax.nn import dropout_hash, sharded_attention
 from tfjax.nn.choices import one_of
 from tfjax.nn.masks import MASK_VALUE, alibi_bias, visibility_mask
 
@@ -267,9 +268,13 @@ def dot_product_attention(
           f"attention soft-capping is only supported by implementation in {SOFTCAP_IMPLS}, not "
           f"{name!r}; set model.attention_impl to one of them (or 'auto')")
     kwargs.update(softcap=softcap)
+  fn = fns[name]
   if implementation == "auto" and name in ("xla", "chunked") and jax.default_backend() == "cpu":
     # A CPU host may lower this program for TPU or GPU devices (tfjax.aot): 'auto' then means
     # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
     from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top
-    return per_lowering_platform(fns[name], q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
-  return fns[name](q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
+    fn = functools.partial(per_lowering_platform, fns[name])
+  if name == "xla" and fn is _xla_attention:
+    return fn(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)  # plain JAX: GSPMD partitions it
+  # A kernel runs per device under the current mesh (tfjax/nn/sharded_attention.py).
+  return sharded_attention.attention(fn, name, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)

@@ -23,8 +23,8 @@ indivisible dimensions are replicated here too).
                  A_input = d * b*s * c  (the layer input, the only thing full remat keeps)
                  A_head  = 2 * v * b*s * 4  (logits and log-softmax, float32)
                each array divided over the mesh axes its logical axes map to (batch over
-               data x fsdp; heads, kv_heads, mlp, vocab over tensor; d stays whole: no sequence
-               parallelism). A decoder layer of encoder_decoder adds a cross-attention block.
+               data x fsdp; heads, kv_heads, mlp, vocab over tensor; the length over context;
+               d stays whole). A decoder layer of encoder_decoder adds a cross-attention block.
 Not counted: XLA temporaries and fusion buffers, all-gathered FSDP weights of the layer being
 computed, dropout masks, the input batch. Budget ~10-20% headroom on top.
 """
@@ -123,7 +123,7 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
                 optimizer=None, rules=None, grad_accum_steps: int = 1,
                 enc_len: int | None = None) -> dict:
   """Per-device bytes of params, gradients, optimizer state and activations on a mesh of
-  `mesh_sizes` (data, fsdp, tensor), simulated arithmetically (no devices)."""
+  `mesh_sizes` (data, fsdp, tensor[, context]), simulated arithmetically (no devices)."""
   rules = sharding.DEFAULT_RULES if rules is None else rules
   sizes = sharding.axis_sizes(mesh_sizes)
   boxed = boxed_param_shapes(cfg)
@@ -157,7 +157,7 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
 
 def format_plan(plan: dict, sizes, batch_size: int, seq_len: int, grad_accum_steps: int,
                 remat: str) -> str:
-  sizes = dict(zip(("data", "fsdp", "tensor"), sizes))
+  sizes = sharding.axis_sizes(sizes)
   mesh = " ".join(f"{k}={v}" for k, v in sizes.items())
   micro = f" in {grad_accum_steps} micro-batches" if grad_accum_steps > 1 else ""
   lines = [f"per-device memory, mesh {mesh} ({plan['devices']} devices), batch {batch_size} x "

@@ -2,12 +2,14 @@
 
 Every parameter is created with logical axis names (`nn.with_logical_partitioning`) and activations
 carry `nn.with_logical_constraint`; `config.sharding_rules` maps those names onto the mesh axes
-('data', 'fsdp', 'tensor'). The defaults give
+('data', 'fsdp', 'tensor', 'context'). The defaults give
   * data parallelism over data x fsdp: 'batch' -> ('data', 'fsdp'), every device its own rows;
   * ZeRO-3 / FSDP over fsdp: 'embed' -> 'fsdp' splits every weight matrix (all of them have an
     embed axis) and, through `follow_params`, the Adam moments with it. XLA all-gathers a
     layer's weights just before use and reduce-scatters its gradients. Activations never split
     'embed' over fsdp: 'batch' comes first in the rules and already uses that axis;
+  * context (sequence) parallelism over context: 'length' -> 'context' splits every activation's
+    sequence; attention all-gathers K/V over it (tfjax/nn/sharded_attention.py);
   * Megatron tensor parallelism over tensor: 'heads', 'kv_heads' and 'mlp' -> 'tensor' make W_Q,
     W_K, W_V and W_in column-parallel and W_O and W_out row-parallel, so each attention and FFN
     sublayer ends in one all-reduce; 'vocab' -> 'tensor' splits the embedding table and logits.
@@ -35,12 +37,13 @@ from tfjax.training.trees import path_names
 
 _log = logging.getLogger(__name__)
 
-MESH_AXES = ("data", "fsdp", "tensor")
+# 'context' last: configs and `--mesh=D,F,T` written before it existed keep their meaning (it is 1).
+MESH_AXES = ("data", "fsdp", "tensor", "context")
 
 # logical axis -> mesh axis (or tuple of axes, or None = replicated).
 DEFAULT_RULES = (
     ("batch", ("data", "fsdp")),
-    ("length", None),
+    ("length", "context"),
     ("embed", "fsdp"),
     ("vocab", "tensor"),
     ("heads", "tensor"),
@@ -51,9 +54,16 @@ DEFAULT_RULES = (
 )
 
 
-def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int]:
-  """(data, fsdp, tensor) with at most one -1 filled by the remaining devices."""
-  sizes = [int(mesh_config[a]) for a in MESH_AXES]
+def _mesh_size(mesh_config, axis: str) -> int:
+  """config.mesh's size of `axis`; 1 for 'context' in a config written before it existed."""
+  if axis == "context" and "context" not in mesh_config:
+    return 1
+  return int(mesh_config[axis])
+
+
+def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int, int]:
+  """(data, fsdp, tensor, context) with at most one -1 filled by the remaining devices."""
+  sizes = [_mesh_size(mesh_config, a) for a in MESH_AXES]
   if sizes.count(-1) > 1:
     raise ValueError(f"config.mesh {dict(zip(MESH_AXES, sizes))}: at most one axis may be -1")
   known = int(np.prod([s for s in sizes if s != -1]))
@@ -159,12 +169,13 @@ def axis_rules(mesh: Mesh, logical_rules):
 
 
 def axis_sizes(mesh_or_sizes) -> dict:
-  """{'data': n, 'fsdp': n, 'tensor': n} from a Mesh or a (data, fsdp, tensor) tuple/dict."""
+  """{'data': n, 'fsdp': n, 'tensor': n, 'context': n} from a Mesh or a (data, fsdp, tensor[,
+  context]) tuple/dict (context 1 when not given)."""
   if isinstance(mesh_or_sizes, Mesh):
     return dict(mesh_or_sizes.shape)
   if isinstance(mesh_or_sizes, dict):
-    return dict(mesh_or_sizes)
-  return dict(zip(MESH_AXES, (int(s) for s in mesh_or_sizes)))
+    return {"context": 1, **mesh_or_sizes}
+  return {"context": 1, **dict(zip(MESH_AXES, (int(s) for s in mesh_or_sizes)))}
 
 
 def _axes(entry) -> tuple:
@@ -315,17 +326,24 @@ class BatchPlacement:
   that they never recompute a sharding. A batch is split over its leading (row) axis as the
   rules place 'batch'; K stacked batches ([K, B, ...], one jitted call of K steps) keep the
   stacking axis on every device and split their rows the same way.
+
+  On a mesh with a context axis of C devices every sequence ([rows, length] leaf) is padded at
+  its end to a multiple of 2C (`length_multiple`: the zigzag chunks of
+  tfjax/nn/sharded_attention.py), with zeros: segment id 0 (padding, which attention hides),
+  loss weight 0. Causal tokens never see later ones, so no real token's output changes.
   """
   mesh: Mesh
   rules: tuple
   sharding: NamedSharding          # one batch [B, ...]; every leaf alike
   stacked_sharding: NamedSharding  # K batches [K, B, ...]
+  length_multiple: int = 1         # sequences padded to a multiple of this (2 x context)
 
   @classmethod
   def create(cls, mesh: Mesh, logical_rules) -> "BatchPlacement":
     batch = batch_sharding(mesh, logical_rules)
     stacked = NamedSharding(mesh, PartitionSpec(None, *batch.spec))
-    return cls(mesh, tuple(logical_rules), batch, stacked)
+    context = dict(mesh.shape).get("context", 1)
+    return cls(mesh, tuple(logical_rules), batch, stacked, 2 * context if context > 1 else 1)
 
   @classmethod
   def for_config(cls, config) -> "BatchPlacement":
@@ -348,7 +366,24 @@ class BatchPlacement:
     (a one-row host batch), or of `stacked` such batches."""
     where, lead = (self.sharding, ()) if stacked is None else (self.stacked_sharding, (stacked,))
     return {k: jax.ShapeDtypeStruct(lead + (rows,) + np.shape(v)[1:], np.asarray(v).dtype,
-                                    sharding=where) for k, v in one_row.items()}
+                                    sharding=where)
+            for k, v in self.padded(one_row).items()}
+
+  def padded(self, batch: dict, row_axis: int = 0) -> dict:
+    """`batch` with every sequence leaf ([rows, length], after `row_axis`) zero-padded at its end
+    to a multiple of `length_multiple` (a context axis; unchanged without one)."""
+    if self.length_multiple == 1:
+      return batch
+    out = {}
+    for key, x in batch.items():
+      x = np.asarray(x)
+      if x.ndim == row_axis + 2:
+        extra = -x.shape[row_axis + 1] % self.length_multiple
+        widths = [(0, 0)] * x.ndim
+        widths[row_axis + 1] = (0, extra)
+        x = np.pad(x, widths)
+      out[key] = x
+    return out
 
   def put(self, local_batch: dict) -> dict:
     """This process's rows of a batch (host arrays) -> the global batch, sharded over devices."""
@@ -359,6 +394,8 @@ class BatchPlacement:
     return self._put(local_batches, self.stacked_sharding, row_axis=1)
 
   def _put(self, local_batch: dict, target: NamedSharding, row_axis: int) -> dict:
+    local_batch = self.padded(local_batch, row_axis)
+
     def one(x):
       x = np.asarray(x)
       if jax.process_count() == 1:
