@@ -232,6 +232,7 @@ def main(argv):
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   import jax  # pylint: disable=import-outside-toplevel
   exp = experiment.prepare(config)
+  config = exp.config  # the values the run uses (e.g. train.eval_batch_size -1 resolved)
   check_nanogpt_shaped(exp.model_config, allow_dropout=_MODE.value == "reference")
   steps = _STEPS.value or config.train.num_steps
   result = {"config": flags.FLAGS["config"].config_filename, "mode": _MODE.value,

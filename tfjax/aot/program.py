@@ -49,6 +49,7 @@ def build(config, devices: list, what: str = "train") -> Program:
   # the target's platform, not this host's CPU.
   exp = experiment.prepare(config, num_devices=len(devices), platform=devices[0].platform,
                            dataset=shapes.stand_in_dataset(config))
+  config = exp.config  # with the values resolved for these devices (e.g. eval_batch_size -1)
   placement = sharding.BatchPlacement.create(sharding.make_mesh(config.mesh, devices=devices),
                                              sharding.rules(config))
   layout = experiment.state_layout(exp, placement)

@@ -72,6 +72,7 @@ def per_seed_bytes(config) -> int:
   # pylint: disable=import-outside-toplevel  (jax only when packing)
   from tfjax.training import experiment, memory_plan, sharding, tasks
   exp = experiment.prepare(config)
+  config = exp.config  # optimizer.grad_accum_steps -1 resolved
   seq_len, enc_len = tasks.row_lengths(exp.dataset.train_batch(0, 1), config.task)
   plan = memory_plan.memory_plan(
       exp.model_config, (1, 1, 1), batch_size=config.train.batch_size, seq_len=seq_len,

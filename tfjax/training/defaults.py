@@ -21,7 +21,10 @@ def default_train_config() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.num_steps = 1000            # optimizer updates
   c.batch_size = 32             # global batch (rows), split over processes and micro-batches
-  c.eval_batch_size = 32
+  c.eval_batch_size = 32        # -1: micro_batch_per_device rows on each batch shard
+  c.micro_batch_per_device = 0  # rows per batch shard (device on data x fsdp) per micro-batch,
+                                # for optimizer.grad_accum_steps / eval_batch_size = -1: resolved
+                                # at setup from the mesh (run_config.resolve_per_device_batches)
   c.eval_batches = 8            # per eval group ('val', or one per synthetic test length)
   c.eval_every = 250
   c.eval_at_start = True        # nanoGPT also evaluates step 0

@@ -29,7 +29,8 @@ from tfjax.nn import ops
 from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
-from tfjax.training.run_config import model_config, resolve_platform_defaults
+from tfjax.training.run_config import (model_config, resolve_per_device_batches,
+                                       resolve_platform_defaults)
 from tfjax.training.sharding import BatchPlacement
 from tfjax.training.steps import TrainState
 
@@ -54,10 +55,15 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
   'auto' values are resolved for (run_config.resolve_platform_defaults): the local devices' by
   default, a target's when compiling ahead of time for hardware that is not attached (tfjax.aot),
   which also passes a `dataset` of the right batch shapes that reads no corpus
-  (tfjax/aot/shapes.py). The returned config holds the resolved values."""
+  (tfjax/aot/shapes.py). The returned config holds the resolved values, also those of
+  optimizer.grad_accum_steps / train.eval_batch_size -1 (run_config.resolve_per_device_batches:
+  from the batch shards of the mesh on `num_devices`)."""
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
-  config = resolve_platform_defaults(
-      config, platform, jax.device_count() if num_devices is None else num_devices)
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  config = resolve_platform_defaults(config, platform, num_devices)
+  # grad_accum_steps / eval_batch_size -1: from the batch shards of this mesh (config.json
+  # records the numbers, so a resume on the same devices is the same run)
+  config = resolve_per_device_batches(config, _batch_shards(config, num_devices))
   tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
@@ -71,7 +77,7 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
         f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
   _check_loop_counts(config.train)
-  _check_batches(config, jax.device_count() if num_devices is None else num_devices)
+  _check_batches(config, num_devices)
   _check_cpu_devices(config)
   # Set once, before any step is traced (jit caches what it traced).
   cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
@@ -118,6 +124,12 @@ def _check_loop_counts(train_cfg) -> None:
       raise ValueError(f"train.{key}={value!r} must be a positive integer")
 
 
+def _batch_shards(config, num_devices: int) -> int:
+  """Into how many row blocks config's mesh on `num_devices` devices splits a batch."""
+  return sharding.batch_shards(sharding.mesh_shape(config.mesh, num_devices),
+                               sharding.rules(config))
+
+
 def _check_batches(config, num_devices: int) -> None:
   """Batches split evenly into micro-batches, and every (micro-)batch over its batch shards."""
   batch, accum = config.train.batch_size, config.optimizer.grad_accum_steps
@@ -125,15 +137,19 @@ def _check_batches(config, num_devices: int) -> None:
     raise ValueError(f"train.batch_size={batch} does not divide into optimizer.grad_accum_steps="
                      f"{accum} micro-batches; use a multiple of {accum}")
   sizes = sharding.mesh_shape(config.mesh, num_devices)
-  shards = sharding.batch_shards(sizes, sharding.rules(config))
+  shards = _batch_shards(config, num_devices)
   micro = batch // accum
-  for key, rows in (("train.batch_size / optimizer.grad_accum_steps", micro),
-                    ("train.eval_batch_size", config.train.eval_batch_size)):
+  per_device = config.train.get("micro_batch_per_device", 0)
+  for key, rows, derived in (
+      ("train.batch_size / optimizer.grad_accum_steps", micro, "optimizer.grad_accum_steps"),
+      ("train.eval_batch_size", config.train.eval_batch_size, "train.eval_batch_size")):
     if rows % shards:
+      derive = (f", or {derived}=-1 ({per_device} rows per batch shard: "
+                "train.micro_batch_per_device)" if per_device else "")
       raise ValueError(
           f"{key} = {rows} rows do not split over the {shards} batch shards of mesh "
           f"{dict(zip(sharding.MESH_AXES, sizes))} (rules put 'batch' on "
-          f"{dict(sharding.rules(config)).get('batch')}); use a multiple of {shards}")
+          f"{dict(sharding.rules(config)).get('batch')}); use a multiple of {shards}{derive}")
 
 
 # ---------------------------------------------------------------------------------------------

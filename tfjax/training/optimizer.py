@@ -58,6 +58,7 @@ def default_optimizer_config() -> ml_collections.ConfigDict:
   c.warmup_steps = 100  # Linear warmup length in optimizer updates (rsqrt needs >= 1).
   c.min_lr = 1e-4  # Final learning rate of cosine/linear decay, reached at total_steps.
   c.grad_accum_steps = 1  # Micro-batches per optimizer update, accumulated inside the train step.
+  # -1: as many as give each batch shard train.micro_batch_per_device rows (resolved at setup).
   return c
 
 

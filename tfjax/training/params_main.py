@@ -13,7 +13,7 @@ from absl import flags
 
 from tfjax.data import datasets
 from tfjax.modalities import tasks as modality_tasks
-from tfjax.training import cli, experiment, memory_plan, params, sharding, tasks
+from tfjax.training import cli, experiment, memory_plan, params, run_config, sharding, tasks
 from tfjax.training.optimizer import make_optimizer
 
 
@@ -61,6 +61,9 @@ def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
     sizes = parse_mesh(mesh)
     data_len, enc_len = _sequence_lengths(config)
     seq_len = seq_len or data_len
+    # optimizer.grad_accum_steps -1: the count this mesh gives (as training resolves it)
+    config = run_config.resolve_per_device_batches(
+        config, sharding.batch_shards(sizes, sharding.rules(config)))
     accum = config.optimizer.grad_accum_steps
     optimizer, _ = make_optimizer(config.optimizer, config.train.num_steps, cfg.d_model)
     plan = memory_plan.memory_plan(cfg, sizes, batch_size=config.train.batch_size,

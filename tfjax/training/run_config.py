@@ -65,3 +65,56 @@ def resolve_platform_defaults(config, platform: str | None = None,
   config = config.copy_and_resolve_references()
   config.model.update(changed)
   return config
+
+
+DERIVED = -1  # optimizer.grad_accum_steps / train.eval_batch_size: derive from the batch shards
+
+
+def resolve_per_device_batches(config, batch_shards: int):
+  """`config` with optimizer.grad_accum_steps and train.eval_batch_size given as -1 made concrete
+  for `batch_shards` (the devices a batch splits over: data x fsdp under the default rules), so
+  that every batch shard takes train.micro_batch_per_device rows per micro-batch and per eval
+  batch: grad_accum_steps = batch_size / (micro_batch_per_device * batch_shards), eval_batch_size
+  = micro_batch_per_device * batch_shards. A copy when any was -1 (config.json records the
+  numbers the run used); explicit values are kept. Raises ValueError, one line naming the fix,
+  when batch_size does not split so."""
+  train, accum = config.train, config.optimizer.grad_accum_steps
+  derived = [key for key, value in (("optimizer.grad_accum_steps", accum),
+                                    ("train.eval_batch_size", train.eval_batch_size))
+             if value == DERIVED]
+  if not derived:
+    return config
+  rows = train.get("micro_batch_per_device", 0)
+  if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+    raise ValueError(f"{' and '.join(derived)}=-1 take their size from "
+                     f"train.micro_batch_per_device (rows per device per micro-batch), which is "
+                     f"{rows!r}; set it to a positive integer or give {derived[0]} explicitly")
+  batch, per_micro = train.batch_size, rows * batch_shards
+  if accum == DERIVED and (batch < per_micro or batch % per_micro):
+    raise ValueError(_no_split_message(batch, rows, batch_shards))
+  config = config.copy_and_resolve_references()
+  if accum == DERIVED:
+    config.optimizer.grad_accum_steps = batch // per_micro
+  if train.eval_batch_size == DERIVED:
+    config.train.eval_batch_size = per_micro
+  return config
+
+
+def _no_split_message(batch: int, rows: int, shards: int) -> str:
+  """The error of resolve_per_device_batches, with the fixes that work for these numbers: a
+  smaller micro_batch_per_device that keeps the global batch, else the nearest global batches."""
+  per_micro = rows * shards
+  fixes = []
+  smaller = [r for r in range(rows - 1, 0, -1) if batch % (r * shards) == 0]
+  if smaller:
+    fixes.append(f"set --config.train.micro_batch_per_device={smaller[0]} (keeps {batch} rows "
+                 "a step)")
+  nearest = sorted({n for n in (batch // per_micro * per_micro, -(-batch // per_micro) * per_micro)
+                    if n > 0}, key=lambda n: (abs(n - batch), n))
+  fixes.append(f"set --config.train.batch_size={' or '.join(str(n) for n in nearest)} "
+               f"(a multiple of {rows} x {shards})")
+  if batch % rows == 0:
+    fixes.append(f"run on a number of batch shards that divides {batch // rows}")
+  return (f"train.batch_size={batch} rows do not split into micro-batches of "
+          f"train.micro_batch_per_device={rows} rows on each of {shards} batch shards "
+          f"({per_micro} rows a micro-batch): {', or '.join(fixes)}")
