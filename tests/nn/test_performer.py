@@ -52,7 +52,7 @@ def np_softmax_attention(q, k, v):
 
 
 # Jitted: op by op, the causal scan alone takes seconds on a CPU.
-favor = jax.jit(performer.favor_attention, static_argnames=("causal", "kernel"))
+favor = jax.jit(performer.favor_attention, static_argnames=("causal", "kernel", "chunk"))
 draws = jax.jit(jax.vmap(performer.orthogonal_projection_MxE, in_axes=(0, None, None)),
                 static_argnums=(1, 2))
 estimate = jax.jit(jax.vmap(lambda q, k, v, w: performer.favor_attention(
@@ -150,6 +150,59 @@ def test_segments_and_padding_drop_out_of_the_sums(causal):
     mask = mask & np.tril(np.ones((9, 9), bool))
   ref = np_favor(q, k, v, w, mask.astype(np.float64)) * (seg != 0)[:, :, None, None]
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4])
+def test_causal_chunks_give_the_masked_quadratic_form_across_chunk_boundaries(chunk):
+  """The causal form in chunks of at most `chunk` positions (9 positions: 9 x 1, 5 x 2 with one
+  padded position, 3 x 3), segments and padding crossing the chunk boundaries: the quadratic form;
+  a future key whose exponent dwarfs the rest by far more than float32's exp range moves no
+  earlier output in any chunk."""
+  seg = _segments()
+  q, k, v = qkv(length=9, seed=5)
+  k[seg == 0] *= 30.0
+  w = projection()
+  run = lambda k_, v_: np.asarray(favor(q, k_, v_, w, causal=True, kernel="softmax",
+                                        q_segment_ids_BxT=seg, kv_segment_ids_BxS=seg,
+                                        chunk=chunk))
+  got = run(k, v)
+  mask = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
+          & np.tril(np.ones((9, 9), bool)))
+  ref = np_favor(q, k, v, w, mask.astype(np.float64)) * (seg != 0)[:, :, None, None]
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+  k2, v2 = k.copy(), v.copy()
+  k2[:, 4:] = rand(k2[:, 4:].shape, seed=9) * 40.0
+  v2[:, 4:] = rand(v2[:, 4:].shape, seed=10)
+  after = run(k2, v2)
+  assert np.all(np.isfinite(after))
+  np.testing.assert_allclose(after[:, :4], got[:, :4], rtol=1e-6, atol=1e-7)
+
+
+def _largest_array(jaxpr) -> int:
+  """Elements of the largest array any equation of `jaxpr` (and its sub-jaxprs) makes."""
+  largest = 0
+  for eqn in jaxpr.eqns:
+    for var in eqn.outvars:
+      largest = max(largest, int(np.prod(getattr(var.aval, "shape", ()))))
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (tuple, list)) else (param,):
+        if hasattr(sub, "eqns") or hasattr(sub, "jaxpr"):
+          largest = max(largest, _largest_array(getattr(sub, "jaxpr", sub)))
+  return largest
+
+
+def test_the_causal_form_holds_no_sum_per_position():
+  """Training's forward and backward pass of the causal form make no [B, L, K, m, E] array (an
+  [m, E] sum per position, as the per-position prefix sums did: 4.4 s per layer at the default
+  run's shapes on a CPU, docs/attention/performer.md): nothing larger than L m E / 4 here, where
+  the features are L m, the chunks' scores L C and their states L m E / C."""
+  length, m, head_dim = 130, 32, 8  # 3 chunks of 44
+  q, k, v = qkv(batch=1, length=length, heads=1, head_dim=head_dim)
+  w = projection(m=m, head_dim=head_dim)
+  loss = lambda *qkv_: jnp.sum(performer.favor_attention(*qkv_, w, causal=True,
+                                                         kernel="softmax") ** 2)
+  jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v).jaxpr
+  assert _largest_array(jaxpr) <= length * m * head_dim // 4
 
 
 def test_kv_padding_alone_masks_keys_for_every_query():
@@ -352,3 +405,23 @@ def test_performer_trains_through_the_training_loop(tmp_path):
   losses = [m["train/loss"] for m in run_helpers.read_metrics(workdir) if "train/loss" in m]
   assert len(losses) == 12 and all(np.isfinite(losses))
   assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
+
+
+def test_the_default_run_trains_performer_on_two_cpu_devices(tmp_path):
+  """docs/attention's `python experiments/train.py --config.model.attention_kind=performer` on the
+  default run's data-parallel CPU mesh (2 devices here, sizes cut): its gradient is traced inside
+  cpu_fusion.summed_over_shards' shard_map, where drawing the fixed projection eagerly failed
+  (`assert not hlo_sharding.is_manual()`). Losses finite, the two devices' mesh in the log."""
+  small = dict(d_model=32, num_heads=2, d_ff=64, performer_features=32)
+  result = run_helpers.run_cli(
+      ["--config.model.attention_kind=performer", "--config.mesh.cpu_devices=2",
+       f"--workdir={tmp_path / 'run'}", "--config.train.num_steps=2",
+       "--config.train.batch_size=8", "--config.train.eval_batch_size=8",
+       "--config.train.eval_batches=1", "--config.train.eval_at_start=False",
+       "--config.train.log_every=1", "--config.data.test_lengths=(8,)",
+       *[f"--config.model.{key}={value}" for key, value in small.items()]],
+      cwd=tmp_path, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "over 2 cpu devices" in result.stderr + result.stdout
+  losses = run_helpers.train_losses(str(tmp_path / "run"))
+  assert sorted(losses) == [1, 2] and all(np.isfinite(list(losses.values()))), losses

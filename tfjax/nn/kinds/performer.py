@@ -12,8 +12,11 @@ z = sum_s phi(k_s) [m] over the keys query t sees: O(L m E) time instead of O(L^
 - bidirectional (encoders, cross-attention): one S and z per sequence (per segment with
   packed segment ids: jax.ops.segment_sum over S + 1 slots, ids as tfjax/data/packing.py
   makes them, 0 = padding);
-- causal (decoders): prefix sums S_t, z_t over s <= t (an associative scan; no T x S matrix),
-  restarted where the segment id changes (segments are contiguous runs, as packing makes them).
+- causal (decoders): the sums S_t, z_t over s <= t, restarted where the segment id changes
+  (segments are contiguous runs, as packing makes them), in chunks of at most CHUNK positions
+  (`causal_attention`): inside a chunk the masked C x C form of the features, across chunks one
+  (S, z) state per chunk (a segmented associative scan over the chunks). No T x S matrix and no
+  [m, E] sum per position (the per-position prefix sums, `causal_sums`, serve decoding only).
 Keys of segment id 0 (padding) drop out of the sums.
 
 W is orthogonal random features (the paper's section 2.4, the reference's
@@ -29,8 +32,8 @@ over what the ratio sums, so it cancels exactly between numerator and denominato
 - keys, bidirectional: the max of the key exponents over the visible keys of the sequence (of
   the segment when segment ids are given), per batch row and kv head;
 - keys, causal: the running max over s <= t, carried through the scan (the partial sums are
-  rescaled by exp(c_old - c_new) as online softmax does), so no future key moves an earlier
-  output: the causal form is exactly causal. The shifts carry no gradient (they cancel).
+  rescaled by exp(c_old - c_new) as online softmax does; in a chunk, each query's own max over
+  the keys it sees), so no future key moves an earlier output: the causal form is exactly causal. The shifts carry no gradient (they cancel).
 No epsilon is added to the features (the reference adds 1e-6, which biases the estimate); a
 query that sees no key (all padding) gets 0.
 
@@ -39,7 +42,8 @@ scaling of x, no stabilizer needed): linear attention, not an estimate of softma
 
 Feature redraw (performer_redraw): 'fixed' draws W from performer_seed folded with the
 module's path (per layer; with scan_layers=True the layers are one scanned module, so they
-share one W), the same in training, eval and under jit. 'step' redraws W on every training
+share one W), the same in training, eval and under jit: once per process, eagerly and outside
+any mesh (a constant of the compiled step, also inside the CPU data-parallel shard_map). 'step' redraws W on every training
 forward pass (config.deterministic=False) from the training step's 'dropout' rng stream (the
 one rng tfjax/training/steps.py passes; make_rng folds in the layer's path and nn.scan splits
 it per layer), and uses the 'fixed' W in eval: the paper's periodic redraw at period 1.
@@ -56,12 +60,14 @@ Shape letters as in tfjax/nn/axes.py, plus M = features, G = query heads per kv 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import zlib
 from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tfjax.nn import kv_cache
 from tfjax.nn.attention_kinds import AttentionKind, register_attention_kind
@@ -75,6 +81,7 @@ NAME = "performer"
 KERNELS = ("softmax", "relu")
 REDRAWS = ("fixed", "step")
 _NEG = -1e30  # finite "no key yet" shift: exp(_NEG - c) is 0 and never inf - inf
+CHUNK = 64  # causal form: at most this many positions per chunk (`causal_attention`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,10 +199,87 @@ def causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS, initial=None):
   return c_BxSxK, s_BxSxKxMxE, z_BxSxKxM
 
 
+def _chunks(x, chunk: int, fill=None):
+  """[B, L, ...] -> [B, N, C, ...], L padded up to N * C with `fill` (None: x's last position)."""
+  pad = -x.shape[1] % chunk
+  if pad:
+    tail = x[:, -1:] if fill is None else jnp.full_like(x[:, -1:], fill)
+    x = jnp.concatenate([x, jnp.repeat(tail, pad, axis=1)], axis=1)
+  return x.reshape(x.shape[0], -1, chunk, *x.shape[2:])
+
+
+def _before(x_BxN, fill):
+  """Each chunk's value of the chunk before it (`fill` for the first): [B, N, ...]."""
+  return jnp.concatenate([jnp.full_like(x_BxN[:, :1], fill), x_BxN[:, :-1]], axis=1)
+
+
+def chunk_length(length: int, most: int = CHUNK) -> int:
+  """C of the chunked causal form: the fewest chunks of at most `most` positions, evened out (66
+  positions: 2 chunks of 33, not 64 + 2 padded to 128)."""
+  chunks = -(-length // most)
+  return -(-length // chunks)
+
+
+def causal_attention(phi_q_BxTxKxGxM, phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS, *,
+                     chunk: int = CHUNK):
+  """Causal FAVOR+ [B, T, K, G, E] float32 in chunks of C positions: within a chunk the masked
+  quadratic form of the features (phi(q_t) . phi(k_s) for the s <= t of t's segment: C x C per
+  chunk), across chunks the sums (c, S, z) of the chunks before (one [m, E] state per chunk, a
+  segmented associative scan over the N = L / C chunks). `chunk`: the most positions per chunk.
+
+  The numbers of the prefix sums (`causal_sums`): key s weighs exp(a_s - c_t) for query t, c_t
+  the running max of the key shifts over the s <= t of t's segment, so no future key moves an
+  earlier output. Unlike them it never holds an [m, E] sum per position ([B, L, K, m, E], with
+  ~2 log2(L) passes over it in the scan): O(L (C + E) m) time per head, O(L m E / C) memory."""
+  batch, length = starts_BxS.shape
+  chunk = chunk_length(length, chunk)
+  seg_BxNxC = _chunks(jnp.cumsum(starts_BxS, axis=1), chunk)  # equal ids: the same segment
+  phi_q = _chunks(phi_q_BxTxKxGxM, chunk, 0.0)  # [B, N, C, K, G, M]
+  phi_k = _chunks(phi_k_BxSxKxM, chunk, 0.0)  # [B, N, C, K, M]; padding keys add nothing
+  a_BxNxCxK = _chunks(a_BxSxK, chunk, _NEG)
+  v = _chunks(v_BxSxKxE.astype(jnp.float32), chunk, 0.0)  # [B, N, C, K, E]
+  # Each chunk's state: the sums of its keys in its last segment, shifted by their max; it
+  # continues the state before it unless a segment starts inside the chunk.
+  last_BxN = seg_BxNxC[:, :, -1]
+  tail_BxNxCx1 = (seg_BxNxC == last_BxN[..., None])[..., None]
+  c_end_BxNxK = jnp.max(jnp.where(tail_BxNxCx1, a_BxNxCxK, _NEG), axis=2)
+  phi_tail = phi_k * jnp.where(tail_BxNxCx1, jnp.exp(jnp.minimum(
+      a_BxNxCxK - c_end_BxNxK[:, :, None], 0.0)), 0.0)[..., None]
+  starts_BxNxK = jnp.broadcast_to((last_BxN != _before(last_BxN, 0))[..., None],
+                                  c_end_BxNxK.shape)
+  c_BxNxK, s_BxNxKxMxE, z_BxNxKxM, _ = jax.lax.associative_scan(_combine, (
+      c_end_BxNxK, jnp.einsum("bnskm,bnske->bnkme", phi_tail, v), jnp.sum(phi_tail, axis=2),
+      starts_BxNxK), axis=1)
+  # Query t of chunk n sees the state after chunk n - 1 if it is in that state's segment, and the
+  # keys s <= t of its own segment in its chunk; c_t: the max of their shifts.
+  c_prev_BxNxK = _before(c_BxNxK, _NEG)
+  carried_BxNxCx1 = (seg_BxNxC == _before(last_BxN, -1)[..., None])[..., None]
+  visible_BxNxCxC = (jnp.tril(jnp.ones((chunk, chunk), bool))
+                     & (seg_BxNxC[..., :, None] == seg_BxNxC[..., None, :]))
+  c_BxNxCxK = jnp.maximum(
+      jnp.max(jnp.where(visible_BxNxCxC[..., None], a_BxNxCxK[:, :, None], _NEG), axis=3),
+      jnp.where(carried_BxNxCx1, c_prev_BxNxK[:, :, None], _NEG))
+  scale_BxNxCxK = jnp.where(carried_BxNxCx1, jnp.exp(jnp.minimum(
+      c_prev_BxNxK[:, :, None] - c_BxNxCxK, 0.0)), 0.0)
+  weight_BxNxCxCxK = jnp.where(visible_BxNxCxC[..., None], jnp.exp(jnp.minimum(
+      a_BxNxCxK[:, :, None] - c_BxNxCxK[:, :, :, None], 0.0)), 0.0)  # (t, s): exp(a_s - c_t)
+  scores = jnp.einsum("bntkgm,bnskm->bntskg", phi_q, phi_k) * weight_BxNxCxCxK[..., None]
+  num = (jnp.einsum("bntskg,bnske->bntkge", scores, v)
+         + jnp.einsum("bntkgm,bnkme->bntkge", phi_q, _before(s_BxNxKxMxE, 0.0))
+         * scale_BxNxCxK[..., None, None])
+  den = (jnp.sum(scores, axis=3)
+         + jnp.einsum("bntkgm,bnkm->bntkg", phi_q, _before(z_BxNxKxM, 0.0))
+         * scale_BxNxCxK[..., None])
+  safe = jnp.where(den > 0, den, 1.0)
+  out = jnp.where((den > 0)[..., None], num / safe[..., None], 0.0)
+  return out.reshape(batch, -1, *out.shape[3:])[:, :length]
+
+
 def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, kernel: str,
-                    q_segment_ids_BxT=None, kv_segment_ids_BxS=None):
+                    q_segment_ids_BxT=None, kv_segment_ids_BxS=None, chunk: int = CHUNK):
   """FAVOR+ attention [B, T, H, E] float32 for the projection w_MxE (see the module docstring);
-  H = K * G query heads share kv head K // G as GQA does."""
+  H = K * G query heads share kv head K // G as GQA does. `chunk`: the causal form's most
+  positions per chunk (`causal_attention`)."""
   batch, q_len, heads, head_dim = q_BxTxHxE.shape
   kv_len, kv_heads = k_BxSxKxE.shape[1], k_BxSxKxE.shape[2]
   groups = heads // kv_heads
@@ -212,7 +296,8 @@ def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, ker
     starts_BxS = jnp.zeros((batch, kv_len), bool)
     if seg_BxS is not None:
       starts_BxS = starts_BxS.at[:, 1:].set(seg_BxS[:, 1:] != seg_BxS[:, :-1])
-    _, s_BxTxKxMxE, z_BxTxKxM = causal_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, starts_BxS)
+    out_BxTxKxGxE = causal_attention(phi_q_BxTxKxGxM, phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE,
+                                     starts_BxS, chunk=chunk)
   elif q_segment_ids_BxT is not None and kv_segment_ids_BxS is not None:
     s_BxTxKxMxE, z_BxTxKxM = _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE,
                                            kv_segment_ids_BxS, q_segment_ids_BxT)
@@ -221,7 +306,8 @@ def favor_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, w_MxE, *, causal: bool, ker
     phi_k_BxSxKxM = phi_k_BxSxKxM * jnp.exp(a_BxSxK - c_Bx1xK)[..., None]
     s_BxTxKxMxE = jnp.einsum("bskm,bske->bkme", phi_k_BxSxKxM, v_BxSxKxE)[:, None]
     z_BxTxKxM = jnp.sum(phi_k_BxSxKxM, axis=1)[:, None]
-  out_BxTxKxGxE = _ratio(phi_q_BxTxKxGxM, s_BxTxKxMxE, z_BxTxKxM)
+  if not causal:
+    out_BxTxKxGxE = _ratio(phi_q_BxTxKxGxM, s_BxTxKxMxE, z_BxTxKxM)
   if q_segment_ids_BxT is not None:  # a padding query sees no key (tfjax/nn/masks.py's rule)
     out_BxTxKxGxE = out_BxTxKxGxE * (q_segment_ids_BxT != 0)[:, :, None, None, None]
   return out_BxTxKxGxE.reshape(batch, q_len, heads, head_dim)
@@ -252,12 +338,24 @@ def _segment_sums(phi_k_BxSxKxM, a_BxSxK, v_BxSxKxE, kv_segment_ids_BxS, q_segme
 # ---------------------------------------------------------------------------------------------
 def fixed_projection_MxE(seed: int, path: tuple, num_features: int, head_dim: int):
   """The 'fixed' W of the attention module at `path` (its flax scope path): performer_seed
-  folded with a CRC-32 of the path, so each layer draws its own, identically every call. Drawn
-  at trace time (a constant of the compiled step, not a QR per layer in every step)."""
+  folded with a CRC-32 of the path, so each layer draws its own, identically every call. A NumPy
+  constant of the compiled step (not a QR per layer in every step), drawn once per process."""
   layer = zlib.crc32("/".join(path).encode()) & 0x7FFFFFFF
-  with jax.ensure_compile_time_eval():
+  return _fixed_draw(seed, layer, num_features, head_dim)
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_draw(seed: int, layer: int, num_features: int, head_dim: int) -> np.ndarray:
+  """W of `fixed_projection_MxE`, computed eagerly and outside any mesh context: the caller may be
+  tracing inside shard_map (the CPU data-parallel step, cpu_fusion.summed_over_shards), whose
+  abstract mesh has manual axes, and an eager op there fails in JAX (`assert not
+  hlo_sharding.is_manual()`)."""
+  no_mesh = jax.sharding.AbstractMesh((), ())
+  with jax.sharding.use_abstract_mesh(no_mesh), jax.ensure_compile_time_eval():
     rng = jax.random.fold_in(jax.random.PRNGKey(seed), layer)
-    return orthogonal_projection_MxE(rng, num_features, head_dim)
+    w_MxE = np.asarray(orthogonal_projection_MxE(rng, num_features, head_dim))
+  w_MxE.setflags(write=False)  # shared by every call (lru_cache)
+  return w_MxE
 
 
 def projection_MxE(owner, head_dim: int):
