@@ -92,9 +92,6 @@ def execution_summary(experiment: Experiment, platform: str | None = None) -> st
   platform's kernel. The loop prints it at start; config.json holds the same values."""
   cfg, kind = experiment.model_config, platform_kind(platform)
   impl = cfg.attention_impl
-  devices = jax.device_count() if platform is None else None
-  if impl == "xla" and kind != "cpu" and (devices or 1) > 1:
-    impl = f"xla ({devices} devices: the Pallas kernels do not take a sharded batch yet)"
   if impl == AUTO:  # only left 'auto' where an xla-only feature is on (resolve_auto)
     reason = xla_only_attention(cfg.to_flat())
     seq_len = cfg.max_len

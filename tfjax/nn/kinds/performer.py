@@ -33,7 +33,8 @@ over what the ratio sums, so it cancels exactly between numerator and denominato
   the segment when segment ids are given), per batch row and kv head;
 - keys, causal: the running max over s <= t, carried through the scan (the partial sums are
   rescaled by exp(c_old - c_new) as online softmax does; in a chunk, each query's own max over
-  the keys it sees), so no future key moves an earlier output: the causal form is exactly causal. The shifts carry no gradient (they cancel).
+  the keys it sees), so no future key moves an earlier output: the causal form is exactly
+  causal. The shifts carry no gradient (they cancel).
 No epsilon is added to the features (the reference adds 1e-6, which biases the estimate); a
 query that sees no key (all padding) gets 0.
 
@@ -43,10 +44,11 @@ scaling of x, no stabilizer needed): linear attention, not an estimate of softma
 Feature redraw (performer_redraw): 'fixed' draws W from performer_seed folded with the
 module's path (per layer; with scan_layers=True the layers are one scanned module, so they
 share one W), the same in training, eval and under jit: once per process, eagerly and outside
-any mesh (a constant of the compiled step, also inside the CPU data-parallel shard_map). 'step' redraws W on every training
-forward pass (config.deterministic=False) from the training step's 'dropout' rng stream (the
-one rng tfjax/training/steps.py passes; make_rng folds in the layer's path and nn.scan splits
-it per layer), and uses the 'fixed' W in eval: the paper's periodic redraw at period 1.
+any mesh (a constant of the compiled step, also inside the CPU data-parallel shard_map).
+'step' redraws W on every training forward pass (config.deterministic=False) from the training
+step's 'dropout' rng stream (the one rng tfjax/training/steps.py passes; make_rng folds in the
+layer's path and nn.scan splits it per layer), and uses the 'fixed' W in eval: the paper's
+periodic redraw at period 1.
 
 Decoding (decode=True): causal self-attention keeps the running (c, S, z) per kv head in the
 'cache' collection, O(m E) whatever the length (`decode_step`); cross-attention caches the
