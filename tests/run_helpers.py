@@ -40,7 +40,7 @@ def train_losses(workdir):
 
 
 def one_device_placement(config):
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
   return sharding.BatchPlacement.create(mesh, sharding.rules(config))
 
 

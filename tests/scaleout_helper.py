@@ -107,7 +107,7 @@ def main(workdir):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   report = {"losses": {}, "shards": {}}
-  single = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  single = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
   config = config_for((8, 1, 1))
   report["losses"]["1"], _ = run_steps(config, single, config.train.num_steps)
   _tick("one device")

@@ -110,7 +110,7 @@ def single_device_losses():
   from tfjax.training import sharding  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.mesh.update(data=1, fsdp=1, tensor=1)
-  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), sharding.MESH_AXES)
+  mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
   losses, _ = scaleout_helper.run_steps(config, mesh, config.train.num_steps)
   return losses
 

@@ -27,7 +27,7 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   run = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "train.py"),
                         f"--workdir={workdir}", *overrides], check=True, env=env, cwd=REPO,
                        capture_output=True, text=True)
-  assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1} over 2 cpu devices" in run.stderr + run.stdout
+  assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1, 'context': 1} over 2 cpu devices" in run.stderr + run.stdout
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["mesh"]["cpu_devices"] == 2
   from tfjax.training import runs  # pylint: disable=import-outside-toplevel

@@ -59,14 +59,28 @@ def test_indivisible_dimensions_are_replicated_and_size_one_axes_dropped():
 
 
 def test_mesh_shape_fills_and_validates():
-  assert sharding.mesh_shape({"data": -1, "fsdp": 2, "tensor": 2}, 8) == (2, 2, 2)
-  assert sharding.mesh_shape({"data": 1, "fsdp": -1, "tensor": 1}, 8) == (1, 8, 1)
+  assert sharding.mesh_shape({"data": -1, "fsdp": 2, "tensor": 2}, 8) == (2, 2, 2, 1)
+  assert sharding.mesh_shape({"data": 1, "fsdp": -1, "tensor": 1}, 8) == (1, 8, 1, 1)
+  # The context axis (sequence parallelism); a config written before it existed means 1.
+  assert sharding.mesh_shape({"data": -1, "fsdp": 1, "tensor": 1, "context": 4}, 8) == (
+      2, 1, 1, 4)
+  assert sharding.mesh_shape({"data": 1, "fsdp": 1, "tensor": 1, "context": -1}, 8) == (
+      1, 1, 1, 8)
   with pytest.raises(ValueError, match="at most one axis"):
     sharding.mesh_shape({"data": -1, "fsdp": -1, "tensor": 1}, 8)
   with pytest.raises(ValueError, match="does not divide"):
     sharding.mesh_shape({"data": 3, "fsdp": 1, "tensor": 1}, 8)
   assert sharding.batch_shards((2, 2, 2), RULES) == 4
   assert sharding.batch_shards((1, 1, 8), RULES) == 1
+  assert sharding.batch_shards((2, 1, 1, 4), RULES) == 2  # context splits the length, not rows
+
+
+def test_the_context_axis_splits_every_activations_length():
+  mesh = (1, 2, 2, 2)
+  assert spec(("batch", "length", "embed"), (8, 16, 32), mesh) == P("fsdp", "context", None)
+  assert spec(("batch", "length", "heads", "head_dim"), (8, 16, 4, 8), mesh) == P(
+      "fsdp", "context", "tensor", None)
+  assert spec(("embed", "heads", "head_dim"), (32, 4, 8), mesh) == P("fsdp", "tensor", None)
 
 
 def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):

@@ -50,6 +50,9 @@ def default_mesh_config() -> config_dict.ConfigDict:
   c.data = -1                   # -1: all remaining devices
   c.fsdp = 1
   c.tensor = 1
+  # Sequence (context) parallelism: every activation's length split over this many devices,
+  # attention all-gathering K/V over them (tfjax/nn/sharded_attention.py; docs/scaling/context.md).
+  c.context = 1
   # CPU-only hosts: split the CPU into this many XLA devices before JAX starts, so the 'data'
   # axis runs one batch shard per core (XLA:CPU runs a small matmul on ~1 core; see
   # tfjax.training.sharding.configure_cpu_devices). 0: leave JAX's default (1 device); -1: one

@@ -1,4 +1,5 @@
-"""`tfjax-params` / `python -m tfjax.params --config=configs/NAME.py [--mesh=D,F,T] [--seq_len=L]`:
+"""`tfjax-params` / `python -m tfjax.params --config=configs/NAME.py [--mesh=D,F,T[,C]]
+[--seq_len=L]`:
 the parameter breakdown of tfjax/training/params.py (last line `total: N`) and, with --mesh, the
 per-device memory plan of tfjax/training/memory_plan.py before that line. A modality config
 (config.task vit, clip, whisper or funnel: tfjax/modalities) prints its model's breakdown; the
@@ -26,14 +27,16 @@ def _sequence_lengths(config) -> tuple[int, int | None]:
   return tasks.row_lengths(batch, config.task)
 
 
-def parse_mesh(text: str) -> tuple[int, int, int]:
+def parse_mesh(text: str) -> tuple[int, int, int, int]:
+  """DATA,FSDP,TENSOR[,CONTEXT] (context 1 when left out)."""
   try:
     sizes = tuple(int(t) for t in text.replace("x", ",").split(","))
   except ValueError:
     sizes = ()
-  if len(sizes) != 3 or any(n < 1 for n in sizes):
-    raise ValueError(f"--mesh={text!r}: give three positive sizes DATA,FSDP,TENSOR, e.g. 1,8,1")
-  return sizes
+  if len(sizes) not in (3, 4) or any(n < 1 for n in sizes):
+    raise ValueError(f"--mesh={text!r}: give three or four positive sizes "
+                     "DATA,FSDP,TENSOR[,CONTEXT], e.g. 1,8,1 or 1,2,1,4")
+  return sizes + (1,) * (4 - len(sizes))
 
 
 def _print_modality(config, mesh: str | None, seq_len: int | None) -> None:
@@ -78,13 +81,13 @@ def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
 
 
 def main() -> None:
-  """`tfjax-params` / `python -m tfjax.params --config=FILE [--mesh=D,F,T] [--seq_len=L]`. A bad
-  flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/cli.py)."""
+  """`tfjax-params` / `python -m tfjax.params --config=FILE [--mesh=D,F,T[,C]] [--seq_len=L]`.
+  A bad flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/cli.py)."""
   config_flag = cli.define_config_file("config", None, "Config file, e.g. configs/NAME.py[:ARG] "
                                        "(required).")
   mesh_flag = flags.DEFINE_string(
-      "mesh", None, "DATA,FSDP,TENSOR mesh sizes (e.g. 1,8,1): also print per-device memory on "
-      "that mesh (simulated; no devices needed).")
+      "mesh", None, "DATA,FSDP,TENSOR[,CONTEXT] mesh sizes (e.g. 1,8,1): also print per-device "
+      "memory on that mesh (simulated; no devices needed).")
   seq_len_flag = flags.DEFINE_integer(
       "seq_len", None, "Row length for the activation estimate (default: the config's data).")
 

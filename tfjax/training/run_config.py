@@ -58,7 +58,8 @@ def resolve_platform_defaults(config, platform: str | None = None,
   """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` and
   `num_devices` (tfjax.nn.config.resolve_auto; a copy when any was 'auto'), so config.json
   records what the run used."""
-  resolved = resolve_auto(dict(config.model), platform, num_devices)
+  context = int(config.mesh.get("context", 1) or 1) if "mesh" in config else 1
+  resolved = resolve_auto(dict(config.model), platform, num_devices, context=context)
   changed = {k: v for k, v in resolved.items() if config.model[k] != v}
   if not changed:
     return config
