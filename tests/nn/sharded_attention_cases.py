@@ -47,8 +47,9 @@ CASES = {
     # name: (implementation, heads, kv_heads, keyword arguments)
     "causal_gqa": ("chunked", 8, 2, dict(causal=True)),
     "bidirectional_mqa": ("chunked", 8, 1, dict(causal=False)),
-    "window_alibi_segments": ("chunked", 8, 2, dict(
-        causal=True, window=7, alibi_slopes=jnp.linspace(0.05, 0.8, 8), segments=True)),
+    "window_alibi_segments_softcap": ("chunked", 8, 2, dict(
+        causal=True, window=7, alibi_slopes=jnp.linspace(0.05, 0.8, 8), segments=True,
+        softcap=5.0)),
     "pallas_causal_gqa_dropout": ("pallas", 8, 2, dict(causal=True, dropout=0.25)),
     "pallas_mqa_alibi_segments": ("pallas", 8, 1, dict(
         causal=True, alibi_slopes=jnp.linspace(0.05, 0.8, 8), segments=True)),

@@ -36,3 +36,15 @@ def test_default_run_with_the_sequence_split_over_4_devices_matches_one_device(t
   for step in one:
     assert four[step] == pytest.approx(one[step], rel=2e-5, abs=2e-5), step
   assert four_eval == pytest.approx(one_eval, rel=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["performer"])  # the decoder kinds besides softmax
+def test_a_kind_without_a_context_parallel_form_is_refused_by_name(kind, monkeypatch):
+  from tfjax.training import defaults, experiment  # pylint: disable=import-outside-toplevel
+  config = defaults.get_config()
+  config.model.attention_kind = kind
+  config.mesh.update(data=1, context=4, cpu_devices=0)
+  monkeypatch.setattr("jax.device_count", lambda: 4)
+  with pytest.raises(ValueError, match=f"attention_kind='{kind}' over mesh.context=4.*"
+                                       "set mesh.context=1"):
+    experiment.prepare(config)

@@ -62,6 +62,9 @@ class AttentionKind:
     logits_bias: whether `attend` adds a position kind's LogitsBias (ALiBi, T5); a
     kind without it rejects such position kinds. inputs: `attend` also takes the block input
     as keyword x_BxTxD (projections of its own, e.g. Longformer's global ones).
+  context_parallel: whether `attend` is exact with every activation's length split over a
+    context mesh axis (softmax: tfjax/nn/sharded_attention.py); training refuses the others
+    there by name rather than leave a kind's length-mixing math to the SPMD partitioner.
   """
   name: str
   attend: Callable
@@ -73,6 +76,7 @@ class AttentionKind:
   section: Optional[type] = None
   logits_bias: bool = False
   inputs: bool = False
+  context_parallel: bool = False
 
 
 ATTENTION_KINDS: Dict[str, AttentionKind] = {}

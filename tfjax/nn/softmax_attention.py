@@ -56,4 +56,5 @@ def check(cfg: ModelConfig) -> None:
 
 SOFTMAX = register_attention_kind(AttentionKind(
     "softmax", attend=attend, flops_per_token=flops_per_token, cache=kv_cache.step, check=check,
-    reads=("attention_scale", "attention_softcap", "attention_dropout"), logits_bias=True))
+    reads=("attention_scale", "attention_softcap", "attention_dropout"), logits_bias=True,
+    context_parallel=True))

@@ -25,7 +25,7 @@ from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
 from tfjax.data import datasets
 from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
-from tfjax.nn import ops
+from tfjax.nn import attention_kinds, ops
 from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
@@ -78,6 +78,7 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
         f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
   _check_loop_counts(config.train)
   _check_batches(config, num_devices)
+  _check_context(config, model_cfg, num_devices)
   _check_cpu_devices(config)
   # Set once, before any step is traced (jit caches what it traced).
   cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
@@ -111,6 +112,20 @@ def _check_cpu_devices(config) -> None:
                  "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). "
                  "Results are the same up to float rounding, only slower", wanted,
                  jax.local_device_count(), sharding.HOST_DEVICES_FLAG, wanted)
+
+
+def _check_context(config, model_cfg: ModelConfig, num_devices: int) -> None:
+  """A context axis (the sequence split over devices) only under an attention kind that is
+  exact there; any other is refused by name, not left to the SPMD partitioner."""
+  context = sharding.mesh_shape(config.mesh, num_devices)[sharding.MESH_AXES.index("context")]
+  kind = attention_kinds.attention_kind(model_cfg)
+  if context > 1 and not kind.context_parallel:
+    usable = sorted(k.name for k in attention_kinds.ATTENTION_KINDS.values()
+                    if k.context_parallel)
+    raise ValueError(
+        f"model.attention_kind={kind.name!r} over mesh.context={context}: its attention mixes "
+        f"the whole sequence in its own way and has no context-parallel form (those with one: "
+        f"{usable}); set mesh.context=1 (split the batch over data/fsdp instead)")
 
 
 def _check_loop_counts(train_cfg) -> None:
