@@ -292,6 +292,24 @@ def test_generate_and_finetune_from_import(tmp_path):
   assert same, "a no-op fine-tune step changed the params or did not start from the imported ones"
 
 
+def test_generate_with_prompt_ids_from_an_import_without_tokenizer(tmp_path, capsys):
+  """docs/hf.md: a model directory without tokenizer.json imports with the advice to generate
+  with --prompt_ids; `experiments/generate.py --workdir=RUN --prompt_ids=...` then continues the
+  ids (greedy = the HF model's) and shows ids; a text prompt names --prompt_ids."""
+  from experiments import generate  # pylint: disable=import-outside-toplevel
+  model, hf_dir = _hf_dir(tmp_path, "qwen2")
+  assert not os.path.exists(os.path.join(hf_dir, "tokenizer.json"))
+  run = _import(hf_dir, str(tmp_path / "run"))
+  prompt = [3, 14, 15, 92]
+  results = generate.main([f"--workdir={run.workdir}", "--prompt_ids=3 14 15 92",
+                           "--max_new_tokens=5", "--eos_id=-1"])
+  assert results[0]["ids"] == _hf_greedy(model, prompt, 5)
+  assert results[0]["text"] == " ".join(str(i) for i in prompt + results[0]["ids"])
+  with pytest.raises(SystemExit) as exit_:
+    generate.main([f"--workdir={run.workdir}", "--prompt=hello", "--max_new_tokens=2"])
+  assert exit_.value.code == 2 and "--prompt_ids" in capsys.readouterr().err
+
+
 def jax_tree_equal(a, b) -> bool:
   import jax  # pylint: disable=import-outside-toplevel
   return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))

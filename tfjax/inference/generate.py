@@ -54,12 +54,32 @@ class _SavedTokenizer:
     self.tokenizer = tokenizer
 
 
+class _TokenIds:
+  """The codec of a run whose tokenizer is a Hugging Face one it does not have (imported from a
+  directory without tokenizer.json): prompts come as --prompt_ids, continuations show as ids."""
+
+  special: dict = {}
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+
+  def encode(self, text: str):
+    raise ValueError(f"run {self.workdir} has no tokenizer (imported without tokenizer.json): "
+                     "give the prompt as token ids, --prompt_ids='1 4 5'")
+
+  def decode(self, ids) -> str:
+    return " ".join(str(int(i)) for i in ids)
+
+
 def _text_codec(run):
-  """The workdir's tokenizer if it holds one (no corpus needed), else the run's dataset."""
+  """The workdir's tokenizer if it holds one (no corpus needed), else the run's dataset; token
+  ids for a run whose Hugging Face tokenizer is absent (its dataset cannot be built)."""
   if run.config.data.name in synthetic.TASKS:
     return run.dataset
   if os.path.exists(os.path.join(run.workdir, tokenizers.TOKENIZER_FILE)):
     return _SavedTokenizer(tokenizers.load_tokenizer(run.workdir))
+  if run.config.data.get("tokenizer") == "hf":  # only ever loaded from the workdir, never built
+    return _SavedTokenizer(_TokenIds(run.workdir))
   return run.dataset
 
 
@@ -96,6 +116,8 @@ def generate_for_run(run, args) -> list[dict]:
   for row in range(out.tokens.shape[0]):
     new_ids = [int(t) for t in np.asarray(out.tokens[row, :int(out.lengths[row])])]
     shown_prefix = "" if task == "seq2seq" else decode_ids(dataset, ids)
+    if shown_prefix and isinstance(getattr(dataset, "tokenizer", None), _TokenIds):
+      shown_prefix += " "  # ids, not text: one space between prompt and continuation
     results.append(dict(step=step, ids=new_ids, score=float(out.scores[row]),
                         text=shown_prefix + decode_ids(dataset, new_ids)))
   return results
