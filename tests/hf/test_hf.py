@@ -310,6 +310,40 @@ def test_generate_with_prompt_ids_from_an_import_without_tokenizer(tmp_path, cap
   assert exit_.value.code == 2 and "--prompt_ids" in capsys.readouterr().err
 
 
+def test_finetune_of_an_import_exports_without_model_type(tmp_path):
+  """README's path as written (sizes cut): import, `experiments/train.py --config.init_from=RUN
+  --config.data.name=text --config.data.path=FILE --config.data.tokenizer=hf` (2 steps), then
+  `python -m tfjax.hf export --workdir=FT --hf_dir=OUT` with no --model_type: the fine-tune
+  carries its source's Hugging Face origin. transformers loads OUT as the source's class, its
+  tensors are the fine-tuned params (not the imported ones) and its logits the fine-tuned run's."""
+  import run_helpers  # pylint: disable=import-outside-toplevel
+  model, hf_dir = _hf_dir(tmp_path, "qwen2")
+  _word_tokenizer(os.path.join(hf_dir, "tokenizer.json"))
+  run = _import(hf_dir, str(tmp_path / "run"))
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text(" ".join(f"w{(7 * i) % V}" for i in range(400)))
+  ft = str(tmp_path / "ft")
+  result = run_helpers.run_cli(
+      [f"--workdir={ft}", f"--config.init_from={run.workdir}", "--config.data.name=text",
+       f"--config.data.path={corpus}", "--config.data.tokenizer=hf", "--config.data.seq_len=8",
+       "--config.train.num_steps=2", "--config.train.batch_size=2",
+       "--config.train.eval_batch_size=2", "--config.train.eval_batches=1",
+       "--config.train.eval_at_start=False", "--config.train.checkpoint_every=2",
+       "--config.train.eval_every=2", "--config.optimizer.warmup_steps=0"],
+      cwd=tmp_path, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  tuned = runs.restore_run(ft)
+  assert tuned.step == 2 and not jax_tree_equal(tuned.params, run.params)
+  out_dir = str(tmp_path / "out")
+  assert cli.main(["export", f"--workdir={ft}", f"--hf_dir={out_dir}"]) == 0
+  reloaded = T.AutoModelForCausalLM.from_pretrained(out_dir).eval()
+  assert type(reloaded) is type(model)
+  assert os.path.exists(os.path.join(out_dir, "tokenizer.json"))
+  ids = _ids()
+  _assert_close(_tfjax_logits(tuned, ids), _hf_logits(reloaded, ids))
+  assert not np.allclose(_hf_logits(reloaded, ids), _hf_logits(model, ids))
+
+
 def jax_tree_equal(a, b) -> bool:
   import jax  # pylint: disable=import-outside-toplevel
   return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))

@@ -35,7 +35,7 @@ from tfjax.training.defaults import base_config
 
 _log = logging.getLogger(__name__)
 
-HF_METADATA_DIR = "hf"  # <run>/hf/: the source's config.json, tokenizer files (for export)
+HF_METADATA_DIR = runs.ORIGIN_DIR  # <run>/hf/: the source's config.json, tokenizer files (export)
 
 
 def model_config_from_hf(ckpt: reader.HFCheckpoint, dtype: str = "float32"):

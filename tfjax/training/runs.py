@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 from typing import Any, Mapping
 
 import jax
@@ -25,6 +26,10 @@ from tfjax.nn.config import ModelConfig
 from tfjax.training.run_config import CONFIG_FILE, config_from_json, load_config  # noqa: F401
 
 HISTORY_FILE = "config_history.jsonl"  # {step, key, old, new} per setting a resume changed
+# <run>/hf/: the Hugging Face source of a run imported by tfjax/hf/importer.py (its config.json,
+# generation config and tokenizer files, which export writes back). A fine-tune
+# (config.init_from) carries its source's, so the fine-tuned run exports as that architecture.
+ORIGIN_DIR = "hf"
 _log = logging.getLogger(__name__)
 
 
@@ -88,6 +93,16 @@ def prepare_workdir(workdir: str, config) -> None:
   current = json.loads(config.to_json_best_effort())
   if jax.process_index() == 0:  # one writer on a shared filesystem
     files.write_json_atomic(path, current, indent=2, sort_keys=True)
+    carry_origin(config, workdir)
+
+
+def carry_origin(config, workdir: str) -> None:
+  """Copies the ORIGIN_DIR of config.init_from's run (if it has one) into `workdir` (if it has
+  none): a fine-tune of an imported model keeps what `python -m tfjax.hf export` needs."""
+  source = config.get("init_from", "") if hasattr(config, "get") else ""
+  origin, own = os.path.join(source or "", ORIGIN_DIR), os.path.join(workdir, ORIGIN_DIR)
+  if source and os.path.isdir(origin) and not os.path.exists(own):
+    shutil.copytree(origin, own)
 
 
 @dataclasses.dataclass(frozen=True)
