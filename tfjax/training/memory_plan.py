@@ -158,6 +158,8 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
 def format_plan(plan: dict, sizes, batch_size: int, seq_len: int, grad_accum_steps: int,
                 remat: str) -> str:
   sizes = sharding.axis_sizes(sizes)
+  if sizes.get("context", 1) == 1:  # printed as before the axis existed
+    sizes.pop("context", None)
   mesh = " ".join(f"{k}={v}" for k, v in sizes.items())
   micro = f" in {grad_accum_steps} micro-batches" if grad_accum_steps > 1 else ""
   lines = [f"per-device memory, mesh {mesh} ({plan['devices']} devices), batch {batch_size} x "
