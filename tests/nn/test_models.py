@@ -356,7 +356,7 @@ def test_attention_dropout_with_a_fused_implementation_raises(monkeypatch):
 def test_one_of_returns_the_value_or_names_the_choices():
   assert one_of("strategy", "beam", ("greedy", "beam")) == "beam"
   with pytest.raises(ValueError, match=r"^strategy='bean' is invalid; choose one of "
-                                       r"\('greedy', 'beam'\)$"):
+                                       r"\('greedy', 'beam'\); did you mean 'beam'\?$"):
     one_of("strategy", "bean", ["greedy", "beam"])
 
 

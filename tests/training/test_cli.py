@@ -24,6 +24,8 @@ PARAMS = ["-m", "tfjax.params"]
 BENCH_TRAIN = [os.path.join(REPO, "experiments", "bench_train.py")]
 BENCH_DECODE = [os.path.join(REPO, "experiments", "bench_decode.py")]
 EVAL_LENGTH = [os.path.join(REPO, "experiments", "eval_length.py")]
+TRAIN_MODALITY = [os.path.join(REPO, "experiments", "train_modality.py")]
+HF = ["-m", "tfjax.hf"]
 DEFAULT = f"--config={REPO}/configs/default.py"
 
 # (id, command, arguments ({w}: the scratch directory), regex the error line must match)
@@ -63,6 +65,29 @@ CASES = [
      r"no such config file 'configs/nope\.py'"),
     ("bench-decode-unknown-flag", BENCH_DECODE, ["--bogus"], r"unrecognized arguments: --bogus"),
     ("eval-length-not-a-run", EVAL_LENGTH, ["--workdir={w}"], r"has no config\.json"),
+    # issue 60: each message names the fix that works
+    ("train-bare-config-key-flag", TRAIN, ["--num_steps=10", "--workdir={w}/run"],
+     r"Unknown command line flag 'num_steps'; did you mean --config\.train\.num_steps=10\?"),
+    ("train-misspelled-choice", TRAIN, ["--config.model.attention_kind=perfomer",
+                                        "--workdir={w}/run"],
+     r"model\.attention_kind='perfomer' is invalid; choose one of .*; did you mean 'performer'\?"),
+    ("modality-unknown-key", TRAIN_MODALITY, [f"--config={REPO}/configs/vit_synthetic.py:test",
+                                              "--config.model.attention_kind=performer",
+                                              "--workdir={w}/run"],
+     r"--config\.model\.attention_kind=performer: unknown config key 'attention_kind'; "
+     r"config\.model has keys channels, d_ff"),
+    ("modality-warmup-past-the-steps", TRAIN_MODALITY, [
+        f"--config={REPO}/configs/vit_synthetic.py:test", "--config.train.num_steps=2",
+        "--workdir={w}/run"], r"train\.warmup_steps=10 leaves no steps to decay over in "
+                              r"train\.num_steps=2"),
+    ("generate-modality-run", GENERATE, ["--workdir={w}/vit"],
+     r"vit is a 'vit' run of experiments/train_modality\.py, not a tfjax-train run: generate.*"
+     r"tfjax\.modalities\.train\.load_run"),
+    ("hf-missing-dir", HF, ["import", "--hf_dir={w}/missing", "--workdir={w}/run"],
+     r"missing does not exist"),
+    ("hf-bad-choice", HF, ["import", "--hf_dir={w}/missing", "--workdir={w}/run",
+                           "--dtype=float16"],
+     r"argument --dtype: invalid choice: 'float16'"),
 ]
 
 
@@ -84,6 +109,9 @@ def scratch(tmp_path_factory):
   other = root / "other_model"
   other.mkdir()
   (other / "config.json").write_text(json.dumps({"task": "lm", "model": {"d_model": 8}}))
+  (root / "vit").mkdir()  # the config.json of an experiments/train_modality.py run
+  (root / "vit" / "config.json").write_text(json.dumps(
+      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8}}))
   lock = WorkdirLock(str(root / "locked"), heartbeat_s=1e6)  # held by this (live) process
   lock.acquire()
   yield root

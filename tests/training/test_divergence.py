@@ -46,6 +46,8 @@ def test_nan_loss_stops_the_run_at_that_step_and_keeps_the_last_finite_checkpoin
   saved = checkpoint.Checkpointer(workdir).steps()
   assert saved and max(saved) == bad - 1  # one checkpoint per step up to the last finite one
   assert f"newest checkpoint (step {bad - 1})" in str(info.value)
+  # the lr the user set, not the warmup-scaled rate of that step (issue 60)
+  assert "Lower optimizer.lr (set to 1e+30; the schedule's rate at step" in str(info.value)
   assert all_finite(restored_params(workdir, config))
   assert not os.path.exists(os.path.join(workdir, "train.lock"))  # released on the way out
 

@@ -8,6 +8,11 @@ run with JAX_PLATFORMS=cpu so that it never tries to open a TPU or GPU (tfjax.ao
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+
 from tfjax.aot.targets import Target
 
 _MEGACORE = ("v4", "v5p")
@@ -23,8 +28,9 @@ def compile_only_devices(target: Target) -> list:
         kwargs = dict(chip_config_name="megacore", chips_per_host_bounds=(2, 2, 1))
       elif target.devices == 1:  # libtpu's default host is 2x2 chips
         kwargs = dict(chips_per_host_bounds=(1, 1, 1))
-      topology = topologies.get_topology_desc(
-          topology_name=f"{target.generation}:{target.topology}", platform="tpu", **kwargs)
+      with _native_stderr_dropped():
+        topology = topologies.get_topology_desc(
+            topology_name=f"{target.generation}:{target.topology}", platform="tpu", **kwargs)
     else:
       target_config = target.gpu_target_config()
       topology = topologies.get_topology_desc(
@@ -40,3 +46,26 @@ def compile_only_devices(target: Target) -> list:
     raise RuntimeError(f"{target.name}: the topology has {len(devices)} devices, expected "
                        f"{target.devices}")
   return devices
+
+
+@contextlib.contextmanager
+def _native_stderr_dropped():
+  """Runs the block with file descriptor 2 pointed at a scratch file that is then dropped.
+
+  Why: loading libtpu on a host without TPUs writes 5 lines to the process's stderr from C++
+  ("could not determine TPU accelerator type", "unexpected worker hostname ...", a source
+  location trace) about the TPU runtime it would open; a compile-only topology opens none, so
+  they are noise, and they would come before a later one-line `error:`. A failure of the call
+  is still raised (and reported) as usual."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with tempfile.TemporaryFile() as scratch:
+      os.dup2(scratch.fileno(), 2)
+      try:
+        yield
+      finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+  finally:
+    os.close(saved)

@@ -9,12 +9,14 @@ See docs/hf.md for the architectures and fields supported.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from tfjax.training import cli
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(prog="python -m tfjax.hf", description=__doc__.split("\n")[0])
+  # cli.ArgumentParser (also the subcommands' parsers): a usage error is one `error:` line, exit 2
+  parser = cli.ArgumentParser(prog="python -m tfjax.hf", description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
   imp = sub.add_parser("import", help="Hugging Face model directory -> tfjax run directory")
   imp.add_argument("--hf_dir", required=True, help="config.json + *.safetensors (+ tokenizer)")
@@ -35,12 +37,20 @@ def parse_args(argv):
   return parser.parse_args(argv)
 
 
+def _parse_mesh(text: str) -> tuple:
+  try:
+    return tuple(int(t) for t in text.split(","))
+  except ValueError:
+    raise ValueError(f"--mesh={text!r}: give integer sizes DATA,FSDP,TENSOR (-1: the remaining "
+                     "devices), e.g. 1,-1,1") from None
+
+
 def main(argv=None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   from tfjax.hf import exporter, importer  # pylint: disable=import-outside-toplevel
   try:
     if args.command == "import":
-      mesh = tuple(int(t) for t in args.mesh.split(","))
+      mesh = _parse_mesh(args.mesh)
       cfg = importer.import_model(args.hf_dir, args.workdir, dtype=args.dtype, mesh=mesh)
       print(f"imported {args.hf_dir} -> {args.workdir} ({cfg.family}, {cfg.num_layers} layers, "
             f"d_model {cfg.d_model}, vocab {cfg.vocab_size})")
@@ -48,9 +58,11 @@ def main(argv=None) -> int:
       config = exporter.export_model(args.workdir, args.hf_dir, model_type=args.model_type,
                                      dtype=args.dtype, max_shard_size=args.max_shard_size)
       print(f"exported {args.workdir} -> {args.hf_dir} ({config['architectures'][0]})")
-  except ValueError as e:  # unsupported architecture / field, bad directory: one clear line
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  except cli.USER_ERRORS as e:  # unsupported architecture / field, bad directory: one line
+    if cli.show_tracebacks():
+      raise
+    print(cli.error_line(cli.message_of(e)), file=sys.stderr)
+    return cli.USAGE_ERROR
   return 0
 
 

@@ -64,6 +64,10 @@ class HFCheckpoint:
   def __init__(self, directory: str):
     self.directory = directory
     config_path = os.path.join(directory, "config.json")
+    if not os.path.isdir(directory):
+      raise ValueError(f"{directory} does not exist (give a Hugging Face model directory: "
+                       "config.json and *.safetensors)" if not os.path.exists(directory) else
+                       f"{directory} is not a directory (give a Hugging Face model directory)")
     if not os.path.exists(config_path):
       raise ValueError(f"{directory} has no config.json: not a Hugging Face model directory")
     self.config = read_json(config_path)

@@ -30,6 +30,9 @@ from tfjax.modalities import tasks
 
 
 def optimizer(train) -> optax.GradientTransformation:
+  if max(train.num_steps, 2) <= max(1, train.warmup_steps):  # optax: "positive decay_steps"
+    raise ValueError(f"train.warmup_steps={train.warmup_steps} leaves no steps to decay over in "
+                     f"train.num_steps={train.num_steps}; give more steps than warmup steps")
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, train.learning_rate, max(1, train.warmup_steps), max(train.num_steps, 2),
       end_value=0.1 * train.learning_rate)
@@ -44,12 +47,12 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   run = config.train
   if os.path.exists(os.path.join(workdir, "params.msgpack")):
     raise ValueError(f"{workdir} already holds a trained model; train into a new directory")
+  params = nn.meta.unbox(task.init(jax.random.PRNGKey(run.seed))["params"])
+  tx = optimizer(run)  # checks the schedule before the workdir is written
+  opt_state = tx.init(params)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
     f.write(config.to_json(indent=2))
-  params = nn.meta.unbox(task.init(jax.random.PRNGKey(run.seed))["params"])
-  tx = optimizer(run)
-  opt_state = tx.init(params)
 
   @jax.jit
   def step(params, opt_state, batch):

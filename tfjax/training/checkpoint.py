@@ -33,6 +33,31 @@ EXIT_SAVE_FAILED = 5  # exit status of a run stopped because a checkpoint could 
 _PARTIAL_MARK = "-tmp"  # orbax writes a step to "<step>.orbax-checkpoint-tmp[-N]" first
 
 
+class _NoOcdbtMergeNotice(logging.Filter):
+  """Drops orbax's "Skipping merge of OCDBT checkpoints: No per-process OCDBT checkpoint subdirs
+  found in DIR" WARNING for the directories of Checkpointers made with use_ocdbt=False.
+
+  Why: orbax's save finalizer always tries to merge per-process OCDBT files, also when the
+  handler writes none (use_ocdbt=False, the HF import's format), and warns each time; for those
+  directories the warning is expected and says nothing. Other directories keep it (there it
+  would mean lost OCDBT files)."""
+
+  def __init__(self):
+    super().__init__()
+    self.directories: set[str] = set()
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if "Skipping merge of OCDBT checkpoints" not in str(record.msg):
+      return True
+    args = record.args if isinstance(record.args, tuple) else ()
+    where = str(args[-1]) if args else ""
+    return not any(where.startswith(d + os.sep) for d in self.directories)
+
+
+_NO_OCDBT_NOTICE = _NoOcdbtMergeNotice()
+logging.getLogger("absl").addFilter(_NO_OCDBT_NOTICE)  # orbax logs through absl.logging
+
+
 class SaveFailed(cli.UserFacing):
   """A checkpoint could not be written (e.g. the disk is full): the run stops at once."""
   status = EXIT_SAVE_FAILED
@@ -53,6 +78,8 @@ class Checkpointer:
     self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     self._keep = keep
     self._use_ocdbt = use_ocdbt
+    if not use_ocdbt:
+      _NO_OCDBT_NOTICE.directories.add(self.directory)
     self._manager = self._open()
     self._unsealed: list[int] = []  # steps saved by this process whose manifest is not written
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import functools
 import os
 import re
@@ -33,15 +34,21 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryEr
 
 def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
   """Prints `error: message` (one line) to stderr and exits with `status`."""
-  print(f"error: {_one_line(message)}", file=sys.stderr)
+  print(error_line(message), file=sys.stderr)
   sys.exit(status)
+
+
+def error_line(message: str) -> str:
+  """`error: message` on one line (for a main that returns its status instead of exiting)."""
+  return f"error: {_one_line(message)}"
 
 
 def _one_line(message: str) -> str:
   return " ".join(str(message).split())
 
 
-def _show_tracebacks() -> bool:
+def show_tracebacks() -> bool:
+  """TFJAX_TRACEBACK=1: user errors keep their traceback too (debugging tfjax itself)."""
   return os.environ.get("TFJAX_TRACEBACK", "") not in ("", "0")
 
 
@@ -72,11 +79,11 @@ def guarded(main: Callable) -> Callable:
     try:
       return main(*args, **kwargs)
     except UserFacing as e:
-      if _show_tracebacks():
+      if show_tracebacks():
         raise
       fail(message_of(e), e.status)
     except USER_ERRORS as e:
-      if _show_tracebacks():
+      if show_tracebacks():
         raise
       fail(message_of(e))
   return wrapper
@@ -97,6 +104,7 @@ def run_absl(main: Callable, argv: Optional[Sequence[str]] = None) -> None:
 
 
 _DEFINE_ERRORS: dict = {}  # config flag name -> the error its definition raised
+_CONFIG_DEFAULTS: dict = {}  # config flag name -> its default config file (None: none)
 
 
 def define_config_file(name: str, default: Optional[str], help_string: str, **kwargs):
@@ -106,6 +114,7 @@ def define_config_file(name: str, default: Optional[str], help_string: str, **kw
   sys.argv to the default config, so an unknown key raises at import time, before any parser
   runs. Such an error is kept and reported by `parse_flags` as one `error:` line."""
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  _CONFIG_DEFAULTS[name] = default
   try:
     return config_flags.DEFINE_config_file(name, default, help_string, **kwargs)
   except (KeyError, AttributeError, TypeError, ValueError) as e:
@@ -132,6 +141,8 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
       flag_part = text.split(":", 1)[0]
       fail(f"{flag_part.replace('flag ', '')}: the config file failed: "
            f"{text.strip().splitlines()[-1].strip()}")
+    if isinstance(e, flags.UnrecognizedFlagError):
+      text += _config_key_hint(e.flagname, e.flagvalue)
     fail(f"{_one_line(text)} (see --helpfull for each flag's type)")
   except (KeyError, AttributeError, TypeError, ValueError) as e:
     # ml_collections' overrides (--config.a.b=v) raise these for unknown keys / wrong types.
@@ -188,8 +199,48 @@ def _config_flag_names() -> list[str]:
           if isinstance(flag, config_flag)]
 
 
+def _config_key_hint(name: str, argument) -> str:
+  """For an unknown flag `--NAME=V` that is the last part of a config key (`--num_steps=10`):
+  `; did you mean --config.train.num_steps=10?`, else ''. Close spellings count too."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  keys = []
+  for flag_name in _config_flag_names():
+    try:
+      config = flags.FLAGS[flag_name].value
+    except Exception:  # pylint: disable=broad-except  (a config that fails is reported elsewhere)
+      continue
+    keys += [f"{flag_name}.{key}" for key in _flat_keys(config)]
+  last_parts = sorted({key.rsplit(".", 1)[-1] for key in keys})
+  wanted = name if name in last_parts else next(iter(difflib.get_close_matches(
+      name, last_parts, n=1, cutoff=0.8)), None)
+  matches = [key for key in keys if key.rsplit(".", 1)[-1] == wanted]
+  if not matches:
+    return ""
+  argument = str(argument or "")
+  value = argument.split("=", 1)[1] if "=" in argument else None
+  shown = [f"--{key}" + (f"={value}" if value is not None else "") for key in matches[:3]]
+  return f"; did you mean {' or '.join(shown)}?"
+
+
+def _flat_keys(config, prefix: str = "") -> list[str]:
+  """The dotted leaf keys of a ConfigDict (nested sections walked; anything else: none)."""
+  if not hasattr(config, "items"):
+    return []
+  out = []
+  for key, value in config.items():
+    if hasattr(value, "items") and not isinstance(value, dict):  # a ConfigDict section
+      out += _flat_keys(value, f"{prefix}{key}.")
+    else:
+      out.append(f"{prefix}{key}")
+  return out
+
+
 def _override_message(argv: Sequence[str], error: BaseException) -> str:
   """`--config.modle.x=1: unknown key 'modle' (Did you mean "model" ...?)`-style text."""
+  # ml_collections' attribute access wraps the KeyError of an unknown key in an AttributeError
+  # (AttributeError(KeyError("'attention_kind'"))): the KeyError is the error.
+  while len(error.args) == 1 and isinstance(error.args[0], BaseException):
+    error = error.args[0]
   text = _one_line(message_of(error))
   key = re.match(r"'?([\w-]+)'?", text)
   culprit = next((a for a in argv[1:] if a.startswith("--") and "." in a.split("=")[0] and key
@@ -197,11 +248,39 @@ def _override_message(argv: Sequence[str], error: BaseException) -> str:
   if isinstance(error, KeyError) or "Did you mean" in text:
     detail = f"unknown config key {text.replace(' Did you mean', '; did you mean')}" if (
         "Did you mean" in text) else (
-        f"unknown config key {text}; list the keys with --config=FILE and no overrides, or read "
-        "the config file")
+        f"unknown config key {key.group(1)!r}"
+        + (_section_keys(argv, culprit, key.group(1)) or "; read the config file for its keys"))
   else:
     detail = f"{type(error).__name__}: {text}"
   return f"{culprit}: {detail}" if culprit else detail
+
+
+def _section_keys(argv: Sequence[str], culprit: Optional[str], key: str) -> str:
+  """`; model has keys a, b, ...` for the section an unknown override key was looked up in:
+  the config file (the flag's value in argv, else its default) is loaded again without the
+  overrides. '' when that cannot be done."""
+  if not culprit:
+    return ""
+  flag_name, *parts = culprit[2:].split("=", 1)[0].split(".")
+  if key not in parts:
+    return ""
+  path = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{flag_name}=")),
+              _CONFIG_DEFAULTS.get(flag_name))
+  if not path:
+    return ""
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  try:
+    section = config_flags.config_flags.ConfigFileFlagParser(  # pylint: disable=protected-access
+        flag_name, lock_config=False).parse(path)
+    for part in parts[:parts.index(key)]:
+      section = section[part]
+    keys = sorted(str(k) for k in section.keys())
+  except Exception:  # pylint: disable=broad-except  (only a hint)
+    return ""
+  where = ".".join([flag_name] + parts[:parts.index(key)])
+  if len(keys) > 30:  # a list too long to read in one line
+    return f"; no key of {where} ({len(keys)} keys) is close: read the config file for them"
+  return f"; {where} has keys {', '.join(keys)}"
 
 
 def _config_file_message(name: str, flag, error: BaseException) -> str:

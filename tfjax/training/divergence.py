@@ -36,7 +36,10 @@ class Diverged(cli.UserFacing):
   status = EXIT_DIVERGED
 
   def __init__(self, step: int, last_checkpoint: int | None, lr: float | None = None,
-               restored_step: int | None = None):
+               restored_step: int | None = None, *, lr_key: str = "optimizer.lr",
+               scheduled_lr: float | None = None):
+    """`lr`: the configured value of `lr_key` (the key the user lowers: `lr_setting`), not the
+    warmup- or decay-scaled rate of the step, which is `scheduled_lr`."""
     self.step = step
     kept = (f"the newest checkpoint (step {last_checkpoint}) is from before it and is kept"
             if last_checkpoint is not None else "no checkpoint was written")
@@ -48,11 +51,22 @@ class Diverged(cli.UserFacing):
           "suspect (its values may be corrupt although its files verify). Move "
           f"checkpoints/{restored_step} out of the workdir to resume from the step before it")
       return
-    lr_text = f" (now {lr:g})" if lr is not None else ""
+    notes = ([f"set to {lr:g}"] if lr is not None else []) + (
+        [f"the schedule's rate at step {step} was {scheduled_lr:g}"]
+        if scheduled_lr is not None else [])
+    lr_text = f" ({'; '.join(notes)})" if notes else ""
     super().__init__(
         f"training diverged at step {step}: the loss or gradient norm is NaN/inf; {kept}. Lower "
-        f"optimizer.lr{lr_text} or raise optimizer.warmup_steps, or set "
+        f"{lr_key}{lr_text} or raise optimizer.warmup_steps, or set "
         "train.skip_nonfinite=True to skip such updates")
+
+
+def lr_setting(optimizer_cfg) -> tuple[str, float]:
+  """(key, configured value) of the learning rate a diverged run lowers: optimizer.lr, or
+  optimizer.lr_scale for the rsqrt schedule (which ignores optimizer.lr)."""
+  if optimizer_cfg.get("schedule") == "rsqrt":
+    return "optimizer.lr_scale", float(optimizer_cfg.lr_scale)
+  return "optimizer.lr", float(optimizer_cfg.lr)
 
 
 def nonfinite_leaves(tree: Any, limit: int = 3) -> list[str]:

@@ -25,7 +25,7 @@ from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
 from tfjax.data import datasets
 from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
-from tfjax.nn import attention_kinds, ops
+from tfjax.nn import attention_kinds, ops, positions
 from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
 from tfjax.training.optimizer import make_optimizer
@@ -72,6 +72,7 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
                                     workdir=init_from.tokenizer_dir(config, existing))
   model_cfg = model_config(config, dataset, platform=platform)
   tasks.check_task(config.task, model_cfg.family)
+  _check_init_from_length(config, model_cfg, dataset)
   if model_cfg.vocab_size < dataset.vocab_size:
     raise ValueError(
         f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
@@ -112,6 +113,28 @@ def _check_cpu_devices(config) -> None:
                  "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). "
                  "Results are the same up to float rounding, only slower", wanted,
                  jax.local_device_count(), sharding.HOST_DEVICES_FLAG, wanted)
+
+
+def _check_init_from_length(config, model_cfg: ModelConfig, dataset) -> None:
+  """Rows no longer than the learned position table of the init_from run.
+
+  Why here: init_from takes model.max_len from that run (a model.max_len set in this config is
+  replaced), so the model's own message ("raise model.max_len") names a fix that does nothing;
+  shortening the data is the one that works."""
+  source = init_from.source(config)
+  if source is None or not positions.has_learned_table(model_cfg):
+    return
+  lengths = tasks.row_lengths(dataset.train_batch(0, 1), config.task)
+  longest = max(n for n in lengths if n is not None)
+  if longest <= model_cfg.max_len:
+    return
+  fix = (f"lower data.seq_len (now {config.data.seq_len}) to {model_cfg.max_len} or less"
+         if config.data.name in datasets.TEXT_DATASETS + ("prepared",) and "seq_len" in config.data
+         else f"make the data's rows at most {model_cfg.max_len} tokens long")
+  raise ValueError(
+      f"rows of {longest} tokens exceed the learned position table of config.init_from="
+      f"{source!r} (its model.max_len={model_cfg.max_len}; init_from takes every model key from "
+      f"that run, so model.max_len cannot be raised here): {fix}")
 
 
 def _check_context(config, model_cfg: ModelConfig, num_devices: int) -> None:

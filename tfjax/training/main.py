@@ -93,7 +93,6 @@ def main(argv):
   if jax.process_index() != 0:  # one copy of the INFO lines; warnings still from every process
     logging.getLogger("tfjax").setLevel(logging.WARNING)
   workdir = _WORKDIR.value or fresh_workdir(flags.FLAGS["config"].config_filename)
-  logging.getLogger("tfjax").info("workdir: %s", workdir)
   # after the imports, before tracing (see tfjax/runtime/workarounds.py)
   workarounds.freeze_startup_objects()
   final = train.train_and_evaluate(_CONFIG.value, workdir)

@@ -126,6 +126,16 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
   `mesh_sizes` (data, fsdp, tensor[, context]), simulated arithmetically (no devices)."""
   rules = sharding.DEFAULT_RULES if rules is None else rules
   sizes = sharding.axis_sizes(mesh_sizes)
+  # First what training itself would refuse: laying out the params warns about each dimension
+  # the mesh does not divide, noise before this error.
+  rows = batch_size // grad_accum_steps
+  shards = sharding.batch_shards(sizes, rules)
+  if batch_size % grad_accum_steps or rows % shards:  # what training itself would refuse
+    raise ValueError(
+        f"train.batch_size={batch_size} (/ {grad_accum_steps} micro-batches = "
+        f"{batch_size / grad_accum_steps:g} rows) does not split over the {shards} batch shards "
+        f"of mesh {dict(sizes)}; use a batch size that is a multiple of "
+        f"{shards * grad_accum_steps}, or another mesh")
   boxed = boxed_param_shapes(cfg)
   specs = sharding.logical_specs(boxed, rules, sizes)
   params = nn.meta.unbox(boxed)
@@ -137,14 +147,6 @@ def memory_plan(cfg: ModelConfig, mesh_sizes, *, batch_size: int, seq_len: int,
     opt_state = jax.eval_shape(optimizer.init, params)
     opt_specs = sharding.follow_params(opt_state, specs, jax.sharding.PartitionSpec(), is_spec)
     opt_bytes = sum(jax.tree.leaves(jax.tree.map(leaf_bytes, opt_state, opt_specs)))
-  rows = batch_size // grad_accum_steps
-  shards = sharding.batch_shards(sizes, rules)
-  if batch_size % grad_accum_steps or rows % shards:  # what training itself would refuse
-    raise ValueError(
-        f"train.batch_size={batch_size} (/ {grad_accum_steps} micro-batches = "
-        f"{batch_size / grad_accum_steps:g} rows) does not split over the {shards} batch shards "
-        f"of mesh {dict(sizes)}; use a batch size that is a multiple of "
-        f"{shards * grad_accum_steps}, or another mesh")
   return {
       "params": param_bytes,
       "gradients": param_bytes * (2 if grad_accum_steps > 1 else 1),

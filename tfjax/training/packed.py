@@ -201,9 +201,15 @@ def _train_locked(exps, workdirs, group_dir, placement, stop_after_step) -> list
     return [dict(last) for last in loop.last]
   _save_final_checkpoints(exps, workdirs, state, iterators, diverged_at, step)
   # A diverged seed's workdir holds no checkpoint (its stacked ones are the group's): None.
-  return [dict(last) if d is None else divergence.Diverged(
-      d, None, float(exps[k].schedule(d - 1))) for k, (last, d) in enumerate(
-          zip(loop.last, diverged_at))]
+  return [dict(last) if d is None else _diverged(exps[k], d)
+          for k, (last, d) in enumerate(zip(loop.last, diverged_at))]
+
+
+def _diverged(exp: Experiment, step: int) -> divergence.Diverged:
+  """A seed's divergence at `step`: its configured learning rate and the schedule's at that step."""
+  lr_key, lr = divergence.lr_setting(exp.config.optimizer)
+  return divergence.Diverged(step, None, lr, lr_key=lr_key,
+                             scheduled_lr=float(exp.schedule(step - 1)))
 
 
 def _write_group_file(group_dir: str, workdirs: Sequence[str]) -> None:

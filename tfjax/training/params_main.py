@@ -7,6 +7,7 @@ memory plan does not cover those models (its activation terms are the text famil
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import jax
@@ -96,6 +97,9 @@ def main() -> None:
       cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
     if config_flag is None or config_flag.value is None:
       cli.fail("--config is required, e.g. --config=configs/gpt2_small.py")
+    # The output is the breakdown: the INFO line tracing the model logs (the attention
+    # implementation) would come before it, or before an `error:` line.
+    logging.getLogger("tfjax").setLevel(logging.WARNING)
     _plan_and_print(config_flag.value, mesh_flag.value, seq_len_flag.value)
 
   cli.run_absl(run, argv=sys.argv)

@@ -40,7 +40,28 @@ def load_config(workdir: str) -> config_dict.ConfigDict:
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
     raise ValueError(f"{workdir} has no config.json: not a tfjax training run directory")
-  return config_from_json(files.read_json(path))
+  values = files.read_json(path)
+  _check_not_a_modality_run(workdir, values)
+  return config_from_json(values)
+
+
+def _check_not_a_modality_run(workdir: str, values) -> None:
+  """A run of experiments/train_modality.py (ViT, CLIP, Whisper, Funnel: tfjax/modalities) has a
+  config.json of its own shape; reading it as a text run would name its first key as 'unknown to
+  this version of tfjax', which it is not. Say what the run is and what reads it instead."""
+  # pylint: disable=import-outside-toplevel  (only for a run that is not a text task's)
+  from tfjax.training import tasks
+  task = values.get("task") if isinstance(values, dict) else None
+  if not isinstance(task, str) or task in tasks.TASKS:
+    return
+  from tfjax.modalities import tasks as modality_tasks
+  if task in modality_tasks.TASKS:
+    raise ValueError(
+        f"{workdir} is a {task!r} run of experiments/train_modality.py, not a tfjax-train run: "
+        "generate, eval_length, config.init_from and `python -m tfjax.hf export` read the text "
+        "models tfjax-train trains; a modality run is read with "
+        f"tfjax.modalities.train.load_run({workdir!r}) (tfjax.hf.modalities.export writes it as "
+        "a Hugging Face directory, as train_modality.py --export_hf=DIR does after training)")
 
 
 def model_config(config, dataset=None, *, workdir: str | None = None,

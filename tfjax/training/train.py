@@ -97,14 +97,16 @@ def _train_locked(experiment: Experiment, workdir: str,
   config = experiment.config
   train_cfg = config.train
   placement = BatchPlacement.for_config(config)
-  _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
-            jax.default_backend())
-  _log.info("%s", execution_summary(experiment))
   layout = state_layout(experiment, placement)  # traces the model: shape errors surface here
   eval_step = jit_eval_step(experiment, placement, layout.shardings)
   eval_batches = _placed_eval_batches(experiment, placement)
   changes = runs.config_changes(workdir, config)  # before config.json takes the new values
   _prepare_workdir(workdir, experiment)  # the first write, after every check above
+  # Said once the workdir exists: a check that fails above prints its one error line only.
+  _log.info("workdir: %s", workdir)
+  _log.info("mesh %s over %d %s devices", dict(placement.mesh.shape), placement.mesh.size,
+            jax.default_backend())
+  _log.info("%s", execution_summary(experiment))
   row_start, row_count = placement.process_rows(train_cfg.batch_size)
   iterator = datasets.DataIterator(experiment.dataset, train_cfg.batch_size, row_start=row_start,
                                    row_count=row_count)
@@ -137,10 +139,11 @@ def _train_locked(experiment: Experiment, workdir: str,
     except OSError:  # the failed save's error was already raised (SaveFailed)
       pass
   if run.diverged_at is not None:
+    lr_key, lr = divergence.lr_setting(experiment.config.optimizer)
     raise divergence.Diverged(
-        run.diverged_at, saved[-1] if saved else None,
-        float(experiment.schedule(run.diverged_at - 1)),
-        restored_step=step if step and run.diverged_at == step + 1 else None)
+        run.diverged_at, saved[-1] if saved else None, lr,
+        restored_step=step if step and run.diverged_at == step + 1 else None, lr_key=lr_key,
+        scheduled_lr=float(experiment.schedule(run.diverged_at - 1)))
   return TrainResult(run.last, run.stopped)
 
 
