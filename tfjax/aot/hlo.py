@@ -1,5 +1,7 @@
 """What the optimized HLO of a compiled program says: its collectives (kind, bytes, group size)
-and its Pallas kernel calls, each counted as many times as it runs per step.
+and its Pallas kernel calls, each counted as many times as it runs per step, and the shapes of
+the buffers it holds (instructions outside fusions: a [B, H, L, L] attention-weights array shows
+there when the program materializes one).
 
 A collective inside a `while` body (a scanned layer stack, gradient accumulation) runs once per
 iteration: XLA writes the trip count into the loop's backend_config (`known_trip_count`), and
@@ -241,3 +243,49 @@ def gemm_flops(result_shape: str, lhs_shape: str, attrs: str) -> float:
   contracted = math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting.group(1))
                          if int(d) < len(lhs))
   return 2.0 * math.prod(_dims(result_shape)) * contracted
+
+
+_FLOATS = frozenset(("f32", "bf16", "f16", "f64"))
+
+
+def fused_computations(bodies: dict) -> set[str]:
+  """Computations that are fusion bodies (their values live in registers or on-chip memory, not in
+  buffers): those a `fusion(` op calls, nested ones included."""
+  fused = set()
+  for name, lines in bodies.items():
+    if name == "__entry__":
+      continue
+    for line in lines:
+      if " fusion(" in line:
+        for callee in re.findall(r"calls=%?([\w.\-]+)", line):
+          fused.add(callee)
+  return fused
+
+
+def buffer_shapes(text: str) -> frozenset:
+  """(dtype, dims) of every float array an instruction outside a fusion body defines: the
+  buffers of the program (a tuple's elements each; layouts ignored)."""
+  bodies = computations(text)
+  fused = fused_computations(bodies)
+  found = set()
+  for name, lines in bodies.items():
+    if name == "__entry__" or name in fused:
+      continue
+    for line in lines:
+      definition = _DEFINITION.match(line)
+      if not definition:
+        continue
+      for dtype, dims in _ARRAY.findall(definition.group(2)):
+        if dtype in _FLOATS or dtype.startswith("f8"):
+          found.add((dtype, tuple(int(d) for d in dims.split(",") if d)))
+  return frozenset(found)
+
+
+def square_buffers(shapes, length: int, exclude=frozenset()) -> list[tuple[str, tuple]]:
+  """The float buffers of `shapes` (buffer_shapes) with at least 3 dimensions whose two trailing
+  ones both equal `length` (a [B, H, L, L] attention-weights array, or its [B * H, L, L]
+  bitcast), largest first; dims in `exclude` (the parameters' shapes: a stacked [layers, d, d]
+  weight with d = L) are not counted."""
+  hits = [(dtype, dims) for dtype, dims in shapes
+          if len(dims) >= 3 and dims[-2:] == (length, length) and dims not in exclude]
+  return sorted(hits, key=lambda s: -array_bytes(f"{s[0]}[{','.join(map(str, s[1]))}]"))

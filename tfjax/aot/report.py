@@ -18,6 +18,12 @@ from tfjax.aot.targets import GIB, Target
 
 # Kernel calls the compiler counts as 0 FLOPs: Pallas on TPU (Mosaic) and on GPU (Triton).
 PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu")
+# The attention kernel a custom-call target stands for (tfjax's only Pallas kernels are its
+# attention ones, tfjax/nn/kernels/), by the name the table and the JSON line give it.
+ATTENTION_KERNELS = (("tpu_custom_call", "mosaic_tpu"), ("__gpu$xla.gpu.triton", "triton"),
+                     ("mosaic_gpu", "mosaic_gpu"), ("__cudnn$fmha", "cudnn"))
+_KERNEL_WORDS = {"mosaic_tpu": "Pallas, Mosaic TPU", "triton": "Pallas, Triton",
+                 "mosaic_gpu": "Pallas, Mosaic GPU", "cudnn": "cuDNN"}
 
 
 @dataclasses.dataclass
@@ -28,6 +34,7 @@ class Measured:
   collectives: list       # hlo.Collective
   custom_calls: dict      # custom_call_target -> executions per step
   kernels: list = dataclasses.field(default_factory=list)  # kernel_model.Kernel (GPU programs)
+  buffer_shapes: frozenset = frozenset()  # (dtype, dims) of its float buffers (hlo.buffer_shapes)
 
 
 def _cost(compiled, platform: str) -> dict:
@@ -53,7 +60,65 @@ def measure(compiled, platform: str, num_devices: int) -> Measured:
   compiler_flops = float(cost.get("flops", 0.0)) + hlo.library_gemm_flops(text)
   return Measured(memory, compiler_flops, float(cost.get("bytes accessed", 0.0)),
                   hlo.collectives(text, num_devices), hlo.custom_calls(text),
-                  kernel_model.kernels(text) if platform == "cuda" else [])
+                  kernel_model.kernels(text) if platform == "cuda" else [],
+                  hlo.buffer_shapes(text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Attention:
+  """Which attention implementation the compiled per-device program holds (the SPMD program
+  every device runs): its kernel calls per step by kind (ATTENTION_KERNELS; none: xla or
+  chunked), and its float buffers shaped [..., L, L] for the sequence length L."""
+  kernels: dict           # kind -> calls per step
+  seq_len: int
+  square_buffers: list    # (dtype, dims), largest first
+
+  @property
+  def implementation(self) -> str:
+    """'pallas', 'cudnn', or 'none' (no kernel call: xla or chunked)."""
+    if any(k != "cudnn" for k in self.kernels):
+      return "pallas"
+    return "cudnn" if self.kernels else "none"
+
+  def describe(self) -> str:
+    if self.kernels:
+      return ", ".join(f"{_KERNEL_WORDS[k]}: {n} kernel calls per step"
+                       for k, n in self.kernels.items())
+    return "no attention kernel call (xla or chunked)"
+
+  @property
+  def largest_square(self) -> Optional[str]:
+    """The largest [..., L, L] float buffer's HLO shape, e.g. 'f32[16,4,34,34]'; None if none."""
+    if not self.square_buffers:
+      return None
+    dtype, dims = self.square_buffers[0]
+    return f"{dtype}[{','.join(map(str, dims))}]"
+
+  def square_text(self) -> str:
+    shape = self.largest_square
+    if shape is None:
+      return f"none (L = {self.seq_len})"
+    more = len(self.square_buffers) - 1
+    return (f"{shape} ({hlo.array_bytes(shape) / GIB:.2f} GiB)"
+            + (f" and {more} more shape{'s' if more > 1 else ''}" if more else ""))
+
+
+def attention(program, measured: Measured) -> Attention:
+  """The attention implementation in `measured`'s program, and its [..., L, L] float buffers
+  (parameters' own shapes excluded: a stacked [layers, d, d] weight with d = L is no weights
+  array)."""
+  kernels: dict = {}
+  for target, calls in measured.custom_calls.items():
+    for key, kind in ATTENTION_KERNELS:
+      if key in target:
+        kernels[kind] = kernels.get(kind, 0) + calls
+  params = set()
+  for leaf in jax.tree_util.tree_leaves(program.args[0]):
+    params.add(tuple(leaf.shape))
+    if getattr(leaf, "sharding", None) is not None:
+      params.add(tuple(leaf.sharding.shard_shape(leaf.shape)))
+  return Attention(kernels, program.seq_len,
+                   hlo.square_buffers(measured.buffer_shapes, program.seq_len, params))
 
 
 _ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
@@ -96,12 +161,14 @@ class Report:
   roof: Roofline
   verdict: str
   kernel_sum: Optional[dict] = None  # kernel_model.kernel_sum (GPU targets with measured rates)
+  attention: Optional[Attention] = None
 
   def json_line(self) -> str:
     """One JSON object. `flops_per_step` (per device) is the analytic count, the trusted one;
     the compiler's HloCostAnalysis count is `xla_flops_per_step`: it counts a loop body once,
     so a scanned layer stack (model.scan_layers) shows one layer's FLOPs of many."""
     by_kind = hlo.bytes_by_kind(self.measured.collectives)
+    att = self.attention
     return json.dumps({
         "target": self.target.name, "fits": self.fits,
         "bytes_per_device": int(self.measured.memory["total"]),
@@ -112,7 +179,18 @@ class Report:
         "kernel_sum_s_by_kind": self.kernel_sum["by_kind_s"] if self.kernel_sum else None,
         "roofline_compute_s": self.roof.compute_s, "roofline_memory_s": self.roof.memory_s,
         "collectives": [{"kind": k, "bytes": int(v)} for k, v in sorted(by_kind.items())],
+        "attention_impl": att.implementation if att else None,
+        "attention_kernel_calls": att.kernels if att else None,
+        "square_buffer": att.largest_square if att else None,
+        "mfu_kernel_sum": self.kernel_sum_mfu,
     })
+
+  @property
+  def kernel_sum_mfu(self) -> Optional[float]:
+    """Analytic FLOPs / bf16 peak / the kernel-sum step time (the table's 'kernel sum' MFU)."""
+    if not self.kernel_sum or not self.kernel_sum["step_s"]:
+      return None
+    return self.analytic_flops / self.target.peak.bf16_flops / self.kernel_sum["step_s"]
 
 
 def build_report(program, measured: Measured, target: Target) -> Report:
@@ -131,7 +209,7 @@ def build_report(program, measured: Measured, target: Target) -> Report:
                f"{measured.memory['temp'] / GIB:.2f} GiB; largest inputs: {biggest}); "
                f"{advice(program, measured, target)}")
   return Report(target, fits, measured, analytic, minimum_collectives(program), roof, verdict,
-                _kernel_sum(program, measured, target))
+                _kernel_sum(program, measured, target), attention(program, measured))
 
 
 def _kernel_sum(program, measured: Measured, target: Target):
@@ -168,6 +246,11 @@ def table(report: Report, program, header: str, kernels=()) -> str:
   if pallas:
     lines.append(f"  {'Pallas kernel calls':<28}{sum(pallas.values()):10d}   counted "
                  "analytically")
+  if report.attention:
+    att = report.attention
+    lines += ["", "attention in the per-device program (the one every device runs)",
+              f"  {'implementation':<28}{att.implementation}: {att.describe()}",
+              f"  {'[..., L, L] float buffer':<28}{att.square_text()}"]
   lines += ["", "collectives per step (per device, whole buffers; GB = 1e9 bytes)",
             f"  {'kind':<20}{'ops':>6}{'compiled GB':>14}{'minimum GB':>14}"]
   by_kind = hlo.bytes_by_kind(m.collectives)
@@ -191,7 +274,7 @@ def table(report: Report, program, header: str, kernels=()) -> str:
             f"  peaks: {peak.source}"]
   if report.kernel_sum:
     ks, eff = report.kernel_sum, kernel_model.GPU_EFFICIENCY[t.generation]
-    mfu = report.analytic_flops / peak.bf16_flops / ks["step_s"] if ks["step_s"] else 0.0
+    mfu = report.kernel_sum_mfu or 0.0
     lines += ["", f"kernel sum (per device): {ks['launches']} kernels one after another, each "
               f"max(FLOPs / ({eff.matmul:.2f} x peak), bytes / ({eff.memory:.2f} x bandwidth)); "
               "attention at our kernels' measured rate; launch gaps"]
@@ -243,7 +326,8 @@ def out_of_memory(program, target: Target, error: Exception) -> tuple[str, str]:
       "hbm_bytes": int(target.peak.hbm_bytes),
       "flops_per_step": analytic_flops(program, target.devices), "xla_flops_per_step": None,
       "est_step_s": None,
-      "mfu_bound": None, "collectives": None})
+      "mfu_bound": None, "collectives": None, "attention_impl": None,
+      "attention_kernel_calls": None, "square_buffer": None, "mfu_kernel_sum": None})
   return verdict, line
 
 
