@@ -26,9 +26,19 @@ def test_auto_resolves_per_platform(platform, dtype, impl):
   assert resolve_auto(model, platform, num_devices=1) == resolved  # a platform: one device
 
 
-def test_several_devices_keep_xla_attention_until_the_kernels_take_a_sharded_batch():
-  resolved = resolve_auto(dict(base_config().model), "tpu", num_devices=4)
-  assert (resolved["dtype"], resolved["attention_impl"]) == ("bfloat16", "xla")
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+@pytest.mark.parametrize("context", [1, 4])
+def test_several_devices_and_a_context_axis_keep_the_kernels(platform, context):
+  """The kernels run per device inside shard_map on any mesh (tfjax/nn/sharded_attention.py)."""
+  resolved = resolve_auto(dict(base_config().model), platform, num_devices=8, context=context)
+  assert (resolved["dtype"], resolved["attention_impl"]) == ("bfloat16", "pallas")
+
+
+def test_a_context_axis_on_cpu_takes_chunked():
+  """On CPU xla would form each device's (T / C) x T weights; chunked is the O(T) kernel."""
+  assert resolve_auto(dict(base_config().model), "cpu", context=4)["attention_impl"] == "chunked"
+  t5 = dict(base_config().model, position="t5_bias")  # a dense bias stays xla's
+  assert resolve_auto(t5, "cpu", context=4)["attention_impl"] == "xla"
 
 
 def test_explicit_values_and_xla_only_features_are_kept():

@@ -283,8 +283,7 @@ def resolve_auto(items: dict, platform: Optional[str] = None,
   on it: on every mesh the kernels run per device, tfjax/nn/sharded_attention.py.)
 
   GPU and TPU: bfloat16 compute (params and optimizer state stay float32: nanoGPT's autocast
-  precision) and the Pallas attention kernels, or 'chunked' over a context axis (a sequence split
-  over devices needs explicit positions, which the Pallas kernels do not take). Where an xla-only
+  precision) and the Pallas attention kernels, a context axis included. Where an xla-only
   attention feature is on (xla_only_attention), attention_impl stays 'auto' and tfjax.nn.ops picks
   per call (its rule says which implementation takes that feature). CPU: float32 and xla, the
   values the CPU tables (docs/benchmarks/cpu_training.md) were measured with, so new runs compare
@@ -295,10 +294,11 @@ def resolve_auto(items: dict, platform: Optional[str] = None,
   if out.get("dtype") == AUTO:
     out["dtype"] = "float32" if kind == "cpu" else "bfloat16"
   if out.get("attention_impl") == AUTO and (kind == "cpu" or xla_only_attention(out) is None):
-    if context > 1 and xla_only_attention(out) is None:
-      out["attention_impl"] = "chunked"
+    if kind != "cpu":
+      out["attention_impl"] = "pallas"
     else:
-      out["attention_impl"] = "xla" if kind == "cpu" else "pallas"
+      out["attention_impl"] = "chunked" if context > 1 and xla_only_attention(out) is None \
+          else "xla"
   return out
 
 

@@ -28,31 +28,36 @@ partitions, applies it).
 The context axis (sequence parallelism). Each device holds a contiguous block of every sequence.
 Its queries need every key, so K/V (with their positions and segment ids) are all-gathered over
 the context axis; the backward pass reduce-scatters their gradients back (the transpose of
-all_gather). Positions are formed for the whole sequence before the split (the defaults or the
-caller's), so causal, window and segment masks and ALiBi distances read global positions, and the
-kernel is called with explicit positions (chunked takes them; the Pallas kernels take default
-positions only and are refused there by name). Under a causal or window mask the blocks of a
-sequence see unequal numbers of keys (the first one block, the last all of them). The queries are
-therefore re-dealt in zigzag order (as Megatron's context parallelism does): the sequence is cut
-into 2C chunks and device i works on chunks i and 2C-1-i, so every device has the same number of
-visible key tiles, which chunked skips the rest of. Two ppermutes carry the query chunks there and
-the outputs back.
+all_gather). Under a causal or window mask the blocks of a sequence see unequal numbers of keys
+(the first one block, the last all of them). The queries are therefore re-dealt in zigzag order
+(as Megatron's context parallelism does): the sequence is cut into 2C chunks and device i works
+on chunks i and 2C-1-i, so every device has the same number of visible keys. Two ppermutes carry
+the query chunks there and the outputs back. Masks and ALiBi read global positions:
+  * xla and chunked take explicit positions, formed for the whole sequence before the split (the
+    defaults or the caller's); chunked skips the tiles they hide.
+  * The Pallas kernels (Triton, Mosaic GPU, Mosaic TPU) and cudnn take default positions only
+    (queries aligned to the end of the keys). Each dealt chunk c of C queries is therefore called
+    with exactly the keys [0, (c+1) C) it may see, which puts its queries at their global
+    positions (`_chunk_calls`); the kernel skips the blocks above the diagonal as on one device.
+    Without a causal mask every query sees every key and one call takes them all; ALiBi there
+    (distances from a block in the middle) is refused by name.
 
 All-gather, not a ring (Liu et al. 2023): per device and layer both receive (C-1)/C of the
 sequence's K/V, so the bytes are the same; a ring hides the transfers behind C kernel calls and
-holds two K/V blocks instead of the whole sequence's. The all-gather needs a kernel call for only
-one block and no online-softmax merge across calls, and for the models here the gathered K/V of
-one layer (2 * L * K * E elements) is small next to the layer's activations kept for the backward
-pass. docs/scaling/context.md gives the bytes per device and per step.
+holds two K/V blocks instead of the whole sequence's. The all-gather calls each kernel once per
+query chunk with no online-softmax merge across calls (the kernels' own forward and backward, as
+on one device), and the gathered K/V of one layer (2 * L * K * E elements) is small next to the
+layer's activations kept for the backward pass. docs/scaling/context.md gives the bytes per device
+and per step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -60,7 +65,7 @@ from jax.sharding import PartitionSpec as P
 
 from tfjax.nn import dropout_hash, masks
 
-# Implementations that take explicit query / key positions, which the context axis needs.
+# Implementations that take explicit query / key positions (the others: `_chunk_calls`).
 POSITION_IMPLS = ("xla", "chunked")
 
 Axes = tuple  # mesh axis names; () = not split
@@ -76,6 +81,7 @@ def _spec_entry(axes: Axes):
 
 def _axes_of(logical: str, rules, free: dict) -> Axes:
   """The free mesh axes (size > 1, not manual) the rules put logical axis `logical` on."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top  (ops must not import Pallas)
   entry = nn.logical_to_mesh_axes((logical,), rules)[0]
   entry = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
   return tuple(a for a in entry if a in free)
@@ -100,13 +106,18 @@ class Layout:
     return bool(self.q_length or self.kv_length)
 
 
-def free_axes() -> dict:
-  """{name: size} of the current mesh's axes a shard_map may split now: size > 1, not manual."""
+def _auto_axes() -> dict:
+  """{name: size} of the current mesh's axes that are not manual already."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return {}
   manual = set(getattr(mesh, "manual_axes", ()))
-  return {a: s for a, s in mesh.shape.items() if s > 1 and a not in manual}
+  return {a: s for a, s in mesh.shape.items() if a not in manual}
+
+
+def free_axes() -> dict:
+  """{name: size} of the current mesh's axes a shard_map may split now: size > 1, not manual."""
+  return {a: s for a, s in _auto_axes().items() if s > 1}
 
 
 def layout(q_shape, k_shape, *, causal: bool, window: Optional[int], rules=None,
@@ -114,7 +125,9 @@ def layout(q_shape, k_shape, *, causal: bool, window: Optional[int], rules=None,
   """The split of an attention call with these q [B, T, H, E] and k [B, S, K, E] shapes under the
   current mesh and rules (or `free` axis sizes and `rules` given)."""
   free = free_axes() if free is None else free
-  rules = nn.get_logical_axis_rules() if rules is None else rules
+  if rules is None:
+    import flax.linen as nn  # pylint: disable=g-import-not-at-top  (ops must not import Pallas)
+    rules = nn.get_logical_axis_rules()
   if not free or not rules:
     return Layout()
   batch, q_len, heads, _ = q_shape
@@ -159,6 +172,41 @@ def _deal(x, axis: int, axes: Axes, n: int, inverse: bool = False):
                           lax.ppermute(second, axes, perms[1])], axis=axis)
 
 
+def _chunk_calls(fn: Callable, q, k, v, extra: dict, axes: Axes, n: int):
+  """Causal attention of this device's two dealt query chunks against the gathered keys, by a
+  kernel that takes default positions only (queries aligned to the end of the keys).
+
+  After the deal device d holds chunk a = d (d even) or 2n-1-d (d odd) in its first half (an
+  even chunk) and the other in its second (an odd chunk). Chunk c of C queries sees keys
+  [0, (c+1) C): called with exactly those keys, the end alignment puts its queries at their
+  global positions, so causal and window masks, ALiBi distances and segment ids are exact and
+  the kernel skips the blocks above the diagonal. The key count is static per chunk, so each
+  half is a `lax.switch` over its n possible chunks (one kernel instance each)."""
+  d = lax.axis_index(axes)
+  chunk = q.shape[1] // 2
+  first_chunk = jnp.where(d % 2 == 0, d, 2 * n - 1 - d)
+  q_halves = jnp.split(q, 2, axis=1)
+  q_ids = extra.get("q_segment_ids")
+  q_id_halves = (None, None) if q_ids is None else jnp.split(q_ids, 2, axis=1)
+  kv_ids = extra.get("kv_segment_ids")
+  slopes = extra.get("alibi_slopes")
+
+  def call(c, q_c, q_ids_c):
+    keys = (c + 1) * chunk
+    more = {} if slopes is None else dict(alibi_slopes=slopes)
+    if q_ids_c is not None:
+      more["q_segment_ids"] = q_ids_c
+    if kv_ids is not None:
+      more["kv_segment_ids"] = kv_ids[:, :keys]
+    return fn(q_c, k[:, :keys], v[:, :keys], **more)
+
+  outs = []
+  for half, index in enumerate((first_chunk, 2 * n - 1 - first_chunk)):
+    branches = [functools.partial(call, c) for c in range(half, 2 * n, 2)]  # its parity's chunks
+    outs.append(lax.switch(index // 2, branches, q_halves[half], q_id_halves[half]))
+  return jnp.concatenate(outs, axis=1)
+
+
 def _pick_kv_head(x_BxSxKxE, head_axes: Axes, shards: int):
   """The kv head of this shard's query heads (K/V whole; `shards` a multiple of K)."""
   kv_heads = x_BxSxKxE.shape[2]
@@ -175,11 +223,12 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
                window=kwargs.get("window"))
   if not lay.split:
     return fn(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)
-  if lay.context and name not in POSITION_IMPLS:
+  by_chunks = lay.context and name not in POSITION_IMPLS  # default positions: _chunk_calls
+  if by_chunks and not lay.balance and lay.q_length and kwargs.get("alibi_slopes") is not None:
     raise ValueError(
-        f"attention_impl={name!r} over a context axis: the kernel takes default positions only, "
-        f"and a sequence split over devices needs explicit ones; use "
-        f"model.attention_impl='chunked' (or 'auto', which picks it there) or mesh.context=1")
+        f"attention_impl={name!r} over a context axis with ALiBi and no causal mask: the kernel "
+        f"takes default (end-aligned) positions, which a block of queries in the middle of the "
+        f"sequence does not have; use model.attention_impl='chunked' or mesh.context=1")
   if lay.context and kwargs.get("dropout_rate", 0.0) > 0.0:
     raise ValueError(
         "attention dropout over a context axis is not supported by the kernels (their dropout "
@@ -200,7 +249,7 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
   def rows(x):  # the batch entry of an array whose leading axis is the batch or a broadcast 1
     return B if jnp.shape(x)[0] == batch else None
 
-  if lay.context:  # global positions, formed before the split
+  if lay.context and not by_chunks:  # global positions, formed before the split
     q_pos, kv_pos = masks.query_key_positions(q_len, kv_len, kwargs.pop("q_positions", None),
                                               kwargs.pop("kv_positions", None))
     add("q_positions", jnp.asarray(q_pos, jnp.int32), P(rows(q_pos), Tq))
@@ -231,7 +280,8 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
     if pick_kv:
       k, v = (_pick_kv_head(x, lay.heads, head_shards) for x in (k, v))
     if lay.kv_length:
-      gather = lambda x: lax.all_gather(x, lay.kv_length, axis=1, tiled=True)  # pylint: disable=unnecessary-lambda-assignment
+      def gather(x):
+        return lax.all_gather(x, lay.kv_length, axis=1, tiled=True)
       k, v = gather(k), gather(v)
       for key in ("kv_positions", "kv_segment_ids"):
         if key in extra:
@@ -241,13 +291,17 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
       for key in ("q_positions", "q_segment_ids"):
         if key in extra:
           extra[key] = _deal(extra[key], 1, lay.q_length, n_ctx)
-    out = fn(q, k, v, **extra, **static)
+    if by_chunks and lay.balance:
+      out = _chunk_calls(functools.partial(fn, **static), q, k, v, extra, lay.q_length, n_ctx)
+    else:
+      out = fn(q, k, v, **extra, **static)
     return _deal(out, 1, lay.q_length, n_ctx, inverse=True) if lay.balance else out
 
   q_spec = P(B, Tq, H, None)
   kv_spec = P(B, Skv, _spec_entry(lay.kv_heads), None)
-  axes = frozenset(a for part in (lay.batch, lay.heads, lay.q_length, lay.kv_length)
-                   for a in part)
+  # Manual over every axis left (those not split hold copies): a Mosaic kernel may not sit in
+  # a computation the partitioner still shards automatically, even over a size-1 axis.
+  axes = frozenset(_auto_axes())
   mapped = jax.shard_map(local, in_specs=(q_spec, kv_spec, kv_spec, specs), out_specs=q_spec,
                          axis_names=axes, check_vma=False)
   return mapped(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, operands)
