@@ -59,6 +59,16 @@ def test_zigzag_gives_every_context_device_chunks_i_and_2n_minus_1_minus_i(repor
   assert contiguous[-1] / contiguous[0] > 13
 
 
+def test_every_position_kind_reads_global_positions_over_a_context_axis(report):
+  """A whole decoder on (data 2, context 4): learned and sinusoidal tables, ALiBi, T5 buckets
+  (xla, partitioned by GSPMD) and RoPE under the Pallas kernel give the one-device loss and
+  parameter gradients."""
+  assert set(report["positions"]) == {"learned/chunked", "sinusoidal/chunked", "alibi/chunked",
+                                      "t5_bias/auto", "rope/pallas"}
+  for name, error in report["positions"].items():
+    assert error < 1e-5, (name, error)
+
+
 def test_what_cannot_work_is_refused_by_name(report):
   refusals = report["refusals"]
   message = refusals["pallas_context_bidirectional_alibi"]
