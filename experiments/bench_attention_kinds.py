@@ -15,7 +15,14 @@ kind whose config rejects the length (e.g. a projection longer than L), with its
 Per kind, the log-log slope of time and of memory against L is fitted over the points of
 L >= --fit_from (least squares of log y on log L): about 1 for O(L), about 2 for O(L^2).
 
-  python experiments/bench_attention_kinds.py                  # 1k..16k, every kind (~10 min CPU)
+Per kind, its crossover length against softmax ('xla' and 'chunked'), for time and for memory:
+the L from which the kind is at most softmax's cost at every larger measured L, interpolated
+log-log between the two bracketing measured lengths (log y is taken as linear in log L between
+them); "below" the smallest measured length when the kind is cheaper at every measured L, "not
+within" the measured range when it is dearer at the largest. Memory uses every compiled point
+(a point skipped over --mem_cap_gib still has its compiled memory), time the points that ran.
+
+  python experiments/bench_attention_kinds.py                  # 256..16k, every kind (~10 min CPU)
   python experiments/bench_attention_kinds.py --kinds=softmax --lengths=1024,2048 \\
       --out=/tmp/kinds.json --md=/tmp/kinds.md
   python experiments/bench_attention_kinds.py --md=docs/attention/efficiency.md --md_block
@@ -148,6 +155,80 @@ def fits(rows, fit_from: int) -> list[dict]:
   return out
 
 
+def crossover(lengths, kind_values, ref_values) -> dict:
+  """From which length a kind pays against a reference, over their common measured lengths.
+
+  `lengths` ascending; `kind_values` / `ref_values` the kind's and the reference's cost there
+  (None where not measured). Returns {'status', 'length', 'crossings', 'range'}:
+    status 'crosses': the kind is dearer at some L and at most the reference's cost at every
+      measured L above the last such one; 'length' is where the two meet, log-log interpolated
+      between that L (L1, ratio r1 = kind / ref > 1) and the next one (L2, r2 <= 1):
+      log L* = log L1 + log(r1) / (log(r1) - log(r2)) * (log L2 - log L1);
+    'below': at most the reference's cost at every measured L (length None: below the smallest);
+    'not_within': dearer at the largest measured L (length None);
+    'no_points': fewer than one common length.
+  'crossings': every length where the ratio passes 1, interpolated the same way, as
+  [L*, 'cheaper above' | 'dearer above'] (a kind cheaper only at short L has one 'dearer above');
+  'range': [smallest, largest] common measured length.
+  """
+  pts = [(n, k, r) for n, k, r in zip(lengths, kind_values, ref_values)
+         if k is not None and r is not None and k > 0 and r > 0]
+  if not pts:
+    return dict(status="no_points", length=None, crossings=[], range=None)
+  logs = [(math.log(n), math.log(k / r)) for n, k, r in pts]  # log ratio; <= 0: the kind pays
+
+  def meet(i):  # where log ratio, linear in log L between points i and i + 1, is 0
+    (x1, d1), (x2, d2) = logs[i], logs[i + 1]
+    return float(math.exp(x1 + d1 / (d1 - d2) * (x2 - x1)))
+
+  crossings = [[meet(i), "cheaper above" if logs[i][1] > 0 else "dearer above"]
+               for i in range(len(logs) - 1) if (logs[i][1] > 0) != (logs[i + 1][1] > 0)]
+  dearer = [i for i, (_, d) in enumerate(logs) if d > 0]
+  span = [pts[0][0], pts[-1][0]]
+  if not dearer:
+    return dict(status="below", length=None, crossings=crossings, range=span)
+  if dearer[-1] == len(logs) - 1:
+    return dict(status="not_within", length=None, crossings=crossings, range=span)
+  return dict(status="crosses", length=meet(dearer[-1]), crossings=crossings, range=span)
+
+
+def crossovers(rows) -> list[dict]:
+  """Every non-softmax kind's crossover() against softmax 'xla' and 'chunked', time and memory."""
+  def series(kind, impl, key):
+    return {r["seq_len"]: r.get(key) for r in rows if (r["kind"], r["impl"]) == (kind, impl)
+            and (key != "time_ms" or r["status"] == "ok")}
+  out = []
+  pairs = dict.fromkeys((r["kind"], r["impl"]) for r in rows if r["kind"] != "softmax")
+  for kind, impl in pairs:
+    for ref in SOFTMAX_IMPLS:
+      if not any((r["kind"], r["impl"]) == ("softmax", ref) for r in rows):
+        continue
+      entry = dict(kind=kind, impl=impl, against=f"softmax/{ref}")
+      for metric, key in (("time", "time_ms"), ("memory", "peak_bytes")):
+        mine, theirs = series(kind, impl, key), series("softmax", ref, key)
+        lengths = sorted(set(mine) & set(theirs))
+        entry[metric] = crossover(lengths, [mine[n] for n in lengths],
+                                  [theirs[n] for n in lengths])
+      out.append(entry)
+  return out
+
+
+def describe_crossover(c: dict) -> str:
+  """One table cell: 'from ≈ 1,450', '< 256 (cheaper at every L)', 'not within 256-16384'."""
+  if c["status"] == "no_points":
+    return "no common points"
+  lo, hi = c["range"]
+  if c["status"] == "crosses":
+    text = f"from ≈ {c['length']:,.0f}"
+  elif c["status"] == "below":
+    text = f"< {lo} (cheaper at every measured L)"
+  else:
+    text = f"not within {lo}-{hi} (dearer at {hi})"
+  earlier = [f"{'cheaper' if d == 'dearer above' else 'dearer'} below ≈ {n:,.0f}"
+             for n, d in c["crossings"] if c["status"] != "crosses" or n != c["length"]]
+  return text + (f"; {', '.join(earlier)}" if earlier else "")
+
+
 def _fmt(x, spec):
   return "-" if x is None else format(x, spec)
 
@@ -171,6 +252,13 @@ def markdown(result) -> str:
   lines += [f"| {f['kind']} | {f['impl']} | {f['points']} | {f['lengths']} "
             f"| {_fmt(f['time_slope'], '.2f')} | {_fmt(f['memory_slope'], '.2f')} |"
             for f in result["fits"]]
+  if result.get("crossovers"):
+    lines += ["", "Crossover length against softmax: the L from which the kind costs at most "
+              "softmax's at every larger measured L (log-log interpolation between the two "
+              "bracketing measured lengths):", "",
+              "| kind | impl | against | time | memory |", "|---|---|---|---|---|"]
+    lines += [f"| {c['kind']} | {c['impl']} | {c['against']} | {describe_crossover(c['time'])} "
+              f"| {describe_crossover(c['memory'])} |" for c in result["crossovers"]]
   return "\n".join(lines) + "\n"
 
 
@@ -195,7 +283,7 @@ def parse_args(argv=None):
   ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
   p.add_argument("--kinds", type=lambda s: s.split(","), default=None,
                  help="attention kinds (default: every registered kind)")
-  p.add_argument("--lengths", type=ints, default=[1024, 2048, 4096, 8192, 16384])
+  p.add_argument("--lengths", type=ints, default=[256, 512, 1024, 2048, 4096, 8192, 16384])
   p.add_argument("--d_model", type=int, default=128)
   p.add_argument("--heads", type=int, default=2)
   p.add_argument("--repeats", type=int, default=5, help="timed calls at L <= 2048 (fewer above)")
@@ -228,7 +316,7 @@ def main(argv=None):
       rows.append(measure(kind, impl, seq_len, cfg))
       print(json.dumps(rows[-1]), flush=True)
   meta["wall_s"] = round(time.perf_counter() - start, 1)
-  result = dict(meta=meta, rows=rows, fits=fits(rows, cfg.fit_from))
+  result = dict(meta=meta, rows=rows, fits=fits(rows, cfg.fit_from), crossovers=crossovers(rows))
   os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
   with open(cfg.out, "w", encoding="utf-8") as f:
     json.dump(result, f, indent=1)
@@ -237,6 +325,9 @@ def main(argv=None):
   for f in result["fits"]:
     print(f"{f['kind']}/{f['impl']}: time slope {_fmt(f['time_slope'], '.2f')}, memory slope "
           f"{_fmt(f['memory_slope'], '.2f')} ({f['points']} points)")
+  for c in result["crossovers"]:
+    print(f"{c['kind']}/{c['impl']} vs {c['against']}: time {describe_crossover(c['time'])}; "
+          f"memory {describe_crossover(c['memory'])}")
   return result
 
 

@@ -82,3 +82,73 @@ def test_markdown_block_is_replaced_and_a_page_without_one_is_an_error(tmp_path)
 def test_unknown_kind_names_the_registered_ones():
   with pytest.raises(ValueError, match="registered kinds: .*softmax"):
     _module().variants(["nope"])
+
+
+def test_crossover_interpolates_log_log_between_the_bracketing_lengths():
+  module = _module()
+  # Ratios 2 at L=1000 and 0.5 at L=4000: log ratio is linear in log L, zero halfway between
+  # log 1000 and log 4000, i.e. at sqrt(1000 * 4000) = 2000.
+  c = module.crossover([1000, 4000], [100.0, 100.0], [50.0, 200.0])
+  assert c["status"] == "crosses" and c["length"] == pytest.approx(2000.0)
+  assert c["crossings"] == [[pytest.approx(2000.0), "cheaper above"]]
+  assert c["range"] == [1000, 4000]
+  assert module.describe_crossover(c) == "from ≈ 2,000"
+  # O(L) kind 0.5 L against O(L²) L²/1024: dearer at 256 (128 vs 64), equal at 512 (256 vs 256:
+  # an equal cost pays), cheaper at 1024 (512 vs 1024): it meets softmax exactly at 512.
+  lengths = [256, 512, 1024]
+  c = module.crossover(lengths, [0.5 * n for n in lengths], [n * n / 1024 for n in lengths])
+  assert c["status"] == "crosses" and c["length"] == pytest.approx(512.0)
+  # Ratio 3 at 100, 1/3 at 900: log ratio 0 at log 100 + 1/2 log 9 -> 300.
+  c = module.crossover([100, 900, 8100], [3.0, 1.0, 1.0], [1.0, 3.0, 9.0])
+  assert c["length"] == pytest.approx(300.0)
+
+
+def test_crossover_below_and_not_within_the_measured_range():
+  module = _module()
+  c = module.crossover([256, 512], [1.0, 2.0], [2.0, 8.0])
+  assert c["status"] == "below" and c["length"] is None and c["crossings"] == []
+  assert module.describe_crossover(c) == "< 256 (cheaper at every measured L)"
+  c = module.crossover([256, 512], [4.0, 16.0], [2.0, 8.0])
+  assert c["status"] == "not_within" and c["length"] is None
+  assert module.describe_crossover(c) == "not within 256-512 (dearer at 512)"
+  # Cheaper at 100 (ratio 1/2), dearer at 400 (ratio 2): pays only below 100 * 4^(1/2) = 200.
+  c = module.crossover([100, 400], [1.0, 8.0], [2.0, 4.0])
+  assert c["status"] == "not_within"
+  assert c["crossings"] == [[pytest.approx(200.0), "dearer above"]]
+  assert module.describe_crossover(c) == "not within 100-400 (dearer at 400); cheaper below ≈ 200"
+  # A length one side did not measure is left out; no common length at all is said so.
+  c = module.crossover([100, 200, 400], [3.0, None, 1.0], [1.0, 5.0, 3.0])
+  assert c["length"] == pytest.approx(200.0) and c["range"] == [100, 400]
+  assert module.crossover([100], [None], [1.0])["status"] == "no_points"
+
+
+def test_crossovers_compare_each_kind_with_both_softmax_impls():
+  module = _module()
+  lengths = [256, 1024, 4096]
+  rows = []
+  for n in lengths:
+    skipped = n == 4096  # over the memory cap: compiled memory known, never timed
+    rows.append(dict(kind="softmax", impl="xla", seq_len=n, peak_bytes=n * n,
+                     status="skipped: cap" if skipped else "ok",
+                     **({} if skipped else dict(time_ms=n * n / 1e3))))
+    rows.append(dict(kind="softmax", impl="chunked", seq_len=n, peak_bytes=1000 * n, status="ok",
+                     time_ms=n * n / 1e3))
+    rows.append(dict(kind="lin", impl="xla", seq_len=n, peak_bytes=2048 * n, status="ok",
+                     time_ms=4 * n))
+  (vs_xla, vs_chunked) = module.crossovers(rows)
+  assert (vs_xla["kind"], vs_xla["against"], vs_chunked["against"]) == (
+      "lin", "softmax/xla", "softmax/chunked")
+  # Memory 2048 n vs n²: ratio 8 at 256, 2 at 1024, 1/2 at 4096 (the skipped point's memory):
+  # log ratio from log 2 to -log 2 over log 1024 .. log 4096 -> zero at 2048.
+  assert vs_xla["memory"]["length"] == pytest.approx(2048.0)
+  # Time 4 n vs n²/1000: ratio 4000/256 at 256, 4000/1024 at 1024; 4096 was not timed.
+  assert vs_xla["time"]["status"] == "not_within" and vs_xla["time"]["range"] == [256, 1024]
+  # Against chunked (timed at 4096 too) the ratio 4000 / n is exactly log-linear: 1 at 4000.
+  assert vs_chunked["time"]["status"] == "crosses"
+  assert vs_chunked["time"]["length"] == pytest.approx(4000.0)
+  assert vs_chunked["memory"]["status"] == "not_within"  # 2048 n against 1000 n everywhere
+  text = module.markdown(dict(meta=dict(device="cpu", jax="x", date="d", command="c", d_model=8,
+                                        heads=2, fit_from=0),
+                              rows=rows, fits=module.fits(rows, 0),
+                              crossovers=module.crossovers(rows)))
+  assert "| lin | xla | softmax/xla | not within 256-1024 (dearer at 1024) | from ≈ 2,048 |" in text
