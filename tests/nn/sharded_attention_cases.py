@@ -56,15 +56,15 @@ CASES = {
     "pallas_window_alibi_segments_softcap": ("pallas", 8, 2, dict(
         causal=True, window=7, alibi_slopes=jnp.linspace(0.05, 0.8, 8), segments=True,
         softcap=5.0)),
-    "pallas_bidirectional_gqa": ("pallas", 8, 2, dict(causal=False)),
+    "pallas_bidirectional_gqa_dropout": ("pallas", 8, 2, dict(causal=False, dropout=0.25)),
 }
 # Pallas kernels compiled in interpret mode are slow to build on CPU (each context device count
 # adds one kernel per chunk): the pallas cases run on these meshes only.
 PALLAS_MESHES = {
-    "pallas_causal_gqa_dropout": ((8, 1, 1, 1), (2, 2, 2, 1), (1, 1, 8, 1)),
+    "pallas_causal_gqa_dropout": ((8, 1, 1, 1), (2, 2, 2, 1), (1, 1, 8, 1), (1, 2, 2, 2)),
     "pallas_mqa_alibi_segments": ((8, 1, 1, 1), (2, 2, 2, 1), (1, 1, 8, 1)),
     "pallas_window_alibi_segments_softcap": ((1, 2, 2, 2), (2, 1, 1, 4)),
-    "pallas_bidirectional_gqa": ((1, 2, 2, 2),),
+    "pallas_bidirectional_gqa_dropout": ((1, 2, 2, 2),),
 }
 
 

@@ -20,10 +20,10 @@ on that axis: every device of it then computes the same block, as GSPMD would ha
 
 Dropout. The keep mask hashes (seed, batch, head, query, key) (tfjax/nn/dropout_hash.py). Its
 per-(batch, head) keys are computed for the whole [B, H] before the split and sliced like q, so
-each device drops exactly the weights the one-device program drops, on any mesh without a
-context axis. Over a context axis the kernels' query and key indices would be the block's, not
-the sequence's, so dropout there is refused by name (the xla implementation, which GSPMD
-partitions, applies it).
+each device drops exactly the weights the one-device program drops. Over a context axis the keys
+are gathered from 0 and each query chunk passes its start as the Pallas kernels'
+`dropout_q_offset`, so the indices are the sequence's there too (chunked has no dropout; xla
+with dropout is left to GSPMD).
 
 The context axis (sequence parallelism). Each device holds a contiguous block of every sequence.
 Its queries need every key, so K/V (with their positions and segment ids) are all-gathered over
@@ -189,11 +189,13 @@ def _chunk_calls(fn: Callable, q, k, v, extra: dict, axes: Axes, n: int):
   q_ids = extra.get("q_segment_ids")
   q_id_halves = (None, None) if q_ids is None else jnp.split(q_ids, 2, axis=1)
   kv_ids = extra.get("kv_segment_ids")
-  slopes = extra.get("alibi_slopes")
+  shared = {key: extra[key] for key in ("alibi_slopes", "dropout_seed") if key in extra}
 
   def call(c, q_c, q_ids_c):
     keys = (c + 1) * chunk
-    more = {} if slopes is None else dict(alibi_slopes=slopes)
+    more = dict(shared)
+    if "dropout_seed" in more:  # the hash's query index: the chunk's place in the sequence
+      more["dropout_q_offset"] = c * chunk
     if q_ids_c is not None:
       more["q_segment_ids"] = q_ids_c
     if kv_ids is not None:
@@ -205,6 +207,14 @@ def _chunk_calls(fn: Callable, q, k, v, extra: dict, axes: Axes, n: int):
     branches = [functools.partial(call, c) for c in range(half, 2 * n, 2)]  # its parity's chunks
     outs.append(lax.switch(index // 2, branches, q_halves[half], q_id_halves[half]))
   return jnp.concatenate(outs, axis=1)
+
+
+def _offset_calls(fn: Callable, q, k, v, extra: dict, axes: Axes, n: int):
+  """`fn` on this device's contiguous query block (no causal mask), with dropout hashing the
+  block's global query indices: a `lax.switch` over the n static offsets."""
+  branches = [functools.partial(fn, dropout_q_offset=i * q.shape[1]) for i in range(n)]
+  return lax.switch(lax.axis_index(axes), [lambda q, k, v, e, f=f: f(q, k, v, **e)
+                                           for f in branches], q, k, v, extra)
 
 
 def _pick_kv_head(x_BxSxKxE, head_axes: Axes, shards: int):
@@ -229,11 +239,16 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
         f"attention_impl={name!r} over a context axis with ALiBi and no causal mask: the kernel "
         f"takes default (end-aligned) positions, which a block of queries in the middle of the "
         f"sequence does not have; use model.attention_impl='chunked' or mesh.context=1")
-  if lay.context and kwargs.get("dropout_rate", 0.0) > 0.0:
+  if by_chunks and lay.balance and name == "cudnn":
     raise ValueError(
-        "attention dropout over a context axis is not supported by the kernels (their dropout "
-        "hash reads block-local query indices); set model.attention_dropout=0, "
-        "model.attention_impl='xla' or mesh.context=1")
+        "attention_impl='cudnn' over a context axis with a causal or window mask: each device's "
+        "query chunks see a prefix of the keys, which cuDNN's top-left-aligned causal mask does "
+        "not express; use model.attention_impl='pallas' (or 'auto') or 'chunked'")
+  if lay.context and not by_chunks and kwargs.get("dropout_rate", 0.0) > 0.0:
+    raise ValueError(
+        f"attention dropout over a context axis with implementation {name!r}: its dropout hash "
+        f"would read block-local query indices; set model.attention_impl='pallas' (which takes "
+        f"each block's offset) or 'xla', model.attention_dropout=0 or mesh.context=1")
   free = free_axes()
   batch, q_len, heads, _ = q_BxTxHxE.shape
   kv_len = k_BxSxKxE.shape[1]
@@ -293,6 +308,8 @@ def attention(fn: Callable, name: str, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs
           extra[key] = _deal(extra[key], 1, lay.q_length, n_ctx)
     if by_chunks and lay.balance:
       out = _chunk_calls(functools.partial(fn, **static), q, k, v, extra, lay.q_length, n_ctx)
+    elif by_chunks and lay.q_length and "dropout_seed" in extra:
+      out = _offset_calls(functools.partial(fn, **static), q, k, v, extra, lay.q_length, n_ctx)
     else:
       out = fn(q, k, v, **extra, **static)
     return _deal(out, 1, lay.q_length, n_ctx, inverse=True) if lay.balance else out

@@ -52,6 +52,9 @@ class BlockConfig:
   has_segments: bool
   has_alibi: bool
   dropout_rate: float = 0.0  # on the weights; mask from tfjax/nn/dropout_hash.py
+  # The first query's index in the dropout hash: 0, or a query chunk's place in its sequence
+  # (a context-parallel chunk, tfjax/nn/sharded_attention.py), so the mask is the sequence's.
+  dropout_q_offset: int = 0
   softcap: Optional[float] = None  # scores -> softcap * tanh(scores / softcap) before the bias
 
 

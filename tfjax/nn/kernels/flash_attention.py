@@ -173,7 +173,7 @@ def _keep(cfg, key_ref, q_start, kv_start, block_q, block_k):
   if not cfg.dropout_rate:
     return None
   rows, cols = (start + jnp.arange(n, dtype=jnp.int32) for start, n in
-                ((q_start, block_q), (kv_start, block_k)))
+                ((q_start + cfg.dropout_q_offset, block_q), (kv_start, block_k)))
   return dropout_hash.keep(key_ref[...], rows[:, None], cols[None, :], cfg.dropout_rate)
 
 
@@ -418,7 +418,9 @@ def _gpu_forward(cfg, requested, q_shape, kv_shape, dtype) -> str:
   # never ran there.
   wanted = requested == "mosaic" or (requested == "auto" and _on_hopper() and not (
       cfg.has_segments or cfg.has_alibi or cfg.window or cfg.dropout_rate or cfg.softcap))
-  use_mosaic = wanted and not cfg.interpret and takes and aligned
+  # The Mosaic kernels hash dropout rows from 0 (no dropout_q_offset): Triton takes a chunk's.
+  offset_dropout = bool(cfg.dropout_rate and cfg.dropout_q_offset)
+  use_mosaic = wanted and not cfg.interpret and takes and aligned and not offset_dropout
   return "mosaic" if use_mosaic else "triton"
 
 
@@ -434,7 +436,8 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
                     q_positions=None, kv_positions=None, tilings: Optional[Tilings] = None,
                     interpret: Optional[bool] = None, gpu_forward: Optional[str] = None,
                     gpu_backward: Optional[str] = None, dropout_rate: float = 0.0,
-                    dropout_seed=None, softcap: Optional[float] = None):
+                    dropout_seed=None, softcap: Optional[float] = None,
+                    dropout_q_offset: int = 0):
   """`tfjax.nn.ops.dot_product_attention` semantics as Pallas kernels (default positions only).
 
   `tilings` overrides the per-(head_dim, dtype) table; `interpret` defaults to True on CPU.
@@ -447,6 +450,8 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
   the int32 `dropout_seed` (the same mask as implementation='xla'), in either forward kernel.
   `softcap` (a static float; None: off) caps the scaled scores, softcap * tanh(s / softcap),
   before the ALiBi bias and the masks, in every forward and backward kernel.
+  `dropout_q_offset` (static int) is the first query's index in the dropout hash (default 0; a
+  query chunk of a longer sequence passes its start, tfjax/nn/sharded_attention.py).
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -471,6 +476,7 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
       dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
+      dropout_q_offset=int(dropout_q_offset),
       softcap=_common.check_softcap(softcap), forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else interpret,
       precision=_common.matmul_precision())
@@ -481,7 +487,8 @@ def flash_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segment_
           dropout_rate=cfg.dropout_rate, causal=cfg.causal, offset=cfg.offset,
           has_segments=cfg.has_segments, has_alibi=cfg.has_alibi, window=cfg.window,
           q_shape=(batch, q_len_p, heads, head_dim_p), softcap=cfg.softcap is not None,
-          kv_shape=(batch, kv_len_p, kv_heads, head_dim_p), dtype=q_BxTxHxE.dtype))
+          kv_shape=(batch, kv_len_p, kv_heads, head_dim_p), dtype=q_BxTxHxE.dtype,
+          dropout_q_offset=cfg.dropout_q_offset))
 
   def pad(x, length):
     return _common.pad_axis(_common.pad_axis(x, 1, length), 3, head_dim_p)

@@ -112,7 +112,7 @@ def supports(q_shape, kv_shape, dtype, *, causal: bool, has_segments: bool, has_
 
 def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool, offset: int,
           has_segments: bool, has_alibi: bool, window, q_shape, kv_shape, dtype,
-          softcap: bool = False) -> str:
+          softcap: bool = False, dropout_q_offset: int = 0) -> str:
   """The backward of a flash_attention call: "mosaic" where it was asked for and `supports` the
   (padded) shapes, else "triton"."""
   if requested not in GPU_BACKWARDS:
@@ -121,7 +121,10 @@ def route(requested: str, *, interpret: bool, dropout_rate: float, causal: bool,
   # "auto" stays on Triton: the Mosaic backward has not been timed on a GPU yet, and "auto" is to
   # pick from a measured per-shape table, not a guess.
   # Dropout: the kernels rebuild the forward's keep mask from the same hash.
-  if requested != "mosaic" or interpret or (causal and offset):
+  # Its dropout rows are hashed from 0: a query chunk with an offset (context parallelism) stays
+  # on Triton, which takes it.
+  if requested != "mosaic" or interpret or (causal and offset) or (
+      dropout_rate and dropout_q_offset):
     return "triton"
   takes = supports(q_shape, kv_shape, dtype, causal=causal, has_segments=has_segments,
                    has_alibi=has_alibi, window=window, dropout=bool(dropout_rate),

@@ -119,7 +119,7 @@ def _keep(cfg, keys_ref, b, h, q_start, kv_start, shape):
   and column indices are a [bq, 1] column and a [1, bk] row of 2-D iotas."""
   if not cfg.dropout_rate:
     return None
-  rows = q_start + lax.broadcasted_iota(jnp.int32, (shape[0], 1), 0)
+  rows = q_start + cfg.dropout_q_offset + lax.broadcasted_iota(jnp.int32, (shape[0], 1), 0)
   cols = kv_start + lax.broadcasted_iota(jnp.int32, (1, shape[1]), 1)
   return dropout_hash.keep(keys_ref[b, h], rows, cols, cfg.dropout_rate)
 
@@ -386,7 +386,8 @@ def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segm
                         scale=None, q_positions=None, kv_positions=None,
                         tilings: Optional[TpuTilings] = None,
                         interpret: Optional[bool] = None, dropout_rate: float = 0.0,
-                        dropout_seed=None, softcap: Optional[float] = None):
+                        dropout_seed=None, softcap: Optional[float] = None,
+                        dropout_q_offset: int = 0):
   """`tfjax.nn.ops.dot_product_attention` semantics as Mosaic TPU kernels (default positions).
 
   `tilings` overrides the `TPU_TILINGS` row of this TPU generation; `interpret` defaults to True
@@ -394,6 +395,8 @@ def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segm
   the keep mask of tfjax/nn/dropout_hash.py for the int32 `dropout_seed` (as 'xla' does).
   `softcap` (static float; None: off) caps the scaled scores, softcap * tanh(s / softcap), before
   the ALiBi bias and the masks; the backward multiplies dS by 1 - tanh^2.
+  `dropout_q_offset` (static int) is the first query's index in the dropout hash (default 0; a
+  query chunk of a longer sequence passes its start, tfjax/nn/sharded_attention.py).
   """
   if bias is not None:
     raise _common.unsupported("a dense `bias`", "pallas", "'xla'")
@@ -424,6 +427,7 @@ def flash_attention_tpu(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, *, causal=False, q_segm
       causal=bool(causal or window is not None), window=window, offset=kv_len - q_len,
       groups=heads // kv_heads, has_segments=q_ids is not None, has_alibi=slopes is not None,
       dropout_rate=_common.check_dropout(dropout_rate, dropout_seed),
+      dropout_q_offset=int(dropout_q_offset),
       softcap=_common.check_softcap(softcap), forward=forward, backward=backward,
       interpret=_default_interpret() if interpret is None else bool(interpret))
 
