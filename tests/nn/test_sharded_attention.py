@@ -94,6 +94,9 @@ def test_what_cannot_work_is_refused_by_name(report):
     # decoding (one query) under a context axis: only the cache is gathered, no query split
     ({"context": 4}, (2, 1, 4, 4), (2, 16, 4, 4),
      sharded_attention.Layout((), (), (), (), ("context",), False)),
+    # a causal prefill of 8 queries after 8 cached keys: the queries stay whole (end-aligned)
+    ({"context": 4}, (2, 8, 4, 4), (2, 16, 4, 4),
+     sharded_attention.Layout((), (), (), (), ("context",), False)),
 ])
 def test_layout_follows_the_rules_and_divisibility(free, q, k, expected):
   assert sharded_attention.layout(q, k, causal=True, window=None, rules=RULES,

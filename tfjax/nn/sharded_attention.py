@@ -146,6 +146,8 @@ def layout(q_shape, k_shape, *, causal: bool, window: Optional[int], rules=None,
   c = _size(free, ctx)
   balance = bool(causal or window is not None)
   q_ctx = ctx if q_len % (2 * c if balance else c) == 0 else ()
+  if balance and q_len != kv_len:  # causal queries not at the keys' positions (decoding with a
+    q_ctx = ()                     # cache): every device takes them all, end-aligned as ever
   kv_ctx = ctx if kv_len % c == 0 else ()
   if ctx and q_len == kv_len and q_len > 1 and not q_ctx:
     raise ValueError(
