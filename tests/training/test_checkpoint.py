@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from tfjax.training import checkpoint
+import gc
 import os
+import sys
 import threading
 from tfjax.training import train
 from run_helpers import read_metrics, tiny_config, train_losses
@@ -89,3 +91,36 @@ def test_checkpoint_of_another_optimizer_is_a_clear_error_and_left_untouched(tmp
   # The restore failed while the steps were compiling in the background: the failing run waited
   # for those compiles instead of leaving them running (and logging) into the caller's next work.
   assert not [t.name for t in threading.enumerate() if t.name.startswith("tfjax-compile")]
+
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_orbax_reads_it(tmp_path, monkeypatch):
+  """A checkpoint whose arrays differ in shape from the state to restore (another model, in a
+  workdir whose config.json does not tell) is refused from its metadata: orbax never starts
+  reading. When it did, the failing array's read left the matching arrays' reads suspended, and
+  each raised out of its close when collected (42 PytestUnraisableExceptionWarning tracebacks of
+  orbax's _read_array_index_and_device_put in a suite run)."""
+  ckpt = checkpoint.Checkpointer(str(tmp_path))
+  try:
+    ckpt.save(1, state(1.0), {"position": 1}, {})
+    ckpt.wait()
+    reads, unraisable = [], []
+    real_restore = ckpt._manager.restore  # pylint: disable=protected-access
+    monkeypatch.setattr(ckpt._manager, "restore",  # pylint: disable=protected-access
+                        lambda *a, **k: reads.append(a) or real_restore(*a, **k))
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    other = {"params": {"w": jnp.zeros((5,)), "step": jnp.int32(0)}, "opt": {"mu": jnp.zeros((2,))}}
+    with pytest.raises(ValueError, match=r"checkpoint step 1 .* holds a different model .*"
+                                         r"only in the checkpoint: \[\(\('params', 'w'\), \(3,\)"):
+      ckpt.restore_latest(other)
+    assert reads == []
+    # The same shapes in another dtype still restore (orbax casts): the check reads shapes only.
+    step, restored, _ = ckpt.restore_latest(
+        {"params": {"w": jnp.zeros((3,), jnp.bfloat16), "step": jnp.int32(0)},
+         "opt": {"mu": jnp.zeros((2,))}})
+    assert step == 1 and restored["params"]["w"].dtype == jnp.bfloat16 and len(reads) == 1
+    gc.collect()
+    assert [str(u.object) for u in unraisable] == []
+    assert ckpt.steps() == [1]
+  finally:
+    ckpt.close()

@@ -205,6 +205,10 @@ class Checkpointer:
       fault = checkpoint_manifest.verify(self.step_dir(step), checksums=False)
       restored = None
       if not fault:
+        # Another model's checkpoint is refused from its metadata, before orbax reads an array:
+        # a restore that fails on one array's shape leaves the reads of the others suspended,
+        # and each raises out of its close when collected (an unraisable exception, later).
+        self._refuse_another_model(step, abstract_state, dtypes=False)  # orbax casts dtypes
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
           checksums = pool.submit(checkpoint_manifest.verify_checksums, self.step_dir(step))
           try:
@@ -226,13 +230,7 @@ class Checkpointer:
           raise error
         return step, restored["state"], dict(restored["data"])
       except Exception as e:  # pylint: disable=broad-except
-        different = self._layout_difference(step, abstract_state)
-        if different:  # a readable checkpoint of another model: not ours to move aside
-          raise ValueError(
-              f"checkpoint step {step} in {self.directory} holds a different model or optimizer "
-              f"state than this config builds ({different}); it is left untouched. Resume with "
-              "the config the run was written with (its config.json), or use a new --workdir"
-          ) from e
+        self._refuse_another_model(step, abstract_state, e)
         earlier = [s for s in steps if s < step]
         if not earlier:
           raise NoGoodCheckpoint(
@@ -277,14 +275,27 @@ class Checkpointer:
     finally:
       reader.close()
 
-  def _layout_difference(self, step: int, abstract_state: Any) -> str:
+  def _refuse_another_model(self, step: int, abstract_state: Any,
+                            cause: Optional[BaseException] = None, dtypes: bool = True) -> None:
+    """Raises ValueError if step's metadata lists other arrays (paths, shapes and, with
+    `dtypes`, dtypes) than `abstract_state`: a readable checkpoint of another model, not ours to
+    move aside."""
+    different = self._layout_difference(step, abstract_state, dtypes)
+    if different:
+      raise ValueError(
+          f"checkpoint step {step} in {self.directory} holds a different model or optimizer "
+          f"state than this config builds ({different}); it is left untouched. Resume with "
+          "the config the run was written with (its config.json), or use a new --workdir"
+      ) from cause
+
+  def _layout_difference(self, step: int, abstract_state: Any, dtypes: bool = True) -> str:
     """'' if the step's metadata is unreadable (corrupt) or lists the same arrays (path, shape,
     dtype) as `abstract_state`; else a short description of what differs."""
     try:
-      saved = _signature(self._manager.item_metadata(step)["state"])
+      saved = _signature(self._manager.item_metadata(step)["state"], dtypes)
     except Exception:  # pylint: disable=broad-except
       return ""
-    wanted = _signature(abstract_state)
+    wanted = _signature(abstract_state, dtypes)
     if saved == wanted:
       return ""
     only_saved, only_wanted = sorted(saved - wanted), sorted(wanted - saved)
@@ -353,8 +364,9 @@ def _one_replica(state: Any) -> Any:
   return jax.tree.map(one, state)
 
 
-def _signature(tree: Any) -> set:
-  """{(path, shape, dtype)} of a state tree or of its checkpoint metadata. Paths are normalized
-  (a dataclass field or namedtuple attribute is saved as a dict key) so the two compare."""
-  return {(path_names(path), tuple(leaf.shape), str(leaf.dtype))
+def _signature(tree: Any, dtypes: bool = True) -> set:
+  """{(path, shape, dtype)} (dtype left out without `dtypes`) of a state tree or of its
+  checkpoint metadata. Paths are normalized (a dataclass field or namedtuple attribute is saved
+  as a dict key) so the two compare."""
+  return {(path_names(path), tuple(leaf.shape)) + ((str(leaf.dtype),) if dtypes else ())
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
