@@ -16,7 +16,9 @@ POINTS = [{"model.d_ff": f, "seed": s} for f in (32, 48) for s in (0, 1, 2)]
 
 
 def test_parse_pack_and_groups():
-  assert sweep_packed.parse_pack("") is None and sweep_packed.parse_pack("1") is None
+  assert sweep_packed.parse_pack("") is None and sweep_packed.parse_pack("0") is None
+  with pytest.raises(ValueError, match=r"--pack_seeds=1: a group of one seed packs nothing"):
+    sweep_packed.parse_pack("1")  # was read as off, silently
   assert sweep_packed.parse_pack("auto") == "auto" and sweep_packed.parse_pack("3") == 3
   for bad in ("-2", "x", "2.5"):
     with pytest.raises(ValueError, match="--pack_seeds="):

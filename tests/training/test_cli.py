@@ -60,6 +60,9 @@ CASES = [
      r"--workdir=.*nowhere: no such directory"),
     ("generate-not-a-run", GENERATE, ["--workdir={w}"], r"has no config\.json: not a tfjax training"),
     ("sweep-missing-file", SWEEP, ["--config=nope.py", "--workdir={w}/sweep"], r"nope\.py"),
+    ("sweep-pack-seeds-1", SWEEP, [f"--config={REPO}/configs/ablations/ffn.py",
+                                   "--workdir={w}/sweep", "--pack_seeds=1"],
+     r"--pack_seeds=1: a group of one seed packs nothing"),  # was silently off
     ("params-bad-mesh", PARAMS, [DEFAULT, "--mesh=1,x"],
      r"--mesh='1,x': give three or four positive"),
     ("bench-train-missing-config", BENCH_TRAIN, ["--config=configs/nope.py"],

@@ -30,10 +30,14 @@ AUTO = "auto"
 
 
 def parse_pack(value) -> Optional[int | str]:
-  """--pack_seeds: '' / '0' / '1' -> None (off), 'auto', or a group size >= 2."""
+  """--pack_seeds: '' / '0' -> None (off), 'auto', or a group size >= 2. A group of 1 packs
+  nothing, so '1' is refused rather than read as off (ValueError)."""
   text = str(value or "").strip().lower()
-  if text in ("", "0", "1"):
+  if text in ("", "0"):
     return None
+  if text == "1":
+    raise ValueError("--pack_seeds=1: a group of one seed packs nothing; give a group size "
+                     "(an integer >= 2), 'auto', or 0 (the default) to train each point alone")
   if text == AUTO:
     return AUTO
   try:
