@@ -40,7 +40,7 @@ def _rows(workdir, key):
 # The encoder-decoder case takes ~40 s on 2 cores: -m slow (the decoder case runs by default).
 @pytest.mark.parametrize("make_config", [
     _decoder, pytest.param(_encoder_decoder, marks=pytest.mark.slow)])
-def test_packed_seeds_equal_separate_runs(tmp_path, make_config):
+def test_packed_seeds_equal_separate_runs(tmp_path, make_config, caplog):
   seeds = (0, 3)
   configs = [make_config(s) for s in seeds]
   configs[1].data.seed = 7  # a different data order too
@@ -48,7 +48,18 @@ def test_packed_seeds_equal_separate_runs(tmp_path, make_config):
   for config, workdir in zip(configs, separate):
     train.train_and_evaluate(config, workdir)
   group = [str(tmp_path / f"packed{s}") for s in seeds]
-  outcomes = packed.train_packed(configs, group, str(tmp_path / "group"))
+  caplog.clear()
+  with caplog.at_level("INFO", logger="tfjax"):
+    outcomes = packed.train_packed(configs, group, str(tmp_path / "group"))
+  # One log line per seed and step, each saying which seed it is (they were two unlabeled
+  # `step N ...` lines).
+  step_lines = [r.getMessage() for r in caplog.records if " step " in f" {r.getMessage()}"
+                and "train/loss=" in r.getMessage()]
+  assert step_lines, caplog.text
+  assert all(line.startswith(("seed 0: step ", "seed 3: step ")) for line in step_lines), \
+      step_lines[:4]
+  assert ([line.split(" train/")[0] for line in step_lines[:2]]
+          == ["seed 0: step 1", "seed 3: step 1"])
   for k in range(len(seeds)):
     want, got = train_losses(separate[k]), train_losses(group[k])
     assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))

@@ -47,8 +47,11 @@ def setup_logging() -> None:
 
 class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, initial_step: int = 0,
-               progress: bool | None = None):
+               progress: bool | None = None, label: str = ""):
+    """label: put before each of the writer's log lines (`seed 3: step 5 ...`), for writers that
+    share one log (a packed group's seeds, tfjax/training/packed.py)."""
     self.enabled = jax.process_index() == 0
+    self._prefix = f"{label}: " if label else ""
     self._jsonl = self._tb = self._bar = None
     if not self.enabled:
       return
@@ -83,7 +86,7 @@ class MetricsWriter:
       self._tb.flush()  # what the writer thread has taken from its queue (see TB_FLUSH_S)
     if self._bar is None:
       shown = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items())
-      _log.info("step %d %s", step, shown)
+      _log.info("%sstep %d %s", self._prefix, step, shown)
 
   def progress(self, step: int, loss: float, lr: float, tokens_per_sec: float) -> None:
     if self._bar is not None:
@@ -99,7 +102,7 @@ class MetricsWriter:
       return
     self._jsonl.write(json.dumps({"step": int(step), tag: text}) + "\n")
     self._jsonl.flush()
-    _log.info("step %d %s: %s", step, tag, log_text(text))
+    _log.info("%sstep %d %s: %s", self._prefix, step, tag, log_text(text))
     if self._tb is not None:
       self._tb.add_text(tag, text, step)
       self._tb.flush()

@@ -183,8 +183,10 @@ def _train_locked(exps, workdirs, group_dir, placement, stop_after_step) -> list
     step = int(jax.device_get(state.step).max())
     for workdir, change in zip(workdirs, changes):
       runs.record_config_changes(workdir, change, step)
-    writers = [metrics.MetricsWriter(w, train_cfg.num_steps, step, progress=False)
-               for w in workdirs]
+    # One log for every seed: each line says whose it is.
+    writers = [metrics.MetricsWriter(w, train_cfg.num_steps, step, progress=False,
+                                     label=f"seed {exp.config.seed}")
+               for w, exp in zip(workdirs, exps)]
     try:
       loop = _Loop(exps, iterators, ckpt, writers, diverged_at)
       state, step, stopped = loop.run(state, step, stop_after_step)
