@@ -213,3 +213,64 @@ def _rows(path):
     return []
   with open(path) as f:
     return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+_BAR_AND_LOG = """
+import logging, sys
+from tfjax.training import metrics
+metrics.setup_logging()
+log = logging.getLogger("tfjax.test")
+writer = metrics.MetricsWriter(sys.argv[1], total_steps=10)  # stderr is a terminal: a bar
+for step in range(1, 4):
+  writer.progress(step, 2.5 / step, 1e-3, 1000.0)
+  log.info("eval at step %d", step)
+writer.close()
+"""
+
+
+def _rendered(raw: str) -> list:
+  """The lines a terminal shows for `raw`: a carriage return goes back to column 0, later text
+  writes over earlier text, a line feed starts the next line; escape sequences dropped."""
+  raw = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+  lines, line, col = [], [], 0
+  for ch in raw:
+    if ch == "\n":
+      lines.append("".join(line))
+      line, col = [], 0
+    elif ch == "\r":
+      col = 0
+    else:
+      line[col:col + 1] = [ch]
+      col += 1
+  return lines + ["".join(line)]
+
+
+def test_log_lines_keep_their_time_stamps_beside_the_progress_bar(tmp_path):
+  """On a terminal the tqdm bar and the log share stderr: each log line starts at column 0 with
+  its time stamp, the bar is drawn below it. (A plain write landed after the bar's text, and the
+  bar's next carriage-return redraw wrote over the time stamp.)"""
+  import pty  # pylint: disable=import-outside-toplevel
+  import fcntl, struct, termios  # pylint: disable=import-outside-toplevel,multiple-imports
+  controller, terminal = pty.openpty()
+  fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100
+  child = subprocess.Popen([sys.executable, "-c", _BAR_AND_LOG, str(tmp_path)], cwd=REPO,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal,
+                           env=dict(os.environ, PYTHONPATH=REPO))
+  os.close(terminal)
+  chunks = []
+  while True:
+    try:
+      chunk = os.read(controller, 4096)
+    except OSError:  # the child closed the terminal
+      break
+    if not chunk:
+      break
+    chunks.append(chunk)
+  os.close(controller)
+  assert child.wait(timeout=60) == 0
+  shown = _rendered(b"".join(chunks).decode("utf-8", "replace"))
+  logged = [line for line in shown if "eval at step" in line]
+  assert len(logged) == 3, shown
+  for step, line in enumerate(logged, 1):
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d eval at step {step}\s*", line), shown
+  assert any("it/s" in line or "/10" in line for line in shown), shown  # the bar was drawn

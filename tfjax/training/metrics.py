@@ -38,11 +38,28 @@ def setup_logging() -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logger = logging.getLogger("tfjax")
   if not logger.handlers:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BarAwareHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
   logger.setLevel(logging.INFO)
   logger.propagate = False
+
+
+class BarAwareHandler(logging.StreamHandler):
+  """A StreamHandler that writes through tqdm while a progress bar is shown (MetricsWriter's, on a
+  terminal): the bar is cleared, the line written from column 0, the bar drawn again below it. A
+  plain write would land after the bar's text and the next redraw (a carriage return) would
+  write over the line's time stamp."""
+
+  def emit(self, record: logging.LogRecord) -> None:
+    tqdm = sys.modules.get("tqdm")  # imported only where a bar was made
+    if tqdm is None or not getattr(tqdm.tqdm, "_instances", None):
+      super().emit(record)
+      return
+    try:
+      tqdm.tqdm.write(self.format(record), file=self.stream)
+    except Exception:  # pylint: disable=broad-except
+      self.handleError(record)
 
 
 class MetricsWriter:
