@@ -95,3 +95,28 @@ def test_pallas_on_four_chips_runs_the_mosaic_kernels_per_device_without_the_wei
   assert line["square_buffer"] is None and rep.attention.square_buffers == []
   assert "Pallas, Mosaic TPU: 6 kernel calls per step" in text
   assert "none (L = 34)" in text
+
+
+SWITCH = """HloModule s
+
+%branch_0 (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %k = f32[4]{0} custom-call(%p), custom_call_target="tpu_custom_call"
+}
+
+%branch_1 (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %k = f32[4]{0} custom-call(%p), custom_call_target="tpu_custom_call"
+}
+
+ENTRY %main (i: s32[], a: f32[4]) -> f32[4] {
+  %i = s32[] parameter(0)
+  %a = f32[4]{0} parameter(1)
+  ROOT %c = f32[4]{0} conditional(%i, %a, %a), branch_computations={%branch_0, %branch_1}
+}
+"""
+
+
+def test_a_switch_runs_one_branch_of_kernel_calls():
+  """The zigzag chunk calls are a lax.switch over chunks: one branch runs per step."""
+  assert hlo.custom_calls(SWITCH) == {"tpu_custom_call": 1}

@@ -91,11 +91,14 @@ def computations(text: str) -> dict[str, list[str]]:
 
 
 def runs_per_step(bodies: dict, callees: re.Pattern = _CALLEES,
-                  follows: Callable[[str], bool] = lambda line: True) -> dict[str, int]:
+                  follows: Callable[[str], bool] = lambda line: True,
+                  one_branch: bool = False) -> dict[str, float]:
   """computation -> how many times it runs per call of the entry computation. `callees` matches
   (attribute, computation(s)) pairs of the lines `follows` accepts; a `body` runs its loop's trip
   count times. The default follows every called computation (fusions and reducers included: the
-  FLOP counts); tfjax/aot/kernel_model.py follows control flow only."""
+  FLOP counts); tfjax/aot/kernel_model.py follows control flow only. `one_branch`: a
+  conditional runs one of its n branches, so each gets 1/n of its runs (exact for a total over
+  branches that hold the same ops, as the zigzag chunk calls' `lax.switch`); else each all."""
   entry = bodies.get("__entry__")
   counts: dict = collections.defaultdict(int)
   stack = [(entry, 1)] if entry else []
@@ -107,9 +110,11 @@ def runs_per_step(bodies: dict, callees: re.Pattern = _CALLEES,
         continue
       trips = trip_count(line, bodies)
       for key, callee_text in callees.findall(line):
-        for callee in re.findall(r"%?([\w.\-]+)", callee_text):
-          if callee in bodies and callee != "__entry__":
-            stack.append((callee, runs * (trips if key == "body" else 1)))
+        names = [c for c in re.findall(r"%?([\w.\-]+)", callee_text)
+                 if c in bodies and c != "__entry__"]
+        share = 1 / len(names) if one_branch and key == "branch_computations" and names else 1
+        for callee in names:
+          stack.append((callee, runs * (trips if key == "body" else 1) * share))
   return counts
 
 
@@ -183,9 +188,10 @@ def wire_bytes(found: list[Collective]) -> float:
 
 def custom_calls(text: str) -> dict[str, int]:
   """custom_call_target -> executions per step (Pallas kernels appear as tpu_custom_call /
-  __gpu$xla.gpu.triton with their kernel names in the backend config)."""
+  __gpu$xla.gpu.triton with their kernel names in the backend config); a conditional's branches
+  share its runs (one of them runs)."""
   bodies = computations(text)
-  runs = runs_per_step(bodies)
+  runs = runs_per_step(bodies, one_branch=True)
   found: dict = collections.defaultdict(int)
   for name, lines in bodies.items():
     if name == "__entry__" or not runs.get(name):
@@ -194,7 +200,7 @@ def custom_calls(text: str) -> dict[str, int]:
       target = _CUSTOM.search(line)
       if target:
         found[target.group(1)] += runs[name]
-  return dict(found)
+  return {k: int(round(v)) for k, v in found.items()}
 
 
 _DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s[a-z][\w\-]*\(")

@@ -108,8 +108,9 @@ def kernels(text: str) -> list[Kernel]:
   bodies = hlo.computations(text)
   headers = _headers(text)
   # Control flow only (loop bodies x trip count, conditions, branches, calls): a fusion's body
-  # or a reducer is part of its kernel, not a kernel of its own.
-  runs = hlo.runs_per_step(bodies, _CONTROL_FLOW, _is_control_flow)
+  # or a reducer is part of its kernel, not a kernel of its own. A conditional runs one branch:
+  # its branches share its runs (the zigzag chunk calls' lax.switch: their mean cost).
+  runs = hlo.runs_per_step(bodies, _CONTROL_FLOW, _is_control_flow, one_branch=True)
   found = []
   for name, count in runs.items():
     lines = bodies.get(name, [])
@@ -160,7 +161,8 @@ def step_time(found: list[Kernel], peak, efficiency: Efficiency, dtype: str,
     by_kind["attention"] = attention_s
     launches += attention_calls
   by_kind["launch gaps"] = launches * efficiency.launch_s
-  return {"by_kind_s": dict(by_kind), "step_s": sum(by_kind.values()), "launches": launches}
+  return {"by_kind_s": dict(by_kind), "step_s": sum(by_kind.values()),
+          "launches": int(round(launches))}
 
 
 # Our Pallas attention's forward+backward rate (TFLOP/s, bf16; the benchmark's convention:

@@ -72,6 +72,9 @@ class Attention:
   kernels: dict           # kind -> calls per step
   seq_len: int
   square_buffers: list    # (dtype, dims), largest first
+  # L equals a weight's dimension (e.g. d_model = 4096 = L): a [B, L, D] activation is then
+  # [..., L, L] too, so only buffers with a head count before (L, L) are counted.
+  ambiguous: bool = False
 
   @property
   def implementation(self) -> str:
@@ -96,11 +99,13 @@ class Attention:
 
   def square_text(self) -> str:
     shape = self.largest_square
+    note = (" (L equals a weight dimension: only [..., heads, L, L] counted)"
+            if self.ambiguous else "")
     if shape is None:
-      return f"none (L = {self.seq_len})"
+      return f"none (L = {self.seq_len}){note}"
     more = len(self.square_buffers) - 1
     return (f"{shape} ({hlo.array_bytes(shape) / GIB:.2f} GiB)"
-            + (f" and {more} more shape{'s' if more > 1 else ''}" if more else ""))
+            + (f" and {more} more shape{'s' if more > 1 else ''}" if more else "") + note)
 
 
 def attention(program, measured: Measured) -> Attention:
@@ -117,8 +122,14 @@ def attention(program, measured: Measured) -> Attention:
     params.add(tuple(leaf.shape))
     if getattr(leaf, "sharding", None) is not None:
       params.add(tuple(leaf.sharding.shard_shape(leaf.shape)))
-  return Attention(kernels, program.seq_len,
-                   hlo.square_buffers(measured.buffer_shapes, program.seq_len, params))
+  squares = hlo.square_buffers(measured.buffer_shapes, program.seq_len, params)
+  ambiguous = program.seq_len in {d for shape in params for d in shape}
+  if ambiguous:
+    heads = program.experiment.model_config.attention.num_heads
+    tensor = dict(program.placement.mesh.shape).get("tensor", 1)
+    counts = {heads, max(heads // tensor, 1)}
+    squares = [s for s in squares if len(s[1]) >= 4 and s[1][-3] in counts]
+  return Attention(kernels, program.seq_len, squares, ambiguous)
 
 
 _ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
