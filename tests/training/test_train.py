@@ -143,6 +143,39 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
   assert "done:" not in out
 
 
+def test_ctrl_c_through_tee_keeps_the_stopped_line(tmp_path):
+  """`train.py | tee log` and Ctrl-C: the SIGINT reaches tee too, which exits at once, so the
+  run's stdout has no reader when it prints `stopped at step ...` after its checkpoint. The line
+  was lost (a BrokenPipeError on stdout); it now goes to stderr (the terminal)."""
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
+       "--config.train.num_steps=100000", "--config.train.log_every=1",
+       "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
+       "--config.model.num_layers=1", "--config.model.d_model=32"],
+      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    metrics = workdir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
+      time.sleep(0.5)
+    assert metrics.exists(), "training never logged a step"
+    proc.stdout.close()  # tee, killed by the same Ctrl-C: the pipe's reader is gone
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  steps = [int(s) for s in os.listdir(workdir / "checkpoints")]
+  assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
+  assert err.strip().splitlines()[-1] == (
+      f"stopped at step {steps[0]} by SIGINT; resume with the same command"), err[-2000:]
+  assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
+
+
 @pytest.mark.slow  # ~15 s: a child process imports JAX and compiles before the signal lands
 def test_a_signal_before_the_first_step_exits_128_plus_it_and_writes_nothing(tmp_path):
   workdir = tmp_path / "run"

@@ -98,11 +98,27 @@ def main(argv):
   final = train.train_and_evaluate(_CONFIG.value, workdir)
   if final.stopped is not None:  # a preempted run must not look like a finished one
     if jax.process_index() == 0:
-      print(final.stopped.message, flush=True)
+      say_last_line(final.stopped.message)
     sys.exit(final.stopped.exit_status)
   summary = " ".join(f"{k}={v:.4g}" for k, v in sorted(final.items()) if k.startswith("eval/"))
   if jax.process_index() == 0:
     print(f"done: {workdir} {summary}")
+
+
+def say_last_line(line: str) -> None:
+  """Prints the run's last line on stdout; where stdout's reader is gone it goes to stderr.
+
+  Ctrl-C on `python experiments/train.py | tee log` sends SIGINT to tee as well: tee exits at
+  once, while the run saves its checkpoint and only then prints `stopped at step ...` into a pipe
+  nobody reads (BrokenPipeError, the line lost). stderr still reaches the terminal unless it went
+  through the same pipe (`2>&1 | tee`: use `tee -i`, which ignores the SIGINT, to keep the line)."""
+  try:
+    print(line, flush=True)
+  except BrokenPipeError:
+    # Nothing more can reach that stdout, and the interpreter's own flush at exit would fail
+    # again (an "Exception ignored" message): point it at /dev/null.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(line, file=sys.stderr, flush=True)
 
 
 def run():
