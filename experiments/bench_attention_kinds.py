@@ -213,8 +213,25 @@ def crossovers(rows) -> list[dict]:
   return out
 
 
+def cheaper_spans(c: dict) -> list[list]:
+  """The spans of L where the kind is at most the reference's cost, [start, end], from its
+  crossings; start None: from below the smallest measured L, end None: to the largest and on."""
+  spans, start = [], None if c["status"] in ("below",) or (
+      c["crossings"] and c["crossings"][0][1] == "dearer above") else "dearer"
+  for n, direction in c["crossings"]:
+    if direction == "cheaper above":
+      start = n
+    else:
+      spans.append([start, n])
+      start = "dearer"
+  if start != "dearer":
+    spans.append([start, None])
+  return spans
+
+
 def describe_crossover(c: dict) -> str:
-  """One table cell: 'from ≈ 1,450', '< 256 (cheaper at every L)', 'not within 256-16384'."""
+  """One table cell: 'from ≈ 1,450', '< 256 (cheaper at every measured L)', 'not within
+  256-16384 (dearer at 16384); cheaper only below ≈ 6,550' (or 'between ≈ 409 and ≈ 1,042')."""
   if c["status"] == "no_points":
     return "no common points"
   lo, hi = c["range"]
@@ -224,9 +241,12 @@ def describe_crossover(c: dict) -> str:
     text = f"< {lo} (cheaper at every measured L)"
   else:
     text = f"not within {lo}-{hi} (dearer at {hi})"
-  earlier = [f"{'cheaper' if d == 'dearer above' else 'dearer'} below ≈ {n:,.0f}"
-             for n, d in c["crossings"] if c["status"] != "crosses" or n != c["length"]]
-  return text + (f"; {', '.join(earlier)}" if earlier else "")
+  earlier = [f"below ≈ {end:,.0f}" if start is None else f"between ≈ {start:,.0f} and ≈ {end:,.0f}"
+             for start, end in cheaper_spans(c) if end is not None]
+  if not earlier:
+    return text
+  return text + ("; also cheaper " if c["status"] == "crosses" else "; cheaper only ") + \
+      ", ".join(earlier)
 
 
 def _fmt(x, spec):

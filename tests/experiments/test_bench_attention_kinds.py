@@ -115,7 +115,18 @@ def test_crossover_below_and_not_within_the_measured_range():
   c = module.crossover([100, 400], [1.0, 8.0], [2.0, 4.0])
   assert c["status"] == "not_within"
   assert c["crossings"] == [[pytest.approx(200.0), "dearer above"]]
-  assert module.describe_crossover(c) == "not within 100-400 (dearer at 400); cheaper below ≈ 200"
+  assert module.describe_crossover(c) == (
+      "not within 100-400 (dearer at 400); cheaper only below ≈ 200")
+  # Dearer at 100 (ratio 2), cheaper at 400 (1/2), dearer at 1600 (2): cheaper only between
+  # 100 * 4^(1/2) = 200 and 400 * 4^(1/2) = 800.
+  c = module.crossover([100, 400, 1600], [2.0, 1.0, 2.0], [1.0, 2.0, 1.0])
+  assert c["status"] == "not_within"
+  assert module.describe_crossover(c) == (
+      "not within 100-1600 (dearer at 1600); cheaper only between ≈ 200 and ≈ 800")
+  # Cheaper at 100 (1/2), dearer at 400 (2), cheaper at 1600 (1/2): pays from 800, also below 200.
+  c = module.crossover([100, 400, 1600], [1.0, 2.0, 1.0], [2.0, 1.0, 2.0])
+  assert c["status"] == "crosses" and c["length"] == pytest.approx(800.0)
+  assert module.describe_crossover(c) == "from ≈ 800; also cheaper below ≈ 200"
   # A length one side did not measure is left out; no common length at all is said so.
   c = module.crossover([100, 200, 400], [3.0, None, 1.0], [1.0, 5.0, 3.0])
   assert c["length"] == pytest.approx(200.0) and c["range"] == [100, 400]
