@@ -34,8 +34,15 @@ def _layout(f: Fields, heads: int):
   kv = f.get("num_kv_heads") or heads
   if new:
     f.ignore("multi_query")  # the new architecture reads num_kv_heads only
-    return True, int(kv)
-  return False, 1 if f.get("multi_query", True) else heads
+    kv = int(kv)
+  else:
+    kv = 1 if f.get("multi_query", True) else heads
+  # transformers >= 5 also writes the derived count; it must agree with the layout above.
+  stated = f.get("num_key_value_heads")
+  if stated is not None and int(stated) != kv:
+    raise UnsupportedError(f"falcon config.json num_key_value_heads={stated} disagrees with the "
+                           f"{kv} key/value heads its num_kv_heads / multi_query give")
+  return new, kv
 
 
 def config_from_hf(kind: str, f: Fields, names: set) -> dict:
