@@ -1,6 +1,8 @@
 """tfjax/research/sweep_results.py: the per-seed results file round-trips what the tables read,
 keeps only finished points, and refuses points that name no commit."""
 
+import os
+
 import pytest
 
 from tfjax.research import sweep_results
@@ -48,9 +50,21 @@ def test_device_name_names_this_process_backend():
   import jax  # pylint: disable=import-outside-toplevel
   name = sweep_results.device_name()
   if jax.default_backend() == "cpu":
-    assert name.startswith("cpu (") and name.endswith(" cores)")
+    assert name.startswith("cpu (") and name.endswith(" cores)" if len(jax.devices()) == 1
+                                                       else " devices)")
   else:
     assert name.startswith(jax.default_backend() + ": ")
+
+
+def test_device_name_counts_the_cores_this_process_may_use(monkeypatch):
+  """A point pinned to fewer cores (taskset, a cgroup) trains with other float32 rounding
+  (XLA:CPU sizes its thread pool from the affinity): its record says so, not the machine's count."""
+  import jax  # pylint: disable=import-outside-toplevel
+  if jax.default_backend() != "cpu" or len(jax.devices()) != 1:
+    pytest.skip("names one CPU device")
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+  monkeypatch.setattr(os, "cpu_count", lambda: 64)
+  assert sweep_results.device_name() == "cpu (1 cores)"
 
 
 def test_a_point_without_a_commit_needs_results_commit():

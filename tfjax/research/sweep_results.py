@@ -80,12 +80,17 @@ def code_commit() -> Optional[str]:
 
 
 def device_name() -> str:
-  """What this process computes on, as the results name it: 'cpu (N cores)' or the accelerator's
-  kind (e.g. 'gpu: NVIDIA H200'). Runtimes, and float32 matmul rounding, depend on it."""
+  """What this process computes on, as the results name it: 'cpu (N cores)' (', D devices' added
+  when the CPU is split, mesh.cpu_devices) or the accelerator's kind (e.g. 'gpu: NVIDIA H200').
+  Runtimes, and float32 rounding, depend on it: N is the cores this process may use (its
+  affinity, not the machine's count), from which XLA:CPU sizes its thread pool and splits its
+  threaded sums, and D devices sum the gradient over devices (docs/attention/funnel.md)."""
   import jax  # pylint: disable=import-outside-toplevel  (only where a point has trained)
   device = jax.devices()[0]
   if device.platform == "cpu":
-    return f"cpu ({os.cpu_count()} cores)"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    split = len(jax.devices())
+    return f"cpu ({cores} cores{f', {split} devices' if split > 1 else ''})"
   return f"{device.platform}: {device.device_kind}"
 
 
