@@ -67,6 +67,7 @@ def test_train_reruns_give_bit_identical_losses_cold_warm_and_without_the_cache(
   assert losses(off) == first
 
 
+@pytest.mark.slow  # two compiles with the optimizations on (~130-180 s at load average 8-10)
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to compare with 1")
 def test_with_one_device_the_small_model_losses_do_not_depend_on_the_cores(tmp_path):
   """XLA:CPU sizes its thread pool from the cores the process may use. With the device count
@@ -83,6 +84,7 @@ def test_with_one_device_the_small_model_losses_do_not_depend_on_the_cores(tmp_p
   assert losses(one) == losses(two)
 
 
+@pytest.mark.slow  # two Funnel runs (~280 s at load average 8-10)
 def test_modality_reruns_give_bit_identical_losses(tmp_path):
   """experiments/train_modality.py (docs/attention/funnel.md's command, the 'test' size, 20
   steps, a loss at every step) twice."""
