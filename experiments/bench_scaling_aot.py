@@ -42,7 +42,8 @@ DEVICE = "deviceless compile on this 2-core CPU"
 MARKERS = ("<!-- scaling-aot:start -->", "<!-- scaling-aot:end -->")
 LENGTHS = (4096, 32768, 131072)
 # Context-axis size per target: FSDP over the rest must still hold the 7B's fp32 weights and Adam
-# moments (v5p-64, 32 chips: context 8 x fsdp 4; 8xH100: 4 x 2), 27 GiB of state per device.
+# moments, 75 GiB in all (v5p-64, 32 chips: context 8 x fsdp 4, 19 GiB a chip; 8xH100: 4 x 2,
+# 38 GiB a GPU).
 CONTEXT = {"v5p-64": 8, "h100x8": 4}
 DEVICES = {"v5p-64": 32, "h100x8": 8}  # JAX devices: a v5p chip (2 TensorCores) is one
 BEFORE = {"h100": "pallas, 7.8 GiB, MFU 41.8%", "h100x8": "xla (forced), 22.2 GiB, MFU 18.2%"}
