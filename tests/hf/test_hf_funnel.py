@@ -132,8 +132,10 @@ def test_funnel_options_match_transformers(tmp_path, overrides):
   hf = hf_model(**{"block_sizes": [1, 2, 1], "num_decoder_layers": 1, **overrides})
   cfg, params = load(tmp_path, hf)
   x = inputs(14)
-  np.testing.assert_allclose(tfjax_outputs(cfg, params, *x)["hidden"], hf_outputs(hf, *x),
-                             atol=ATOL, rtol=0)
+  # transformers' own float32 output is up to 1.2e-5 from its float64 one here (torch 2.13,
+  # transformers 5.25: pool_qkv_factorized), more than ATOL: compare with the float64 math.
+  np.testing.assert_allclose(tfjax_outputs(cfg, params, *x)["hidden"],
+                             hf_outputs(hf.double(), *x), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("cls_name", ["FunnelModel", "FunnelBaseModel", "FunnelForMaskedLM",

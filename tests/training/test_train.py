@@ -111,8 +111,8 @@ def test_every_task_trains(tmp_path, task, data, model):
   assert np.isfinite(final["eval/loss"]) and np.isfinite(losses[-1])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
+def _start_long_run(tmp_path):
+  """(process, workdir) of a train.py run of 100000 steps that has logged its first step."""
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
   proc = subprocess.Popen(
@@ -121,12 +121,21 @@ def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
        "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
        "--config.model.num_layers=1", "--config.model.d_model=32"],
       cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = workdir / "metrics.jsonl"
+  deadline = time.time() + 120
+  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
+    time.sleep(0.5)
+  if not metrics.exists():
+    proc.kill()
+    proc.wait()
+    raise AssertionError("training never logged a step")
+  return proc, workdir
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_a_checkpoint_and_exits(tmp_path, signum):
+  proc, workdir = _start_long_run(tmp_path)
   try:
-    metrics = workdir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
-      time.sleep(0.5)
-    assert metrics.exists(), "training never logged a step"
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
   finally:
@@ -147,20 +156,8 @@ def test_ctrl_c_through_tee_keeps_the_stopped_line(tmp_path):
   """`train.py | tee log` and Ctrl-C: the SIGINT reaches tee too, which exits at once, so the
   run's stdout has no reader when it prints `stopped at step ...` after its checkpoint. The line
   was lost (a BrokenPipeError on stdout); it now goes to stderr (the terminal)."""
-  workdir = tmp_path / "run"
-  env = dict(os.environ, PYTHONUNBUFFERED="1", TFJAX_CACHE_DIR=str(tmp_path / "cache"))
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, "experiments", "train.py"), f"--workdir={workdir}",
-       "--config.train.num_steps=100000", "--config.train.log_every=1",
-       "--config.train.eval_at_start=False", "--config.train.eval_every=100000",
-       "--config.model.num_layers=1", "--config.model.d_model=32"],
-      cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc, workdir = _start_long_run(tmp_path)
   try:
-    metrics = workdir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n")):
-      time.sleep(0.5)
-    assert metrics.exists(), "training never logged a step"
     proc.stdout.close()  # tee, killed by the same Ctrl-C: the pipe's reader is gone
     proc.send_signal(signal.SIGINT)
     err = proc.stderr.read()
