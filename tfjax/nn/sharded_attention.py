@@ -14,9 +14,9 @@ tfjax/training/sharding.py activates), read when tracing:
             shard count a multiple of K) keep K/V whole on every shard, and each shard reads the
             one kv head its query heads share;
   length    over the axes of 'length' (context), below.
-Only mesh axes of size > 1 that are not manual already (inside the CPU data-parallel shard_map of
-tfjax/training/cpu_fusion.py 'data' is) are used. A dimension an axis does not divide stays whole
-on that axis: every device of it then computes the same block, as GSPMD would have.
+Only mesh axes of size > 1 that are not manual already (inside the shard_map of the CPU training
+step's flat gradient all-reduce, 'data' is) are used. A dimension an axis does not divide stays
+whole on that axis: every device of it then computes the same block, as GSPMD would have.
 
 Dropout. The keep mask hashes (seed, batch, head, query, key) (tfjax/nn/dropout_hash.py). Its
 per-(batch, head) keys are computed for the whole [B, H] before the split and sliced like q, so
