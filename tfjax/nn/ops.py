@@ -274,7 +274,7 @@ def dot_product_attention(
     # their Pallas kernel, chosen when lowering; run on CPU it stays `name`.
     from tfjax.nn.kernels.pallas import per_lowering_platform  # pylint: disable=g-import-not-at-top
     fn = functools.partial(per_lowering_platform, fns[name])
-  if name == "xla" and fn is _xla_attention:
+  if fn is _xla_attention:
     return fn(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)  # plain JAX: GSPMD partitions it
   # A kernel runs per device under the current mesh (tfjax/nn/sharded_attention.py).
   return sharded_attention.attention(fn, name, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, **kwargs)

@@ -12,6 +12,7 @@ from ml_collections import config_dict
 from tfjax.data import datasets
 from tfjax.nn.config import ModelConfig, resolve_auto
 from tfjax.runtime import files
+from tfjax.training import sharding
 from tfjax.training.defaults import base_config
 
 CONFIG_FILE = "config.json"
@@ -79,7 +80,7 @@ def resolve_platform_defaults(config, platform: str | None = None,
   """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` and
   `num_devices` (tfjax.nn.config.resolve_auto; a copy when any was 'auto'), so config.json
   records what the run used."""
-  context = int(config.mesh.get("context", 1) or 1) if "mesh" in config else 1
+  context = sharding.mesh_size(config.mesh, "context") if "mesh" in config else 1
   resolved = resolve_auto(dict(config.model), platform, num_devices, context=context)
   changed = {k: v for k, v in resolved.items() if config.model[k] != v}
   if not changed:

@@ -54,7 +54,7 @@ DEFAULT_RULES = (
 )
 
 
-def _mesh_size(mesh_config, axis: str) -> int:
+def mesh_size(mesh_config, axis: str) -> int:
   """config.mesh's size of `axis`; 1 for 'context' in a config written before it existed."""
   if axis == "context" and "context" not in mesh_config:
     return 1
@@ -63,7 +63,7 @@ def _mesh_size(mesh_config, axis: str) -> int:
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple[int, int, int, int]:
   """(data, fsdp, tensor, context) with at most one -1 filled by the remaining devices."""
-  sizes = [_mesh_size(mesh_config, a) for a in MESH_AXES]
+  sizes = [mesh_size(mesh_config, a) for a in MESH_AXES]
   if sizes.count(-1) > 1:
     raise ValueError(f"config.mesh {dict(zip(MESH_AXES, sizes))}: at most one axis may be -1")
   known = int(np.prod([s for s in sizes if s != -1]))
