@@ -69,17 +69,18 @@ def install() -> None:
   """Installs the handler for EARLY_SIGNALS (main thread only); signals raise at once. A command
   starts here, so no run of it has begun (an earlier run in this process, e.g. a test's, does not
   count)."""
+  # The state first: a signal may arrive as soon as the first handler is in place.
+  _state.update(installed=True, deferred=False, pending=None, began=False, stop=None)
   for sig in EARLY_SIGNALS:
     signal.signal(sig, _handle)
-  _state.update(installed=True, deferred=False, pending=None, began=False, stop=None)
 
 
 @contextlib.contextmanager
 def exits_on_stop() -> Iterator[None]:
   """Installs the handler; a stop signal before the loop (StoppedBeforeTraining, or Ctrl-C where
   no handler was installed) ends the process with one line and exit 128 + N, no traceback."""
-  install()
   try:
+    install()  # inside: a signal between two handlers' installs raises here
     yield
   except (StoppedBeforeTraining, KeyboardInterrupt) as e:
     signum = e.signum if isinstance(e, StoppedBeforeTraining) else signal.SIGINT
