@@ -1,0 +1,72 @@
+"""Run one section of a pre-registered confirmation plan (tfjax/research/confirm.py).
+
+  python experiments/confirm.py --plan=configs/ablations/confirm/replication_1.py \\
+      --section=norm_init --parallel=1
+
+The plan must be committed as it stands (its commit goes into every result row). The section's
+planned points train into --workdir (default runs/confirm/<plan id>/<section>) through
+experiments/sweep.py, so a rerun resumes; then every finished point is written to
+docs/ablations/results/confirm/<plan id>_<section>.jsonl with the plan's id, commit and hash.
+An existing results file of another plan version is never overwritten. Rebuild the page with
+`python -m tfjax.research.sweep_doc`.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl import app, flags
+
+from tfjax.training import cli
+
+_PLAN = flags.DEFINE_string("plan", None, "The plan module, configs/ablations/confirm/*.py.",
+                            required=True)
+_SECTION = flags.DEFINE_string("section", None, "The plan's section to run (e.g. norm_init).",
+                               required=True)
+_WORKDIR = flags.DEFINE_string("workdir", "", "Where the points train (default "
+                               "runs/confirm/<plan id>/<section>).")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (experiments/sweep.py).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag (see --help)")
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.research import confirm, sweep as sweep_lib, sweep_results
+  try:
+    module = sweep_lib.load_module(_PLAN.value)
+    plan = module.PLAN
+    module.get_sweep(_SECTION.value)  # an unknown section or claim fails here, before any run
+    commit = module._plan.commit()  # pylint: disable=protected-access
+  except ValueError as e:
+    cli.fail(str(e))
+  repo = module._plan.repo  # pylint: disable=protected-access
+  out = confirm.results_path(repo, plan["id"], _SECTION.value)
+  if os.path.exists(out):
+    foreign = [r for r in confirm.load_rows(out)
+               if (r.get("plan") or {}).get("hash") != confirm.plan_hash(plan)]
+    if foreign:
+      cli.fail(f"{out} holds {len(foreign)} rows of another version of plan {plan['id']}; it "
+               "is not overwritten: a changed plan is a new plan (new id, new file)")
+  workdir = _WORKDIR.value or os.path.join("runs", "confirm", plan["id"], _SECTION.value)
+  with tempfile.TemporaryDirectory() as tmp:
+    jsonl = os.path.join(tmp, "results.jsonl")
+    code = subprocess.call([sys.executable, os.path.join(repo, "experiments", "sweep.py"),
+                            f"--config={_PLAN.value}:{_SECTION.value}", f"--workdir={workdir}",
+                            f"--parallel={_PARALLEL.value}", f"--results_jsonl={jsonl}"])
+    if not os.path.exists(jsonl):
+      cli.fail(f"the sweep wrote no results (exit {code}); see its output above")
+    with open(jsonl, encoding="utf-8") as f:
+      records = confirm.stamp([json.loads(line) for line in f], plan, commit)
+  sweep_results.write(out, records)
+  print(f"{len(records)} rows of plan {plan['id']} (commit {commit}) -> {out}")
+  sys.exit(code)
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
