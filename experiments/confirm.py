@@ -59,6 +59,8 @@ def main(argv):
       cli.fail(f"the sweep wrote no results (exit {code}); see its output above")
     with open(jsonl, encoding="utf-8") as f:
       records = confirm.stamp([json.loads(line) for line in f], plan, commit)
+  if not records:  # nothing finished: an existing file stays as it is
+    cli.fail(f"no planned point finished (sweep exit {code}); see its output above")
   sweep_results.write(out, records)
   print(f"{len(records)} rows of plan {plan['id']} (commit {commit}) -> {out}")
   sys.exit(code)
