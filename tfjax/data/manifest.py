@@ -83,8 +83,9 @@ def token_dtype(vocab_size: int, requested: str = "auto") -> np.dtype:
   return np.dtype(requested)
 
 
-def read_manifest(directory: str) -> dict:
-  """The manifest of a finished prepared directory; a clear error for anything else."""
+def read_manifest(directory: str, kind: str = "text") -> dict:
+  """The manifest of a finished prepared directory of `kind` (text: token shards; image, audio:
+  tfjax.data.media_shards); a clear error for anything else."""
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"data.path={directory!r}: no such prepared directory (make one with "
                             "`tfjax-prepare --input=... --tokenizer=... --output=DIR`)")
@@ -96,6 +97,13 @@ def read_manifest(directory: str) -> dict:
     manifest = json.load(f)
   if manifest.get("format") != FORMAT:
     raise ValueError(f"{path}: format {manifest.get('format')!r}, this tfjax reads format {FORMAT}")
+  found = manifest.get("kind", "text")  # token shards were written before the key existed
+  if found != kind:
+    raise ValueError(f"{directory} holds prepared {found} examples, not {kind}: "
+                     + ("token shards come from tfjax-prepare of text files; train on it with a "
+                        "task that reads {found} data" if kind == "text" else
+                        f"prepare a {kind} folder with --input={kind.replace('image', 'images')}:DIR")
+                     .format(found=found))
   return manifest
 
 
