@@ -7,6 +7,7 @@ Prints a table (memory per device against HBM, compiler vs analytic FLOPs, colle
 the layout's minimum, a roofline step time and its MFU bound), then one JSON line. Exit status 0:
 fits; 1: does not fit (the line before the JSON names the largest buffers and the switch that
 helps); 2: a user error (unknown target, a mesh that does not divide its devices, ...).
+--import=MODULE[,...] imports code outside tfjax first (a kind the config uses).
 Needs `pip install -e ".[tpu-aot]"` (from the clone) for TPU targets, `".[cuda-aot]"` for GPU ones.
 """
 

@@ -4,13 +4,15 @@
   python -m tfjax.hf export --workdir=RUN --hf_dir=OUT [--model_type=llama] [--dtype=float32]
                             [--max_shard_size=5GB]
 
-See docs/hf.md for the architectures and fields supported.
+See docs/hf.md for the architectures and fields supported. Both take --import=MODULE[,...]
+(code outside tfjax, imported first; tfjax/runtime/imports.py).
 """
 
 from __future__ import annotations
 
 import sys
 
+from tfjax.runtime import imports
 from tfjax.training import cli
 
 
@@ -34,6 +36,8 @@ def parse_args(argv):
   exp.add_argument("--max_shard_size", default="5GB",
                    help="above this size (500MB, 5GB, 2GiB or bytes) weights are written as "
                         "shards with model.safetensors.index.json")
+  for subparser in (imp, exp):
+    cli.add_import_argument(subparser)
   return parser.parse_args(argv)
 
 
@@ -49,6 +53,8 @@ def main(argv=None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   from tfjax.hf import exporter, importer  # pylint: disable=import-outside-toplevel
   try:
+    # export reads the run's config.json, which imports the modules it records itself
+    imports.load(args.imports)
     if args.command == "import":
       mesh = _parse_mesh(args.mesh)
       cfg = importer.import_model(args.hf_dir, args.workdir, dtype=args.dtype, mesh=mesh)

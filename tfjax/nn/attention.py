@@ -149,7 +149,8 @@ class AttentionConfig(Section):
     self._validate_kind(model)
 
   def _validate_kind(self, model) -> None:
-    one_of("model.attention_kind", self.kind, tuple(ATTENTION_KINDS))
+    one_of("model.attention_kind", self.kind, tuple(ATTENTION_KINDS),
+           registered="an attention kind")
     kind = ATTENTION_KINDS[self.kind]
     values, defaults = self.flat(), self.flat_defaults()
     for key in self.KIND_KEYS:
@@ -246,6 +247,8 @@ class MultiHeadAttention(nn.Module):
                                                   visibility)
     logits_bias = self.logits_bias(relative_table, visibility, q_len, k_BxSxKxE.shape[1])
     inputs = {"x_BxTxD": x_BxTxD} if self.kind.inputs else {}  # AttentionKind.inputs
+    if self.kind.lengths:  # AttentionKind.lengths: the actual n, not model.max_len
+      inputs["seq_len_BxT"] = visibility.sequence_lengths(q_len, k_BxSxKxE.shape[1])
     out_BxTxHxE = self.kind.attend(self, q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, visibility,
                                    logits_bias, **inputs)
     return self.output_projection(out_BxTxHxE, d_model)

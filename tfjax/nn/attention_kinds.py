@@ -61,7 +61,11 @@ class AttentionKind:
     and the block and hooks read the chosen kind's values as `cfg.attention.kind_config`.
     logits_bias: whether `attend` adds a position kind's LogitsBias (ALiBi, T5); a
     kind without it rejects such position kinds. inputs: `attend` also takes the block input
-    as keyword x_BxTxD (projections of its own, e.g. Longformer's global ones).
+    as keyword x_BxTxD (projections of its own, e.g. Longformer's global ones). lengths:
+    `attend` also takes keyword seq_len_BxT, int32 [B or 1, T]: the actual length n of the
+    sequence each query belongs to (tfjax.nn.masks.Visibility.sequence_lengths: its segment's
+    keys, padding left out; while decoding, the tokens so far), for math that depends on n
+    (sigmoid attention's bias -log n) where model.max_len is only an upper bound.
   context_parallel: whether `attend` is exact with every activation's length split over a
     context mesh axis (softmax: tfjax/nn/sharded_attention.py); training refuses the others
     there by name rather than leave a kind's length-mixing math to the SPMD partitioner.
@@ -76,6 +80,7 @@ class AttentionKind:
   section: Optional[type] = None
   logits_bias: bool = False
   inputs: bool = False
+  lengths: bool = False
   context_parallel: bool = False
 
 

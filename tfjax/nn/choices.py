@@ -7,14 +7,23 @@ tokenizers) use it as well as the model config (tfjax/nn/config.py re-exports it
 import difflib
 
 
-def one_of(what: str, value, valid):
+def one_of(what: str, value, valid, *, registered: str = ""):
   """`value` if it is one of `valid`, else a ValueError naming `what`, the value and the choices,
   with the closest choice when one is close (a misspelling): `one_of("model.ffn", cfg.ffn, FFNS)`.
+  registered: for a registry's names (`"an attention kind"`), what the value names; with no close
+  choice the error then says how one defined outside tfjax becomes known (`import_hint`).
   """
   if value not in valid:
-    raise ValueError(f"{what}={value!r} is invalid; choose one of {tuple(valid)}"
-                     f"{did_you_mean(value, valid)}")
+    close = did_you_mean(value, valid)
+    hint = f" ({import_hint(registered)})" if registered and not close else ""
+    raise ValueError(f"{what}={value!r} is invalid; choose one of {tuple(valid)}{close}{hint}")
   return value
+
+
+def import_hint(what: str) -> str:
+  """How `what` (an attention kind, a key of one) defined outside tfjax becomes known: its module
+  imported by --import (tfjax/runtime/imports.py)."""
+  return f"{what} defined outside tfjax is known once its module is imported: --import=MODULE"
 
 
 def did_you_mean(value, valid) -> str:

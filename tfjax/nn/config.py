@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from tfjax.nn.attention import QK_NORMS, AttentionConfig
 from tfjax.nn import kinds  # pylint: disable=unused-import  # registers the built-in kinds
-from tfjax.nn.choices import one_of
+from tfjax.nn.choices import import_hint, one_of
 from tfjax.nn.ffn import FFNS, GATED_FFNS, FfnConfig
 from tfjax.nn.norms import NORMS, PLACEMENTS, NormConfig
 from tfjax.nn.ops import ATTENTION_IMPLS
@@ -153,7 +153,8 @@ class ModelConfig(Section):
     unknown = sorted(set(items) - set(keys))
     if unknown:
       raise ValueError(
-          f"unknown model config key(s) {unknown}; valid keys are: {sorted(keys)}")
+          f"unknown model config key(s) {unknown}; valid keys are: {sorted(keys)} "
+          f"({import_hint('a key of a kind or position')})")
     return super().from_flat(items)
 
   def replace(self, **kwargs) -> "ModelConfig":

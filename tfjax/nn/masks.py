@@ -37,6 +37,25 @@ class Visibility:
     """([B or 1, T], [B or 1, S]) absolute query and key positions (`query_key_positions`)."""
     return query_key_positions(q_len, kv_len, self.q_positions_BxT, self.kv_positions_BxS)
 
+  def sequence_lengths(self, q_len: int, kv_len: int) -> jax.Array:
+    """int32 [B or 1, T]: the length n of the sequence each query belongs to, counted in keys:
+    the keys of its segment (packed rows), padding (segment id 0) and empty cache slots left out,
+    at least 1. Causality and the window do not shorten it: every query of a row of n tokens
+    gets n. While decoding it is the tokens cached so far (at most `window` with a ring buffer).
+    The `seq_len_BxT` an attention kind with `lengths=True` receives
+    (tfjax/nn/attention_kinds.py)."""
+    q_ids_BxT, kv_ids_BxS = self.q_segment_ids_BxT, self.kv_segment_ids_BxS
+    if kv_ids_BxS is None:
+      return jnp.full((1, q_len), kv_len, jnp.int32)
+    real_BxS = kv_ids_BxS != 0
+    if q_ids_BxT is None:
+      count_BxT = jnp.broadcast_to(jnp.sum(real_BxS, axis=-1, keepdims=True),
+                                   (kv_ids_BxS.shape[0], q_len))
+    else:
+      same_BxTxS = (q_ids_BxT[:, :, None] == kv_ids_BxS[:, None, :]) & real_BxS[:, None, :]
+      count_BxT = jnp.sum(same_BxTxS, axis=-1)
+    return jnp.maximum(count_BxT, 1).astype(jnp.int32)
+
   def as_kwargs(self) -> dict:
     """The keyword arguments of tfjax.nn.ops.dot_product_attention (and visibility_mask)."""
     return dict(causal=self.causal, window=self.window, q_segment_ids=self.q_segment_ids_BxT,

@@ -188,7 +188,7 @@ class PositionConfig(Section):
     return POSITION_KINDS[self.kind]
 
   def validate(self, model) -> None:
-    one_of("model.position", self.kind, tuple(POSITION_KINDS))
+    one_of("model.position", self.kind, tuple(POSITION_KINDS), registered="a position kind")
     one_of("model.sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
     kind = POSITION_KINDS[self.kind]
     values, defaults = self.flat(), self.flat_defaults()

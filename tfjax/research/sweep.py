@@ -142,8 +142,10 @@ def _flat_keys(config, prefix="") -> list[str]:
 
 
 def _did_you_mean(config, key: str) -> str:
+  from tfjax.runtime import imports  # pylint: disable=import-outside-toplevel
   close = difflib.get_close_matches(key, _flat_keys(config), n=3, cutoff=0.6)
-  return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+  return (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close
+          else f" ({imports.UNKNOWN_KEY_HINT})")
 
 
 # ---------------------------------------------------------------------------------------------

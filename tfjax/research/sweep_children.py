@@ -1,6 +1,7 @@
 """A sweep's points as child processes: up to `parallel` at once, each
 `python -m tfjax.research.sweep_children --config=... --workdir=... --point=NAME`, logging to
-ROOT/<name>/sweep.log (tfjax.research.sweep.run_sweep with parallel > 1). With `pack` (a group
+ROOT/<name>/sweep.log (tfjax.research.sweep.run_sweep with parallel > 1), with the sweep's
+--import modules. With `pack` (a group
 size, experiments/sweep.py --pack_seeds=K) each child trains one packed group of seeds
 (tfjax/research/sweep_packed.py), `--point` repeated per member, logging to its first member's
 sweep.log."""
@@ -18,7 +19,7 @@ from typing import Any, Optional, Sequence
 from tfjax.research import sweep as sweep_lib
 from tfjax.research.sweep import (EXIT_INTERRUPTED, FAILED_FILE, LOG_FILE, Point, Sweep,
                                   is_done, write_json)
-from tfjax.runtime import compile_cache
+from tfjax.runtime import compile_cache, imports
 
 _log = sweep_lib._log  # pylint: disable=protected-access  (one logger for the sweep's messages)
 
@@ -27,6 +28,8 @@ def _child_command(sweep: Sweep, root: str, members: Sequence[Point],
                    cache: Optional[str]) -> list[str]:
   cmd = [sys.executable, "-m", "tfjax.research.sweep_children", "--config", sweep.config_path,
          "--workdir", root]
+  if imports.loaded():  # the sweep's --import modules (a kind its points use)
+    cmd += ["--import", ",".join(imports.loaded())]
   for point in members:
     cmd += ["--point", point.name]
   if sweep.scale is not None:
@@ -116,9 +119,11 @@ def _child_main(argv: Sequence[str]) -> int:
   parser.add_argument("--point", required=True, action="append",
                       help="repeated: the members of one packed group")
   parser.add_argument("--compilation_cache", default=None)
+  parser.add_argument("--import", dest="imports", action="append", default=[])
   args = parser.parse_args(argv)
   from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
+  imports.load(args.imports)  # before the sweep config names their kinds
   sweep = sweep_lib.load_sweep(args.config, args.scale)
   points = [sweep.point(name) for name in args.point]
   sweep_lib._configure_cpu_devices(sweep.config_for(points[0]))

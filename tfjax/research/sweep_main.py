@@ -17,9 +17,10 @@ Each point trains into WORKDIR/<point name>/. Running the same command again ski
 and resumes interrupted ones from their checkpoints; failed points are retried. At the end (also
 after failures) it writes WORKDIR/results.csv (one row per point), results_summary.csv and
 results.md (mean ± std over seeds per variant) and PNG plots. Exit status 1 if any point failed.
-See tfjax/research/sweep.py for the config-module interface. A bad flag or sweep config ends in
-one `error:` line, exit 2 (tfjax/training/cli.py); a point that diverged is a result, not a
-failure (tfjax/training/divergence.py).
+See tfjax/research/sweep.py for the config-module interface; --import=MODULE[,...] imports code
+outside tfjax (a kind a point uses) first, in the children and jobs too. A bad flag or sweep
+config ends in one `error:` line, exit 2 (tfjax/training/cli.py); a point that diverged is a
+result, not a failure (tfjax/training/divergence.py).
 """
 
 import os
@@ -30,6 +31,9 @@ from absl import flags
 from tfjax.research import sweep_children, sweep_slurm
 from tfjax.training import cli
 
+# --import=MODULE[,...]: imported now, before the sweep config names their kinds; children and
+# jobs import them again (sweep_children, sweep_slurm), and every point's config.json records them.
+cli.define_import_flag()
 _CONFIG = flags.DEFINE_string("config", None, "Sweep config module, e.g. configs/ablations/ffn.py "
                               "(PATH:SCALE also accepted). Required except with --status.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (one subdirectory per point).",

@@ -48,6 +48,7 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from tfjax.research import sweep as sweep_lib
+from tfjax.runtime import imports
 
 _log = logging.getLogger(__name__)
 
@@ -186,10 +187,13 @@ class PointJob:
   requeued job (submitit's Checkpointable protocol)."""
 
   def __init__(self, config_path: str, scale: Optional[str], root: str, name: str,
-               compilation_cache: Optional[str] = None):
+               compilation_cache: Optional[str] = None,
+               import_modules: Optional[Sequence[str]] = None):
     self.config_path = os.path.abspath(config_path)
     self.scale, self.root, self.name = scale, os.path.abspath(root), name
     self.compilation_cache = os.path.abspath(compilation_cache) if compilation_cache else None
+    # the submitting process's --import modules (a kind the points use), imported in the job
+    self.import_modules = tuple(imports.loaded() if import_modules is None else import_modules)
 
   def __call__(self) -> str:
     # pylint: disable=import-outside-toplevel  (jax only inside the job)
@@ -197,6 +201,7 @@ class PointJob:
     from tfjax.training import metrics
     metrics.setup_logging()
     distributed.initialize()  # multi-task SLURM jobs: coordinator etc. from SLURM's environment
+    imports.load(getattr(self, "import_modules", ()))  # (a job pickled before the attribute)
     sweep = sweep_lib.load_sweep(self.config_path, self.scale)
     if self.compilation_cache:
       compile_cache.enable(self.compilation_cache)
@@ -230,7 +235,8 @@ class PointJob:
     del args, kwargs
     import submitit  # pylint: disable=import-outside-toplevel
     return submitit.helpers.DelayedSubmission(
-        PointJob(self.config_path, self.scale, self.root, self.name, self.compilation_cache))
+        PointJob(self.config_path, self.scale, self.root, self.name, self.compilation_cache,
+                 getattr(self, "import_modules", ())))
 
 
 def _submitit_signal() -> int:

@@ -105,6 +105,29 @@ def run_absl(main: Callable, argv: Optional[Sequence[str]] = None) -> None:
 
 _DEFINE_ERRORS: dict = {}  # config flag name -> the error its definition raised
 _CONFIG_DEFAULTS: dict = {}  # config flag name -> its default config file (None: none)
+_IMPORT_ERRORS: list = []  # an --import module that failed (reported by parse_flags)
+
+
+def define_import_flag(run_dir_flag: Optional[str] = None) -> None:
+  """`--import=MODULE[,...]` (tfjax/runtime/imports.py) for an absl program, and the import of
+  those modules now, from sys.argv: before a config-file flag is defined (which applies the
+  `--config.x=...` overrides), so a kind's keys are config keys by then. With `run_dir_flag`
+  (tfjax-train's workdir), a run directory given there also has the modules its config.json
+  records imported (a resume needs no --import). Idempotent; define_config_file calls it. A
+  module that fails is reported by `parse_flags` as one `error:` line."""
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from tfjax.runtime import imports  # pylint: disable=import-outside-toplevel
+  if imports.FLAG not in flags.FLAGS:
+    flags.DEFINE_list(imports.FLAG, [], "Modules to import first, e.g. a kind defined outside "
+                      "tfjax: a module name on PYTHONPATH or a .py file's path, comma-separated "
+                      "(recorded in the run's config.json; docs/attention/README.md).")
+  try:
+    imports.load(imports.from_argv(sys.argv))
+    run_dir = imports.flag_values(sys.argv, run_dir_flag) if run_dir_flag else []
+    if run_dir:
+      imports.load_recorded_in(run_dir[-1])
+  except ValueError as e:
+    _IMPORT_ERRORS.append(e)
 
 
 def define_config_file(name: str, default: Optional[str], help_string: str, **kwargs):
@@ -112,8 +135,10 @@ def define_config_file(name: str, default: Optional[str], help_string: str, **kw
 
   Why: defining a config-file flag already applies the `--NAME.key=value` overrides found in
   sys.argv to the default config, so an unknown key raises at import time, before any parser
-  runs. Such an error is kept and reported by `parse_flags` as one `error:` line."""
+  runs. Such an error is kept and reported by `parse_flags` as one `error:` line. The --import
+  modules are imported first (define_import_flag)."""
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  define_import_flag()
   _CONFIG_DEFAULTS[name] = default
   try:
     return config_flags.DEFINE_config_file(name, default, help_string, **kwargs)
@@ -131,6 +156,8 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   if any(a in ("--help", "-h", "--helpshort", "-?") for a in argv[1:]):
     print_help(argv[0])
     sys.exit(0)
+  for error in _IMPORT_ERRORS:  # a config naming the module's kind would fail next: say why
+    fail(message_of(error))
   for error in _DEFINE_ERRORS.values():
     fail(_override_message(argv, error))
   try:
@@ -236,23 +263,38 @@ def _flat_keys(config, prefix: str = "") -> list[str]:
 
 
 def _override_message(argv: Sequence[str], error: BaseException) -> str:
-  """`--config.modle.x=1: unknown key 'modle' (Did you mean "model" ...?)`-style text."""
+  """`--config.modle.x=1: unknown config key modle; did you mean "model" ...?`-style text."""
+  from tfjax.runtime import imports  # pylint: disable=import-outside-toplevel
   # ml_collections' attribute access wraps the KeyError of an unknown key in an AttributeError
   # (AttributeError(KeyError("'attention_kind'"))): the KeyError is the error.
   while len(error.args) == 1 and isinstance(error.args[0], BaseException):
     error = error.args[0]
   text = _one_line(message_of(error))
-  key = re.match(r"'?([\w-]+)'?", text)
+  # A locked ConfigDict (a config file setting a key its config lacks) says it this way.
+  locked = re.match(r'Key "([\w-]+)" does not exist and cannot be added', text)
+  key = locked or re.match(r"'?([\w-]+)'?", text)
   culprit = next((a for a in argv[1:] if a.startswith("--") and "." in a.split("=")[0] and key
                   and key.group(1) in a.split("=")[0].split(".")), None)
-  if isinstance(error, KeyError) or "Did you mean" in text:
-    detail = f"unknown config key {text.replace(' Did you mean', '; did you mean')}" if (
-        "Did you mean" in text) else (
-        f"unknown config key {key.group(1)!r}"
-        + (_section_keys(argv, culprit, key.group(1)) or "; read the config file for its keys"))
+  if locked or isinstance(error, KeyError) or "Did you mean" in text:
+    name = _dotted_key(culprit, key.group(1))
+    if "Did you mean" in text:
+      detail = f"unknown config key {name}; did you mean{text.split('Did you mean', 1)[1]}"
+    else:
+      detail = (f"unknown config key {name} ({imports.UNKNOWN_KEY_HINT})"
+                + (_section_keys(argv, culprit, key.group(1))
+                   or "; read the config file for its keys"))
   else:
     detail = f"{type(error).__name__}: {text}"
   return f"{culprit}: {detail}" if culprit else detail
+
+
+def _dotted_key(culprit: Optional[str], key: str) -> str:
+  """`model.sigmoid_bias` for key 'sigmoid_bias' of `--config.model.sigmoid_bias=1`: the config
+  path down to the unknown key (the key alone without an override naming it)."""
+  if not culprit:
+    return key
+  parts = culprit[2:].split("=", 1)[0].split(".")[1:]
+  return ".".join(parts[:parts.index(key) + 1]) if key in parts else key
 
 
 def _section_keys(argv: Sequence[str], culprit: Optional[str], key: str) -> str:
@@ -307,3 +349,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def error(self, message: str) -> NoReturn:
     fail(f"{message} (see {self.prog} --help)")
+
+
+def add_import_argument(parser: argparse.ArgumentParser) -> None:
+  """`--import=MODULE[,...]` (repeatable) of an argparse program, read as `args.imports`; the
+  program imports them with tfjax.runtime.imports.load before anything else."""
+  parser.add_argument(
+      "--import", dest="imports", action="append", default=[], metavar="MODULE[,...]",
+      help="modules to import first, e.g. a kind defined outside tfjax: a module name on "
+           "PYTHONPATH or a .py file's path (a run's config.json records its own)")

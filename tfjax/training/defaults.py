@@ -13,6 +13,7 @@ without the repository's configs/ (configs/default.py returns the same config).
 from ml_collections import config_dict
 
 from tfjax.nn.config import default_model_config
+from tfjax.runtime import imports
 from tfjax.data.datasets import default_data_config
 from tfjax.training.optimizer import default_optimizer_config
 
@@ -74,6 +75,9 @@ def base_config() -> config_dict.ConfigDict:
                                 # (fine-tuning; tfjax/training/init_from.py)
   config.sharding_rules = ()    # () = tfjax.training.sharding.DEFAULT_RULES;
                                 # else ((logical, mesh), ...)
+  # The --import modules this process imported (code outside tfjax: a kind, a position), so
+  # config.json records them and a run read back imports them again (tfjax/runtime/imports.py).
+  config.imports = imports.loaded()
   return config
 
 

@@ -6,9 +6,9 @@ continues a prompt.
       --num_samples=3 --seed=1
   python experiments/generate.py --workdir=DIR --prompt="^abc|" --strategy=beam --beam_size=4
 
-The run's own config.json, tokenizer and newest readable checkpoint are used; how --prompt is read
-is tfjax/inference/generate.py. --prompt_ids="1 4 5" gives raw ids instead.
-Any --max_new_tokens works: past the model's max_len the context slides
+The run's own config.json (and the --import modules it records), tokenizer and newest readable
+checkpoint are used; how --prompt is read is tfjax/inference/generate.py. --prompt_ids="1 4 5"
+gives raw ids instead. Any --max_new_tokens works: past the model's max_len the context slides
 (tfjax/inference/decode_window.py). A bad flag, workdir or prompt ends in one `error:` line
 (tfjax/training/cli.py).
 """
@@ -21,6 +21,7 @@ import sys
 
 from tfjax.inference import decode
 from tfjax.inference.generate import generate_for_run
+from tfjax.runtime import imports
 from tfjax.training import cli, runs
 from tfjax.training.metrics import setup_logging
 
@@ -46,6 +47,7 @@ def parse_args(argv):
                       help="beam: GNMT length penalty alpha")
   parser.add_argument("--eos_id", type=int, default=None,
                       help="stop token (default: EOS of synthetic tasks, none for text; -1 = none)")
+  cli.add_import_argument(parser)
   return parser.parse_args(argv)
 
 
@@ -58,6 +60,7 @@ def generate_from_run(args) -> list[dict]:
 @cli.guarded  # configuration / workdir / prompt problems: one `error:` line, exit 2
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  imports.load(args.imports)  # the run's own (config.json) are imported when it is read
   if not os.path.isdir(args.workdir):
     raise ValueError(f"--workdir={args.workdir}: no such directory (give a training run's "
                      "--workdir)")

@@ -5,6 +5,10 @@
 With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a
 fresh workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
 
+--import=MODULE[,...] imports code outside tfjax first (an attention or position kind of one's own:
+a module on PYTHONPATH or a .py file's path); config.json records it, so a resume, tfjax-generate
+and sweep children import it again (tfjax/runtime/imports.py, docs/attention/README.md).
+
 Exit status: 0 finished (last line `done: DIR eval/...`); 2 a user's mistake (one `error:` line,
 nothing written); 4 diverged (a NaN/inf loss, tfjax/training/divergence.py); 5 a checkpoint
 could not be written (a full disk; tfjax/training/checkpoint.py); 128 + N stopped by signal N
@@ -33,6 +37,8 @@ from tfjax.runtime import stop_signals
 # installed `tfjax-train` works from any directory; configs/default.py is the same config.
 DEFAULT_CONFIG = defaults.__file__
 
+# --import=MODULE[,...] first (a kind defined outside tfjax), and a resumed run's recorded ones.
+cli.define_import_flag(run_dir_flag="workdir")
 _CONFIG = cli.define_config_file(
     "config", DEFAULT_CONFIG, "Config file, e.g. configs/shakespeare_char.py or ...py:cpu.",
     lock_config=True)

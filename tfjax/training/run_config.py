@@ -11,21 +11,24 @@ from ml_collections import config_dict
 
 from tfjax.data import datasets
 from tfjax.nn.config import ModelConfig, resolve_auto
-from tfjax.runtime import files
+from tfjax.runtime import files, imports
 from tfjax.training import sharding
 from tfjax.training.defaults import base_config
 
 CONFIG_FILE = "config.json"
 
 
-def config_from_json(values: Mapping[str, Any]) -> config_dict.ConfigDict:
-  """The ConfigDict a run's config.json was written from (JSON lists become tuples again)."""
+def config_from_json(values: Mapping[str, Any],
+                     source: str = CONFIG_FILE) -> config_dict.ConfigDict:
+  """The ConfigDict a run's config.json was written from (JSON lists become tuples again). The
+  modules it records (config.imports, --import) are imported first: their kinds' keys are keys."""
+  recorded = imports.load_recorded(values, source)
   config = base_config()
 
   def update(node, new, prefix):
     for key, value in new.items():
       if key not in node:
-        raise ValueError(f"config.json has key {prefix}{key}, unknown to this version of tfjax")
+        raise ValueError(imports.unknown_key_message(f"{prefix}{key}", source, recorded))
       if isinstance(node[key], config_dict.ConfigDict):
         update(node[key], value, f"{prefix}{key}.")
       elif isinstance(value, list):
@@ -43,7 +46,7 @@ def load_config(workdir: str) -> config_dict.ConfigDict:
     raise ValueError(f"{workdir} has no config.json: not a tfjax training run directory")
   values = files.read_json(path)
   _check_not_a_modality_run(workdir, values)
-  return config_from_json(values)
+  return config_from_json(values, source=path)
 
 
 def _check_not_a_modality_run(workdir: str, values) -> None:
