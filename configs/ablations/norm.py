@@ -55,7 +55,25 @@ GRID = {
     # and lr 2e-3 both arms trained. 8 seeds per claim arm: Fisher's test can reach p < 0.05.
     "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
                    steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=tuple(range(8)),
-                   rms_looks=((5, 8),),  # RMSNorm's claim was read at 5 vs 8 seeds first
+                   # RMSNorm's claim was read at 5 vs 8 seeds first (29cd209); before this grid
+                   # (looks on an earlier test bed count, the rule) at smoke, 2 vs 2 (ed86550;
+                   # hand-read at 2 seeds in da69862), and under the earlier medium grid, 3 vs 3
+                   # hand-read (06d1a61, runs at ab6f6c5) and 3 vs 3 by Welch's t (4ff7f63).
+                   rms_looks=((2, 2), (2, 2), (3, 3), (3, 3), (5, 8)),
+                   # Other claims' readings before this grid (59cc03a) or on arms they no longer
+                   # read, each a look (the rule), with the test that read it ('mean': Welch's
+                   # t, which has no floor; Fisher's at 2 vs 2 or 3 vs 3 cannot reach 0.05, so
+                   # the count claims' readings there spend nothing and are not listed):
+                   #   pre-LN vs post-LN without warmup, by Welch's t on the losses (the bimodal
+                   #   rule came later): smoke 2 vs 2 (ed86550), earlier medium grid 3 vs 3
+                   #   (4ff7f63);
+                   #   Sandwich-LN, then against post-LN without warmup: 8 vs 8 (29cd209);
+                   #   pre-LN without warmup on par, then against pre-LN *with* warmup: 3 vs 3
+                   #   hand-read (06d1a61), 3 vs 3 (9e5f2a0, the earlier grid's rerun), 8 vs 8
+                   #   (29cd209).
+                   looks={"preln_without_warmup": ((2, 2, "mean"), (3, 3, "mean")),
+                          "sandwich_deep": ((8, 8),),
+                          "preln_no_warmup_matches": ((3, 3), (3, 3), (8, 8))},
                    qk_norm=False, xavier=dict(placements=("pre", "post"), warmups=("W",),
                                               layers="all", seeds=tuple(range(8))),
                    # Wang et al.'s setting for DeepNorm: one recipe with warmup under which
@@ -172,7 +190,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   # A count hides how narrowly a seed counted as trained: each count claim's note gives the
   # trained seeds' eval loss against unigram/loss (the line: FAILED_MARGIN below it).
   trained_margin = ("eval/loss", "unigram/loss", -FAILED_MARGIN)
-  return [
+  claims = [
       dict(id="postln_needs_warmup", claim="post-LN fails more often without warmup",
            paper="BLEU 8.45 without vs ~34 with (6 layers; Xiong et al. figure 2)", kind="count",
            a=arm("failed", "post", 0), b=arm("failed", "post"), expect="greater",
@@ -216,6 +234,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            a=arm("eval/loss", "pre", 0), b=arm("eval/loss", "post"), expect="less",
            parity=verdicts.PARITY_MARGIN, controls=[xiong, trains("pre", grid["layers"][0], 0)]),
   ]
+  looks = grid.get("looks", {})
+  return [{**c, "earlier_looks": looks[c["id"]]} if c["id"] in looks else c for c in claims]
 
 
 def get_config(scale=None):

@@ -23,6 +23,23 @@ import os
 from tfjax.research import sweep
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
+# Earlier readings of these claims on the norm sweep's char LM, before they moved to this layer
+# (aa5cb33); each counts as a look (the rule: looks on an earlier test bed count; p x looks). Per
+# seed counts (INF: a one-sample ratio against 1, Student's t, which has no floor):
+#   da69862  smoke, 2 seeds, N(0, 0.02) init, depth 4 (hand-read: "contradicted for this setup")
+#   06d1a61  medium at ab6f6c5 (6 and 12 layers, lr 3e-3), 3 seeds, N(0, 0.02) init (hand-read)
+#   9e5f2a0  medium at 4ff7f63 (the rerun of that grid), 3 seeds, N(0, 0.02): post-LN opposite
+#            only, pre-LN contradicted, post above pre reproduced
+#   29cd209  medium at 59cc03a (12 layers, lr 2e-3), Xavier, 3 seeds: tie, contradicted,
+#            direction only
+#   1ea8d56  the same Xavier arms at 8 seeds: tie, contradicted, reproduced
+# The two hand-read readings judged each ratio alone (not post's against pre's), so the relative
+# claim counts the last three.
+INF = float("inf")
+LOOKS = {"smoke": {}, "full": {},
+         "medium": {"xiong_postln_grows": ((2, INF), (3, INF), (3, INF), (3, INF), (8, INF)),
+                    "xiong_preln_level": ((2, INF), (3, INF), (3, INF), (3, INF), (8, INF)),
+                    "xiong_relative": ((3, 3), (3, 3), (8, 8))}}
 # Init-only points are cheap, so medium and full take 8 seeds; smoke is the pipeline check.
 SEEDS = {"smoke": (0, 1), "medium": tuple(range(8)), "full": tuple(range(8))}
 BASE_SHAPE = dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8)  # Vaswani table 3, base
@@ -41,7 +58,8 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
   layers = get_config(scale).model.num_layers
   ratio = f"init/grad_norm_ffn_wo@{layers} / init/grad_norm_ffn_wo@1"
   arm = lambda placement: {"model.norm_placement": placement, "metric": ratio}  # noqa: E731
-  return [
+  looks = LOOKS[_lm.check_scale(scale, "norm_init.py")]
+  claims = [
       dict(id="xiong_postln_grows", claim=f"at initialization, post-LN's FFN W_2 gradient norm "
            f"grows towards the output (layer {layers} over layer 1 > 1)",
            paper="grows with the layer index (Xiong et al. figure 3)",
@@ -57,6 +75,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            paper="post-LN's ratio above pre-LN's (Xiong et al. figure 3)",
            a=arm("post"), b=arm("pre"), expect="greater"),
   ]
+  return [{**c, "earlier_looks": looks.get(c["id"], ())} for c in claims]
 
 
 def get_config(scale=None):

@@ -42,15 +42,30 @@ EVAL_WINDOWS = 512  # validation tokens scored: EVAL_WINDOWS x L (every T divide
 ROPE_EXTENSIONS = ("linear", "dynamic", "yarn")  # tfjax.research.length_eval.ROPE_EXTENSIONS
 # 3 at smoke: Welch needs them; 5 at medium: claims within 1 se of the threshold need them
 SEEDS = {"smoke": (0, 1, 2), "medium": (0, 1, 2, 3, 4), "full": (0, 1, 2)}
-# The seed counts at which the claims were read before seeds were added (p x looks: the rule).
-LOOKS = {"smoke": (), "medium": ((3, 3),), "full": ()}
+# The seed counts at which the claims were read before (p x looks: the rule): at 3 vs 3 before
+# seeds were added (8bcd3ba), and on earlier test beds, which count too (the rule): the smoke
+# scale at 2 vs 2 (6246616) and 3 vs 3 (022bc47), and the medium scale under the superseded
+# embedding protocol, 3 vs 3 (2039fbb; superseded at e391387). Every one read by Welch's t (the
+# paired t for rotary at two lengths), which has no floor.
+_BEDS = ((2, 2), (3, 3), (3, 3))
+LOOKS = {"smoke": (), "medium": _BEDS + ((3, 3),), "full": ()}
+# Claims the hand-written verdict tables read before the rule (83aca03) as well, at 3 vs 3 (doc
+# e24efa9, runs at af9ca73: "rotary extrapolates a little, then degrades", "T5's bias degrades
+# more slowly than rotary, faster than ALiBi") and at the smoke scale's 2 vs 2 (doc da69862, runs
+# at 4034612: rotary at L and 2L). Each is a look on an earlier test bed, counted by the test the
+# rule gives the claim. ALiBi against sinusoidal or rotary had no row of its own then (each arm
+# was read alone), so those two count only the looks above.
+HAND_READ = {"smoke": {}, "full": {},
+             "medium": {"rope_degrades": ((2, 2), (3, 3)), "t5_vs_rope": ((3, 3),),
+                        "alibi_vs_t5": ((3, 3),)}}
 # A second learned arm whose table starts at std d^-0.5, fairseq's init of learned positions
 # (Press et al.'s base; tensor2tensor's embedding init too), at medium and full: the parity claim
 # reads it, since the first learned arm's std 0.02 is a confound that could decide a 0.01-nat
 # comparison. It was added after the claim had been read on that arm (at 3 vs 3, then 5 vs 5):
-# both readings are looks (the rule).
+# both readings are looks (the rule), as are LOOKS' earlier test beds and two hand-read tables
+# (2 vs 2 at smoke, da69862; 3 vs 3 at medium, e24efa9: "learned ≈ sinusoidal").
 FAIRSEQ_LEARNED = {"smoke": False, "medium": True, "full": True}
-PARITY_LOOKS = {"smoke": (), "medium": ((3, 3), (5, 5)), "full": ()}
+PARITY_LOOKS = {"smoke": (), "medium": ((2, 2), (3, 3)) + _BEDS + ((3, 3), (5, 5)), "full": ()}
 # Keys each arm changes relative to get_config (tests/research/test_ablation_configs.py checks).
 ARM_KEYS = ("model.position", "model.position_init_std")
 _EXTENSION_LABELS = {f"long/ppl_{mode}_{kind}": label for mode in ("nonoverlap", "sliding")
@@ -90,7 +105,7 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
       return dict(a=arm(a, f"long/ppl_{mode}@{at}"), b=arm(b, f"long/ppl_{mode}@{at_b or at}"))
     out = dict(id=id_, claim=text, paper=paper, expect=expect, **sides("nonoverlap"),
                secondary={"label": "sliding windows", **sides("sliding")},
-               earlier_looks=LOOKS[scale])
+               earlier_looks=HAND_READ[scale].get(id_, ()) + LOOKS[scale])
     return {**out, "confound": t5_untrained} if "t5_bias" in (a, b) and t5_untrained else out
   # T5's bucketed bias with Raffel's (and Press et al.'s) max distance 128: at Press's L = 512
   # every bucket sees training; here the buckets past the one of offset L - 1 never do, so past

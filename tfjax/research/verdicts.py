@@ -309,12 +309,15 @@ def _raw(rows: Sequence[dict], claim: Mapping) -> dict:
          **{"delta": None, "se": None, "p": None, **(stats or {})}, "untestable": None}
   if claim.get("parity") and kind == "mean" and stats:
     out.update(parity_result(out, float(claim["parity"]), ALPHA))
-  # Bonferroni over the earlier looks whose design could reject (the others spend no alpha).
-  looks = [tuple(n) for n in claim.get("earlier_looks", ()) if smallest_p(kind, *n) < ALPHA]
+  # Bonferroni over the earlier looks whose design could reject (the others spend no alpha). A
+  # look is (n_a, n_b), read by this claim's test, or (n_a, n_b, test): read then by another
+  # test ('mean', 'count', 'rank'), whose floor decides; n_b inf: a one-sample reading.
+  looks = [tuple(n[:2]) for n in claim.get("earlier_looks", ())
+           if smallest_p(n[2] if len(n) > 2 else kind, *n[:2]) < ALPHA]
   if looks and out["p"] is not None:
     out["p"], out["looks"] = min(1.0, (1 + len(looks)) * out["p"]), 1 + len(looks)
-    notes.append(f"read before at {', '.join(f'{x} vs {y}' for x, y in looks)} seeds: p x "
-                 f"{1 + len(looks)} (Bonferroni over the looks)")
+    read = ", ".join(f"{x}" if y == math.inf else f"{x} vs {y}" for x, y in looks)
+    notes.append(f"read before at {read} seeds: p x {1 + len(looks)} (Bonferroni over the looks)")
   why = (check_conditions(rows, claim.get("requires", ()))
          or check_conditions(rows, claim.get("controls", ()), "control: ")
          or (f"confounded: {claim['confound']}" if claim.get("confound") else None))
