@@ -26,28 +26,36 @@ DEFAULT = f"--config={REPO}/configs/default.py"
 with open(os.path.join(REPO, "pyproject.toml"), "rb") as _f:
   SCRIPTS = tomllib.load(_f)["project"]["scripts"]  # name -> "module:function"
 
-# entry point -> [(case, arguments)]: a bad flag, a bad value, a missing file ({w}: scratch dir)
+# An --import module that is nowhere (issue 58): every entry point but tfjax-prepare takes --import.
+MISSING = "no_such_module_xyz"
+# entry point -> [(case, arguments)]: a bad flag, a bad value, a missing file, a missing --import
+# module ({w}: scratch dir)
 CASES = {
     "tfjax-train": [
         ("bad-flag", ["--num_steps=10", "--workdir={w}/run"]),
         ("bad-value", ["--config.model.attention_kind=perfomer", "--workdir={w}/run"]),
         ("missing-file", ["--config={w}/nope.py", "--workdir={w}/run"]),
+        ("missing-import", [f"--import={MISSING}", "--workdir={w}/run"]),
     ],
     "tfjax-generate": [
         ("bad-flag", ["--workdir={w}/vit", "--bogus=1"]),
         ("bad-value", ["--workdir={w}/vit"]),  # a modality run: not one generate reads
         ("missing-file", ["--workdir={w}/nowhere"]),
+        ("missing-import", [f"--import={MISSING}", "--workdir={w}/vit"]),
     ],
     "tfjax-sweep": [
         ("bad-flag", ["--bogus=1"]),
         ("bad-value", [f"--config={REPO}/configs/ablations/ffn.py", "--workdir={w}/sweep",
                        "--parallel=abc"]),
         ("missing-file", ["--config={w}/nope.py", "--workdir={w}/sweep"]),
+        ("missing-import", [f"--import={MISSING}", f"--config={REPO}/configs/ablations/ffn.py",
+                            "--workdir={w}/sweep"]),
     ],
     "tfjax-params": [
         ("bad-flag", [DEFAULT, "--bogus=1"]),
         ("bad-value", [DEFAULT, "--mesh=1,3,1"]),  # a batch of 64 rows over 3 shards
         ("missing-file", ["--config={w}/nope.py"]),
+        ("missing-import", [DEFAULT, f"--import={MISSING}"]),
     ],
     "tfjax-prepare": [
         ("bad-flag", ["--bogus=1"]),
@@ -60,11 +68,14 @@ CASES = {
         ("bad-value", [DEFAULT, "--target=v9-1"]),
         ("bad-config-value", [DEFAULT, "--target=v5e-1", "--config.model.position=foo"]),
         ("missing-file", ["--config={w}/nope.py", "--target=v5e-1"]),
+        ("missing-import", [DEFAULT, "--target=v5e-1", f"--import={MISSING}"]),
     ],
     "python -m tfjax.hf": [
         ("bad-flag", ["import", "--hf_dir={w}/vit", "--workdir={w}/run", "--bogus=1"]),
         ("bad-value", ["import", "--hf_dir={w}/vit", "--workdir={w}/run", "--dtype=float16"]),
         ("missing-file", ["import", "--hf_dir={w}/missing", "--workdir={w}/run"]),
+        ("missing-import", ["import", "--hf_dir={w}/vit", "--workdir={w}/run",
+                            f"--import={MISSING}"]),
     ],
 }
 
@@ -117,6 +128,9 @@ def test_a_mistake_prints_one_error_line_and_exits_2(results, entry, case):
   lines = (result.stdout + result.stderr).splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), result.stdout + result.stderr
   assert result.returncode == cli.USAGE_ERROR, result.stderr
+  if case == "missing-import":  # names the module and the fix
+    assert f"--import={MISSING}: no module named '{MISSING}'" in lines[0], lines[0]
+    assert "PYTHONPATH" in lines[0] and "pip install" in lines[0], lines[0]
 
 
 def test_no_mistake_writes_anything(results):
