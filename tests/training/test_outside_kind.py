@@ -6,6 +6,8 @@ messages name the fix. Each command is the real entry point in a child process."
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -164,3 +166,39 @@ def test_a_recorded_module_that_is_gone_names_it_and_the_fix(trained, scratch):
   assert line.startswith(f"error: {trained}/config.json records --import=sigmoid_attention: no "
                          "module named 'sigmoid_attention'"), line
   assert "PYTHONPATH" in line
+
+
+def documented_commands() -> list:
+  """The commands of docs/attention/README.md's "A kind from a file of your own" bash block."""
+  with open(os.path.join(REPO, "docs", "attention", "README.md"), encoding="utf-8") as f:
+    section = f.read().split("## A kind from a file of your own", 1)[1]
+  block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+  return [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()
+          if line.startswith("python ")]
+
+
+def test_the_documented_commands_train_resume_generate_and_count(tmp_path):
+  """train, resume, generate and params as docs/attention/README.md writes them (a 1-layer model
+  and 2 + 1 steps appended), from a directory laid out like the repository."""
+  for name in ("configs", "experiments", "examples"):
+    os.symlink(os.path.join(REPO, name), tmp_path / name)
+  commands = documented_commands()
+  train, resume, generate, params = commands[:4]
+  assert "--import=sigmoid_attention" in train and "--import" not in resume + generate
+  assert generate.startswith("python experiments/generate.py --workdir=runs/sigmoid")
+  small = ["--config.model.num_layers=1", "--config.train.eval_at_start=False",
+           "--config.train.eval_every=2", "--config.train.checkpoint_every=2"]
+  env = dict(_env(tmp_path, with_examples=False),
+             PYTHONPATH=os.pathsep.join([str(tmp_path / "examples"), REPO]))  # export PYTHONPATH
+  for command, extra in ((train, small + ["--config.train.num_steps=2"]),
+                         (resume, small + ["--config.train.num_steps=3"]), (generate, []),
+                         (params, [])):
+    args = shlex.split(command)
+    result = subprocess.run([sys.executable, *args[1:], *extra], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (command, result.stderr[-3000:])
+  assert result.stdout.splitlines()[-1].startswith("total: ")
+  steps = [m["step"] for m in run_helpers.read_metrics(tmp_path / "runs" / "sigmoid")
+           if "train/loss" in m]
+  assert steps[-1] == 3 and _config_json(tmp_path / "runs" / "sigmoid")["imports"] == [
+      "sigmoid_attention"]
