@@ -54,6 +54,7 @@ GRID = {
     # medium grid) post-LN failed with warmup too, so no warmup claim was testable; at 6 layers
     # and lr 2e-3 both arms trained. 8 seeds per claim arm: Fisher's test can reach p < 0.05.
     "medium": dict(layers=(12,), lr=(2e-3,), high_lr=None, warmup=150, seeds=tuple(range(8)),
+                   pilot_selected=True,  # the warmup claims' rows say so (a caveat)
                    steps=600, width=64, few_seeds=(0, 1, 2), rms_seeds=tuple(range(8)),
                    # RMSNorm's claim was read at 5 vs 8 seeds first (29cd209); before this grid
                    # (looks on an earlier test bed count, the rule) at smoke, 2 vs 2 (ed86550;
@@ -235,7 +236,16 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
            parity=verdicts.PARITY_MARGIN, controls=[xiong, trains("pre", grid["layers"][0], 0)]),
   ]
   looks = grid.get("looks", {})
-  return [{**c, "earlier_looks": looks[c["id"]]} if c["id"] in looks else c for c in claims]
+  claims = [{**c, "earlier_looks": looks[c["id"]]} if c["id"] in looks else c for c in claims]
+  # Caveats the warmup claims' rows print (tfjax/research/qualifiers.py): their setting was
+  # picked from pilots that showed the outcome, and their control is read under one init only.
+  caveats = [{"text": f"pilot-selected setting: {grid['layers'][0]} layers, lr "
+                      f"{grid['lr'][0]:g}, warmup {w} were chosen from uncommitted pilots that "
+                      "showed the outcome (GRID's comment)"}] if grid.get("pilot_selected") else []
+  caveats.append({"text": "control passes only under one init", "unless": trains(
+      "post", grid["layers"][0], init="xavier_uniform", why=" (the paper's init)")})
+  warmup_claims = ("postln_needs_warmup", "preln_without_warmup", "preln_no_warmup_matches")
+  return [{**c, "qualifiers": caveats} if c["id"] in warmup_claims else c for c in claims]
 
 
 def get_config(scale=None):

@@ -93,7 +93,7 @@ def test_changing_one_committed_number_changes_the_verdict(tmp_path):
   after = sweep_doc.regenerate(repo, figures=False)[os.path.join(repo, sweep_doc.DOC)]
   row = next(line for line in after.split("\n") if line.startswith(f"| {name} (")
              and claim["claim"] in line)
-  assert row.split(" | ")[-1].startswith("tie") and after != before  # the word, then its note
+  assert row.split(" | ")[-2].startswith("tie") and after != before  # the word, its robustness
 
 
 def _rewrite(path, edit):

@@ -84,7 +84,7 @@ class Plan:
     for point in self.module(name).get_sweep(SCALE):
       arm = {k: v for k, v in point.items() if k not in sweep_lib.SEED_KEYS}
       if all(arm.get(k) == v for k, v in spec.get("where", {}).items()) and any(
-          _reads(claim, arm) for claim in claims):
+          verdicts.reads(claim, arm) for claim in claims):
         arms.setdefault(json.dumps(arm, sort_keys=True), arm)
     if not arms:
       raise ValueError(f"plan {self.plan['id']}, section {name}: no point of the section is "
@@ -119,18 +119,6 @@ class Plan:
       raise ValueError(f"{rel} is not committed as it stands: commit the plan before running "
                        "it (its commit is recorded in every result row)")
     return commit
-
-
-def _reads(claim: dict, arm: dict) -> bool:
-  """Whether a claim (its sides, its controls' and preconditions' arms, or an MRR claim's arms)
-  reads the points of `arm`."""
-  if claim.get("kind") == "mrr":
-    return arm.get(claim["mrr"]["arms"]) in (claim["mrr"].get("all_arms") or ())
-  for side in (claim["a"], claim["b"]):
-    if "value" not in side and verdicts.matches({"overrides": arm}, side):
-      return True
-  return any(verdicts.matches({"overrides": arm}, cond.get("where", {}), exact=False)
-             for cond in (*claim.get("controls", ()), *claim.get("requires", ())))
 
 
 def stamp(rows: Sequence[dict], plan: dict, commit: str) -> list[dict]:

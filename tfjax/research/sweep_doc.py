@@ -28,7 +28,8 @@ import sys
 from typing import Optional
 
 from tfjax.research import sweep as sweep_lib
-from tfjax.research import sweep_plots, sweep_results, sweep_tables, verdicts
+from tfjax.research import (confirm, qualifiers, robustness, sweep_plots, sweep_results,
+                            sweep_scale, sweep_tables, verdicts)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC, README = "docs/ablations.md", "README.md"
@@ -96,8 +97,8 @@ def load_section(name: str, repo: str = REPO) -> dict:
               "all_rows": rows, "stale": [r for r, c in zip(rows, current) if c is None],
               "claims": _call(module, "CLAIMS", scale), "report": _call(module, "REPORT", scale),
               "points": len(module.get_sweep(scale)), "results": os.path.relpath(path, repo),
-              "sweep": module.get_sweep(scale)}
-  return {"name": name, "scale": None, "rows": [], "all_rows": [], "stale": [],
+              "sweep": module.get_sweep(scale), "module": module}
+  return {"name": name, "scale": None, "module": module, "rows": [], "all_rows": [], "stale": [],
           "claims": _call(module, "CLAIMS", "medium"), "report": {},
           "points": len(module.get_sweep("medium")), "results": None}
 
@@ -110,9 +111,12 @@ def judge(section: dict) -> list[dict]:
   waiting = {i: why for i, claim in enumerate(section["claims"])
              if (why := _awaits_rerun(section, claim))}
   testable = [c for i, c in enumerate(section["claims"]) if i not in waiting]
-  results = iter(verdicts.judge_claims(section["rows"], testable))  # Holm: one family
+  judged = verdicts.judge_claims(section["rows"], testable)  # Holm: one family
+  loo = iter(robustness.leave_one_out(section["rows"], testable))
+  results = iter(judged)
   out = []
   for i, claim in enumerate(section["claims"]):
+    caveats, robust = [], "-"
     if i in waiting:
       result = {"word": PENDING, "why": waiting[i], "delta": None}
     else:
@@ -120,8 +124,31 @@ def judge(section: dict) -> list[dict]:
       if "secondary" in claim:
         second = {k: v for k, v in claim["secondary"].items() if k != "label"}
         result["secondary"] = verdicts.verdict(section["rows"], {**claim, **second})
+      caveats = qualifiers.of_claim(section["rows"], claim)
+      robust = robustness.describe(next(loo), result["word"], result.get("secondary"))
     trained = _trained_seeds(section["rows"], claim, result)
-    out.append({**claim, "result": result, "trained": trained})
+    out.append({**claim, "result": result, "trained": trained, "caveats": caveats,
+                "robustness": robust})
+  return out + _aggregates(section, out)
+
+
+def _aggregates(section: dict, judged: list) -> list:
+  """A section's aggregate claims (its config's AGGREGATES: {'id', 'claim', 'paper', 'of':
+  [claim ids]}), where the paper makes one over several pairs: *reproduced* only when every
+  member claim reads reproduced (an intersection-union test: each member at the rule's level),
+  else *not reproduced*, with the members' words counted."""
+  out = []
+  for agg in _call(section.get("module"), "AGGREGATES", section["scale"] or "medium") or ():
+    members = [c for c in judged if c["id"] in agg["of"]]
+    words = [c["result"]["word"] for c in members]
+    if PENDING in words or not members:
+      word, why = PENDING, "a member claim awaits a run"
+    else:
+      word = "reproduced" if all(w == "reproduced" for w in words) else "not reproduced"
+      counts = ", ".join(f"{words.count(w)} {w}" for w in dict.fromkeys(words))
+      why = f"aggregate of {len(members)} claims: {counts}"
+    out.append({**agg, "aggregate": True, "caveats": [], "robustness": "-", "trained": None,
+                "result": {"word": word, "why": why, "delta": None}})
   return out
 
 
@@ -187,7 +214,7 @@ def _awaits_rerun(section: dict, claim: dict) -> Optional[str]:
 
 def _ours(claim: dict) -> str:
   result = claim["result"]
-  if result["word"] == PENDING:
+  if result["word"] == PENDING or claim.get("aggregate"):
     return "-"
   return verdicts.format_ours(result, claim.get("kind", "mean"))
 
@@ -208,7 +235,9 @@ def _word(claim: dict) -> str:
   """The findings table's verdict: the word, with its reason or scope (why no verdict was
   reached; what a ranking ranked over; that failed seeds made it a count) where there is one."""
   result = claim["result"]
-  return f"{result['word']} ({result['why']})" if result["why"] else result["word"]
+  text = f"{result['word']} ({result['why']})" if result["why"] else result["word"]
+  caveats = claim.get("caveats") or ()
+  return text + (f"; **caveats:** {'; '.join(caveats)}" if caveats else "")
 
 
 def _claim(claim: dict) -> str:
@@ -218,12 +247,12 @@ def _claim(claim: dict) -> str:
 
 
 def findings_block(sections: list[dict]) -> str:
-  lines = ["| sweep | claim | paper | ours | verdict |", "|---|---|---|---|---|"]
+  lines = ["| sweep | claim | paper | ours | verdict | robustness |", "|---|---|---|---|---|---|"]
   for section in sections:
     scale = section["scale"] or "no results"
     for claim in section["judged"]:
       lines.append(f"| {section['name']} ({scale}) | {_claim(claim)} | {claim['paper']} | "
-                   f"{_ours(claim)} | {_word(claim)} |")
+                   f"{_ours(claim)} | {_word(claim)} | {claim.get('robustness', '-')} |")
   return "\n".join(lines)
 
 
@@ -260,10 +289,12 @@ def section_block(section: dict) -> str:
               f"verdict below, and the claims on those arms await a rerun:", "",
               f"```bash\n{rerun_command(name, section['scale'])}\n```", ""]
   rows = section["rows"]
-  lines += ["| claim | paper | ours | verdict | note |", "|---|---|---|---|---|"]
+  lines += ["| claim | paper | ours | verdict | caveats | robustness | note |",
+            "|---|---|---|---|---|---|---|"]
   for claim in section["judged"]:
     lines.append(f"| {_claim(claim)} | {claim['paper']} | {_ours(claim)} | "
-                 f"{claim['result']['word']} | {_note(claim)} |")
+                 f"{claim['result']['word']} | {'; '.join(claim.get('caveats') or ()) or '-'} | "
+                 f"{claim.get('robustness', '-')} | {_note(claim)} |")
   lines.append("")
   available = sorted({k for r in rows if r["status"] == "done" for k in r["metrics"]})
   metrics = sweep_tables.expand_metrics(section["report"].get("metrics",
@@ -356,19 +387,66 @@ def aot_block(repo: str) -> str:
   return "\n".join(lines)
 
 
+def confirm_block(sections: list[dict], repo: str) -> str:
+  """The pre-registered confirmations (configs/ablations/confirm/*.py): per planned claim, the
+  exploratory word beside the confirmatory one, which is computed from the planned seeds alone
+  and only once every planned point has a result."""
+  exploratory = {(s["name"], c.get("id")): c for s in sections for c in s["judged"]}
+  lines = ["| plan (commit) | section | claim | exploratory | confirmatory (fresh seeds) | "
+           "confirmatory evidence | outcome |", "|---|---|---|---|---|---|---|"]
+  plans = sorted(glob.glob(os.path.join(repo, "configs", "ablations", "confirm", "*.py")))
+  for path in plans:
+    module = sweep_lib.load_module(path)
+    for name, spec in module.PLAN["sections"].items():
+      judged = confirm.judge(module, name, repo)
+      commit = ", ".join(f"`{c}`" for c in judged["commit"] or ()) or "not run"
+      results = {c["id"]: c.get("result") for c in judged["claims"]}
+      for claim_id in spec["claims"]:
+        before = exploratory.get((name, claim_id))
+        before_word = before["result"]["word"] if before else "-"
+        result = results.get(claim_id)
+        if judged["status"] == "pending":
+          word, outcome = "pending", "pending: nothing is read before every planned point has a result"
+          evidence = f"{judged['done']} of {judged['planned']} planned points finished"
+        elif judged["status"] != "read":
+          word, evidence, outcome = judged["status"], judged["why"], "not read"
+        else:
+          word, evidence = result["word"], verdicts.format_ours(result)
+          evidence += f" ({result['why']})" if result["why"] else ""
+          outcome = ("untestable here" if word == "untestable here" else "confirmed"
+                     if word == before_word else f"not confirmed ({before_word} -> {word})")
+        text = before["claim"] if before else claim_id
+        lines.append(f"| {module.PLAN['id']} ({commit}) | {name} | {text} | {before_word} | "
+                     f"{word} | {evidence} | {outcome} |")
+  return "\n".join(lines) if plans else "No confirmation plan is committed."
+
+
 def headline_block(sections: list[dict]) -> str:
   """One line per sweep: how many claims got each verdict word, and what rankings ranked over."""
   lines = []
   for section in sections:
-    words = [c["result"]["word"] for c in section["judged"]]
-    counts = ", ".join(f"{words.count(w)} {w}" for w in (*verdicts.WORDS, PENDING)
+    pairs = [c for c in section["judged"] if not c.get("aggregate")]
+    words = [c["result"]["word"] for c in pairs]
+    counts = ", ".join(_headline_count(pairs, w) for w in (*verdicts.WORDS, PENDING)
                        if words.count(w))
+    aggregates = "".join(f"; aggregate \"{c['claim']}\": {c['result']['word']}"
+                         for c in section["judged"] if c.get("aggregate"))
     scale = f"{section['scale']} scale" if section["scale"] else "no per-seed results yet"
     ranked = sorted({str(s) for c in section["judged"] for s in c["result"].get("ranked", ())})
     scope = f"; rankings over {', '.join(ranked)} only" if ranked else ""
-    lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts}{scope} "
-                 "([docs/ablations.md](docs/ablations.md))")
+    lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts}{scope}"
+                 f"{aggregates} ([docs/ablations.md](docs/ablations.md))")
   return "\n".join(lines)
+
+
+def _headline_count(claims: list, word: str) -> str:
+  """'3 reproduced (2 with caveats: pilot-selected setting, one task)': a word's count, and how
+  many of those claims carry caveats, by the caveats' names."""
+  having = [c for c in claims if c["result"]["word"] == word]
+  caveated = [c for c in having if c.get("caveats")]
+  names = list(dict.fromkeys(qualifiers.short(q) for c in caveated for q in c["caveats"]))
+  return f"{len(having)} {word}" + (f" ({len(caveated)} with caveats: {', '.join(names)})"
+                                    if caveated else "")
 
 
 def replace_block(text: str, name: str, body: str, path: str) -> str:
@@ -397,6 +475,8 @@ def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
   doc = replace_block(doc, "findings", findings_block(sections), DOC)
   doc = replace_block(doc, "rule", verdicts.RULE_TEXT, DOC)
   doc = replace_block(doc, "aot", aot_block(repo), DOC)
+  doc = replace_block(doc, "scale", sweep_scale.scale_block(sections), DOC)
+  doc = replace_block(doc, "confirm", confirm_block(sections, repo), DOC)
   for section in sections:
     doc = replace_block(doc, f"section:{section['name']}", section_block(section), DOC)
     if figures and section["rows"]:

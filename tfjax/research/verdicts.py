@@ -379,10 +379,30 @@ def _ranked_at_bound(rows: Sequence[dict], claim: Mapping, ranked: Sequence) -> 
   return at_bound(*sides, bounds_of(spec["metric"], claim))
 
 
-def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
+def reads(claim: Mapping, overrides: Mapping) -> bool:
+  """Whether a claim reads the points of these overrides: a side's arm, an arm of its controls or
+  preconditions, or (a rank claim) any point of the section."""
+  if claim.get("kind") == "mrr":
+    return True
+  row = {"overrides": overrides}
+  return (any("value" not in side and matches(row, side) for side in (claim["a"], claim["b"]))
+          or any(matches(row, cond.get("where", {}), exact=False)
+                 for cond in (*claim.get("controls", ()), *claim.get("requires", ()))))
+
+
+def raw_results(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
+  """Each claim's statistics before Holm (judge_claims' `raws`)."""
+  return [_raw(rows, claim) for claim in claims]
+
+
+def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping],
+                 seed_count_words: bool = True, raws: Optional[list] = None) -> list[dict]:
   """{'word', 'delta', 'se', 'p', 'p_holm', 'n_a', 'n_b', 'kind', 'why'} of each claim of one
-  section (a family for Holm's adjustment) on the result rows."""
-  raws = [_raw(rows, claim) for claim in claims]
+  section (a family for Holm's adjustment) on the result rows. seed_count_words=False leaves
+  out the words that ask for more seeds (an arm under MIN_SEEDS): the word the evidence gives,
+  as the leave-one-out robustness check compares it (tfjax/research/robustness.py)."""
+  min_seeds = MIN_SEEDS if seed_count_words else 0
+  raws = raw_results(rows, claims) if raws is None else raws
   ps = [r["p"] if not r["untestable"] and r["p"] is not None else None for r in raws]
   adjusted, levels = holm(ps), holm_levels(ps, ALPHA)
   family = sum(p is not None for p in ps)  # format_ours prints Holm for every claim of a family
@@ -396,13 +416,13 @@ def judge_claims(rows: Sequence[dict], claims: Sequence[Mapping]) -> list[dict]:
     if raw.get("parity"):
       verdict_word = ({"equal": "reproduced", "apart": "contradicted"}[raw["parity"]["test"]]
                       if p_holm < ALPHA else "inconclusive")
-      if verdict_word == "inconclusive" and min(raw["n_a"], raw["n_b"]) < MIN_SEEDS:
+      if verdict_word == "inconclusive" and min(raw["n_a"], raw["n_b"]) < min_seeds:
         verdict_word = "needs more seeds"
       out.append({**result, "p_holm": p_holm, "holm_family": family, "word": verdict_word,
                   "why": raw["why"]})
       continue
     verdict_word = word(raw["delta"], raw["se"], p_holm, raw["expect"])
-    few = min(raw["n_a"], raw["n_b"]) < MIN_SEEDS
+    few = min(raw["n_a"], raw["n_b"]) < min_seeds
     effect = claim.get("paper_effect") if raw["kind"] == "mean" else None  # (not in counts)
     level_p = level / raw.get("looks", 1)  # the raw p's level: p was multiplied by the looks
     power = welch_power(effect, raw["se"], raw.get("df"), level_p) if effect and raw["se"] else None
