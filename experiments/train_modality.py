@@ -1,36 +1,40 @@
-"""Train a modality front-end (ViT, CLIP, Whisper) or the Funnel Transformer on synthetic data
-(docs/modalities.md, docs/attention/funnel.md):
+"""The earlier spelling of training ViT, CLIP, Whisper and Funnel: they now train through the
+main loop (experiments/train.py, `tfjax-train`), so this is that command under its old name:
 
-  python experiments/train_modality.py --config=configs/vit_synthetic.py --workdir=DIR \
+  python experiments/train_modality.py --config=configs/vit_synthetic.py --workdir=DIR \\
       [--config.train.num_steps=300 ...] [--export_hf=HF_DIR]
 
---export_hf writes the trained model as a Hugging Face directory (tfjax.hf.modalities.export).
+equals `python experiments/train.py` with the same flags (checkpoints, resume, signals, mesh:
+docs/modalities.md). --export_hf=HF_DIR also writes the trained model as a Hugging Face directory
+(tfjax.hf.modalities.export) once the run has finished.
 """
 
-from absl import flags
+import sys
 
-from tfjax.training import cli
-
-_CONFIG = cli.define_config_file("config", None, "configs/<modality>_synthetic.py[:arg]")
-_WORKDIR = flags.DEFINE_string("workdir", None, "new directory for metrics, config and params")
-_EXPORT = flags.DEFINE_string("export_hf", None, "also export the trained model to this "
-                              "Hugging Face directory")
+EXPORT_FLAG = "--export_hf="
 
 
-def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments {argv[1:]}: settings are flags, e.g. "
-             "--config.train.num_steps=100")
-  if _CONFIG.value is None or not _WORKDIR.value:
-    cli.fail("give --config=configs/<modality>_synthetic.py and --workdir=DIR")
-  from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
-  train.train(_CONFIG.value, _WORKDIR.value)
-  if _EXPORT.value:
-    from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
-    task, params = train.load_run(_WORKDIR.value)
-    config = modalities.export(task.cfg, params, _EXPORT.value)
-    print(f"exported {_WORKDIR.value} -> {_EXPORT.value} ({config['architectures'][0]})")
+def _export(workdir: str, out_dir: str) -> None:
+  from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
+  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  run = runs.restore_run(workdir)
+  config = modalities.export(run.model_config, run.params, out_dir)
+  print(f"exported {workdir} -> {out_dir} ({config['architectures'][0]})")
 
 
 if __name__ == "__main__":
-  cli.run_absl(main)
+  from tfjax.runtime import stop_signals
+  exports = [a[len(EXPORT_FLAG):] for a in sys.argv[1:] if a.startswith(EXPORT_FLAG)]
+  sys.argv = [a for a in sys.argv if not a.startswith(EXPORT_FLAG)]
+  if exports and not any(a.startswith("--workdir") for a in sys.argv[1:]):
+    print("error: --export_hf needs --workdir=DIR (the run to export)", file=sys.stderr)
+    sys.exit(2)
+  with stop_signals.exits_on_stop():
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from tfjax.training import cli, main  # pylint: disable=g-import-not-at-top
+    try:
+      main.run()
+    except SystemExit as done:
+      if done.code not in (0, None) or not exports:
+        raise
+    cli.guarded(_export)(flags.FLAGS.workdir, exports[-1])

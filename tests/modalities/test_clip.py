@@ -166,14 +166,16 @@ def test_clip_config_errors():
     CLIPConfig.from_dict({"vision": {"pre_norm": False}})
 
 
-@pytest.mark.slow  # tens of seconds; tests/modalities/test_train_loop.py is the quick sibling
+@pytest.mark.slow  # tens of seconds; tests/training/test_task_plugins.py is the quick sibling
 def test_clip_trains_on_config(tmp_path):
-  from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
+  from run_helpers import read_metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(
       "clip_synthetic", os.path.join(REPO, "configs", "clip_synthetic.py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  result = train.train(module.get_config("test"), str(tmp_path))
-  assert result["final_loss"] < 0.75 * result["first_loss"]
+  result = train.train_and_evaluate(module.get_config("test"), str(tmp_path / "run"))
+  evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
+  assert evals[-1] < 0.75 * evals[0]
   # 8 classes in a batch of 32: retrieval picks a caption of the right class above chance 1/8.
-  assert result["eval_class_accuracy"] > 0.5
+  assert result["eval/class_accuracy"] > 0.5

@@ -110,14 +110,17 @@ def test_patch_embedding_is_the_strided_convolution():
   np.testing.assert_array_equal(rule.to_hf([kernel])[0], w_DxCxPxP)
 
 
-@pytest.mark.slow  # tens of seconds; tests/modalities/test_train_loop.py is the quick sibling
+@pytest.mark.slow  # tens of seconds; tests/training/test_task_plugins.py is the quick sibling
 def test_vit_trains_on_config(tmp_path):
-  from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
-  result = train.train(config_module("vit_synthetic").get_config("test"), str(tmp_path))
+  from run_helpers import read_metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  result = train.train_and_evaluate(config_module("vit_synthetic").get_config("test"),
+                                    str(tmp_path / "run"))
+  evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
   # 4 classes: chance is 0.25 and ln 4 = 1.386.
-  assert result["first_loss"] > 1.2
-  assert result["final_loss"] < 0.75 * result["first_loss"]
-  assert result["eval_accuracy"] > 0.6
+  assert evals[0] > 1.2
+  assert evals[-1] < 0.75 * evals[0]
+  assert result["eval/accuracy"] > 0.6
 
 
 def test_vit_errors_name_the_problem(tmp_path):

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from run_helpers import read_metrics
 from tfjax.nn import funnel_attention as fa
 from tfjax.nn.funnel import Funnel, FunnelConfig
 
@@ -158,19 +159,20 @@ def config_module():
 
 def test_funnel_trains_tiny(tmp_path):
   """configs/funnel_synthetic.py:test shrunk (two blocks of one layer, d_model 16, 16 tokens)
-  through the modality loop: the masked-token loss falls (8 symbols: ln 8 = 2.08 at chance)."""
+  through the main loop: the masked-token loss falls (8 symbols: ln 8 = 2.08 at chance)."""
   config = config_module().get_config("test")
   config.model.update(block_sizes=(1, 1), num_decoder_layers=1, d_model=16, n_head=2,
                       d_head=8, d_inner=32)
   config.data.seq_len = 16
-  config.train.update(num_steps=30, batch_size=16, learning_rate=1e-2, log_every=10,
-                      eval_batches=1)
-  from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
-  result = train.train(config, str(tmp_path / "run"))
-  assert result["first_loss"] > 2.5
-  assert result["final_loss"] < 0.9 * result["first_loss"]
-  task, params = train.load_run(str(tmp_path / "run"))
-  assert task.cfg.block_sizes == (1, 1) and params["mlm_bias"].shape == (16,)
+  config.optimizer.update(lr=1e-2, min_lr=1e-3)
+  config.train.update(num_steps=30, batch_size=16, log_every=10, eval_batches=1, eval_every=30)
+  from tfjax.training import runs, train  # pylint: disable=import-outside-toplevel
+  train.train_and_evaluate(config, str(tmp_path / "run"))
+  evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
+  assert evals[0] > 2.5
+  assert evals[-1] < 0.9 * evals[0]
+  run = runs.restore_run(str(tmp_path / "run"))
+  assert run.model_config.block_sizes == (1, 1) and run.params["mlm_bias"].shape == (16,)
 
 
 @pytest.mark.slow  # a minute on a busy CPU; test_funnel_trains_tiny is the quick sibling
@@ -180,33 +182,36 @@ def test_funnel_trains_on_config(tmp_path):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
-  from tfjax.modalities import train  # pylint: disable=import-outside-toplevel
-  result = train.train(config_module().get_config("test"), str(tmp_path / "run"))
-  assert result["final_loss"] < 0.8 * result["first_loss"]
-  assert result["eval_accuracy"] > 0.25
-  task, params = train.load_run(str(tmp_path / "run"))
-  modalities.export(task.cfg, params, str(tmp_path / "hf"))
+  from tfjax.training import runs, train  # pylint: disable=import-outside-toplevel
+  result = train.train_and_evaluate(config_module().get_config("test"), str(tmp_path / "run"))
+  evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
+  assert evals[-1] < 0.8 * evals[0]
+  assert result["eval/accuracy"] > 0.25
+  run = runs.restore_run(str(tmp_path / "run"))
+  params = run.params
+  modalities.export(run.model_config, params, str(tmp_path / "hf"))
   hf = transformers.FunnelForMaskedLM.from_pretrained(str(tmp_path / "hf")).eval()
-  batch = task.batch(np.random.default_rng(7), 8)
+  batch = run.dataset.train_batch(7, 8)
   with torch.no_grad():
     want = hf(torch.tensor(batch["inputs"]).long(),
-              token_type_ids=torch.tensor(batch["token_types"]).long()).logits.numpy()
-  got = task.model().apply({"params": params}, batch["inputs"],
-                           token_type_ids=batch["token_types"])["mlm_logits"]
+              token_type_ids=torch.tensor(batch["token_type_ids"]).long()).logits.numpy()
+  got = modalities.model(run.model_config).apply({"params": params}, batch["inputs"],
+                                                 token_type_ids=batch["token_type_ids"])[
+                                                     "mlm_logits"]
   np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
 def test_funnel_task_refuses_mismatched_configs():
-  from tfjax.modalities import tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
   config = config_module().get_config("test")
   config.model.mlm_head = False
   with pytest.raises(ValueError, match="set config.model.mlm_head=True"):
-    tasks.build(config)
+    experiment.prepare(config)
   config = config_module().get_config("test")
   config.data.seq_len = 2
   with pytest.raises(ValueError, match="too short for 3 funnel blocks"):
-    tasks.build(config)
+    experiment.prepare(config)
   config = config_module().get_config("test")
   config.model.vocab_size = 8
-  with pytest.raises(ValueError, match="vocab_size=8 < 3 \\+ data.symbols=8"):
-    tasks.build(config)
+  with pytest.raises(ValueError, match="vocab_size=8 < 3 \\+ data.num_symbols=8"):
+    experiment.prepare(config)

@@ -82,13 +82,13 @@ CASES = [
      r"--config\.model\.attention_kind=performer: unknown config key model\.attention_kind "
      r"\(.*--import=MODULE\); "
      r"config\.model has keys channels, d_ff"),
-    ("modality-warmup-past-the-steps", TRAIN_MODALITY, [
-        f"--config={REPO}/configs/vit_synthetic.py:test", "--config.train.num_steps=2",
-        "--workdir={w}/run"], r"train\.warmup_steps=10 leaves no steps to decay over in "
-                              r"train\.num_steps=2"),
+    ("modality-classes-mismatch", TRAIN_MODALITY, [
+        f"--config={REPO}/configs/vit_synthetic.py:test", "--config.data.classes=3",
+        "--workdir={w}/run"], r"config\.model\.num_classes=4 differs from "
+                              r"config\.data\.classes=3; set them equal"),
     ("generate-modality-run", GENERATE, ["--workdir={w}/vit"],
-     r"vit is a 'vit' run of experiments/train_modality\.py, not a tfjax-train run: generate.*"
-     r"tfjax\.modalities\.train\.load_run"),
+     r"vit is a 'vit' run of the removed modality loop .*experiments/train\.py "
+     r"--config=configs/vit_synthetic\.py"),
     ("hf-missing-dir", HF, ["import", "--hf_dir={w}/missing", "--workdir={w}/run"],
      r"missing does not exist"),
     ("hf-bad-choice", HF, ["import", "--hf_dir={w}/missing", "--workdir={w}/run",
@@ -115,9 +115,10 @@ def scratch(tmp_path_factory):
   other = root / "other_model"
   other.mkdir()
   (other / "config.json").write_text(json.dumps({"task": "lm", "model": {"d_model": 8}}))
-  (root / "vit").mkdir()  # the config.json of an experiments/train_modality.py run
+  (root / "vit").mkdir()  # the config.json of a run of the removed modality loop
   (root / "vit" / "config.json").write_text(json.dumps(
-      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8}}))
+      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8},
+       "train": {"learning_rate": 3e-3}}))
   lock = WorkdirLock(str(root / "locked"), heartbeat_s=1e6)  # held by this (live) process
   lock.acquire()
   yield root

@@ -98,9 +98,10 @@ def results(tmp_path_factory):
   """{(entry point, case): (CompletedProcess, snapshot before, snapshot after)}, the children
   run two at a time (most of each one's time is its imports)."""
   root = tmp_path_factory.mktemp("errors")
-  (root / "vit").mkdir()  # a finished ViT run of experiments/train_modality.py, as generate sees
+  (root / "vit").mkdir()  # a ViT run of the removed modality loop, as generate sees it
   (root / "vit" / "config.json").write_text(json.dumps(
-      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8}}))
+      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8},
+       "train": {"learning_rate": 3e-3}}))
   # the compilation cache outside the compared tree (a user's cache, not the run's output)
   env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu",
          "TFJAX_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}

@@ -59,11 +59,12 @@ def test_a_misspelled_choice_gets_the_close_one():
     one_of("model.attention_kind", "dense", kinds)
 
 
-def test_a_modality_run_read_as_a_text_run_says_what_it_is(tmp_path):
+def test_a_run_of_the_removed_modality_loop_says_what_it_is(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(
-      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8}}))
-  with pytest.raises(ValueError, match=r"is a 'vit' run of experiments/train_modality\.py, not a "
-                                       r"tfjax-train run.*tfjax\.modalities\.train\.load_run"):
+      {"task": "vit", "data": {"classes": 4}, "model": {"d_model": 8},
+       "train": {"learning_rate": 3e-3}}))
+  with pytest.raises(ValueError, match=r"is a 'vit' run of the removed modality loop .*"
+                                       r"experiments/train\.py --config=configs/vit_synthetic"):
     run_config.load_config(str(tmp_path))
 
 

@@ -12,8 +12,8 @@ import sys
 import jax
 import pytest
 
-from tfjax.modalities import tasks
-from tfjax.training import params as tfparams
+from tfjax.training import params as tfparams, tasks
+from tfjax.training.tasks import own_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -80,8 +80,10 @@ def hf_count(name) -> int:
 
 
 def shapes(name):
-  """The parameter shapes of the model train_modality.py trains (its task's init, abstract)."""
-  return jax.eval_shape(tasks.build(config_file(name)).init, jax.random.PRNGKey(0))["params"]
+  """The parameter shapes of the model the task trains (its init, abstract)."""
+  config = config_file(name)
+  task = tasks.get_task(config.task)
+  return own_model.boxed_param_shapes(task, config, task.model_config(config))
 
 
 @pytest.mark.parametrize("name", NAMES)

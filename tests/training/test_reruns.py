@@ -95,4 +95,4 @@ def test_modality_reruns_give_bit_identical_losses(tmp_path):
   a, b = str(tmp_path / "a"), str(tmp_path / "b")
   run([*args, f"--workdir={a}"], tmp_path)
   run([*args, f"--workdir={b}"], tmp_path)
-  assert len(losses(a)) == 21 and losses(a) == losses(b)
+  assert len(losses(a)) == 22 and losses(a) == losses(b)  # 20 steps, evals at 0 and 20

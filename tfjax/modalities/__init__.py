@@ -1,7 +1,9 @@
-"""Training the non-text front-ends (ViT, CLIP, Whisper) and the Funnel Transformer on synthetic
-data (docs/modalities.md, docs/attention/funnel.md).
+"""Synthetic data for the non-text front-ends (ViT, CLIP, Whisper) and the Funnel Transformer
+(docs/modalities.md, docs/attention/funnel.md).
 
-  synthetic.py  the synthetic images, image-text pairs, spectrogram-transcript pairs and motifs
-  tasks.py      each modality's model, batch, loss and evaluation metrics
-  train.py      a small Optax loop over a task (experiments/train_modality.py is its CLI)
+  synthetic.py  the synthetic images, image-text pairs, spectrogram-transcript pairs, motifs and
+                dominant-group rows
+
+They train through the main loop as registered tasks (tfjax/training/tasks/: vit, clip, whisper,
+funnel, funnel_classification): python experiments/train.py --config=configs/vit_synthetic.py.
 """

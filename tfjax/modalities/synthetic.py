@@ -99,3 +99,25 @@ def motifs(rng: np.random.Generator, batch: int, length: int, symbols: int, peri
   masked[np.arange(batch), rng.integers(1, length, size=batch)] = True
   inputs = np.where(masked, MASK, labels).astype(np.int32)
   return inputs, labels, masked.astype(np.float32)
+
+
+
+def dominant(rng: np.random.Generator, batch: int, length: int, symbols: int, classes: int,
+             share: float = 0.6):
+  """(inputs [B, length], labels [B]) for sequence classification: [CLS] then tokens of which
+  `share` come from the label's group of symbols (the `symbols` split into `classes` groups) and
+  the rest from all symbols, shuffled. The class is a property of the whole row (which group
+  dominates), not of any one token (chance: 1 / classes)."""
+  if symbols < classes:
+    raise ValueError(f"data.num_symbols={symbols} < data.classes={classes}: each class needs "
+                     "at least one symbol of its own")
+  labels = rng.integers(0, classes, size=batch).astype(np.int32)
+  groups = np.array_split(np.arange(symbols), classes)
+  inputs = np.zeros((batch, length), np.int32)
+  inputs[:, 0] = CLS
+  for b, label in enumerate(labels):
+    own = rng.random(length - 1) < share
+    row = np.where(own, rng.choice(groups[label], size=length - 1),
+                   rng.integers(0, symbols, size=length - 1))
+    inputs[b, 1:] = FIRST_SYMBOL + row
+  return inputs, labels

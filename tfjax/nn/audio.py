@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tfjax.nn import axes
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.ffn import gelu
 from tfjax.nn.layers import LayerStack
@@ -103,15 +104,18 @@ class Whisper(nn.Module):
     cfg = self.config
     enc, dec = cfg.encoder_blocks(), cfg.decoder_blocks()
     init = nn.initializers.normal(cfg.init_std)
+    logical = nn.with_logical_partitioning  # every parameter's axes (tfjax/nn/axes.py)
+    conv_kernel = logical(init, (None, None, axes.EMBED))
+    conv_bias = logical(nn.initializers.zeros, (axes.EMBED,))
     # Convolutions over time, channels last: kernel [3, in, out].
     self.conv1 = nn.Conv(cfg.d_model, (3,), padding=((1, 1),), dtype=enc.compute_dtype,
-                         kernel_init=init)
+                         kernel_init=conv_kernel, bias_init=conv_bias)
     self.conv2 = nn.Conv(cfg.d_model, (3,), strides=(2,), padding=((1, 1),),
-                         dtype=enc.compute_dtype, kernel_init=init)
+                         dtype=enc.compute_dtype, kernel_init=conv_kernel, bias_init=conv_bias)
     self.encoder = LayerStack(enc, cfg.encoder_layers)
     self.tokens = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=dec.compute_dtype,
-                           embedding_init=init)
-    self.decoder_positions = self.param("decoder_positions", init,
+                           embedding_init=logical(init, (axes.VOCAB, axes.EMBED)))
+    self.decoder_positions = self.param("decoder_positions", logical(init, (None, axes.EMBED)),
                                         (cfg.max_target_positions, cfg.d_model))
     self.decoder = LayerStack(dec, cfg.decoder_layers, causal=True, cross_attention=True)
 

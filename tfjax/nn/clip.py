@@ -24,6 +24,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import optax
 
+from tfjax.nn import axes
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.layers import LayerStack
 from tfjax.nn.vision import VisionEncoder, ViTConfig
@@ -110,9 +111,11 @@ class TextEncoder(nn.Module):
       raise ValueError(f"text of length {length} exceeds the position table (max_len="
                        f"{cfg.max_len}); truncate the text or raise max_len")
     init = nn.initializers.normal(cfg.init_std)
+    logical = nn.with_logical_partitioning  # every parameter's axes (tfjax/nn/axes.py)
     table = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=blocks.compute_dtype,
-                     embedding_init=init, name="tokens")
-    positions_LxD = self.param("positions", init, (cfg.max_len, cfg.d_model))
+                     embedding_init=logical(init, (axes.VOCAB, axes.EMBED)), name="tokens")
+    positions_LxD = self.param("positions", logical(init, (None, axes.EMBED)),
+                               (cfg.max_len, cfg.d_model))
     x_BxLxD = table(token_ids_BxL) + positions_LxD[:length].astype(blocks.compute_dtype)
     h_BxLxD = LayerStack(blocks, cfg.num_layers, causal=True, name="encoder")(x_BxLxD)
     rows = jnp.arange(h_BxLxD.shape[0])
@@ -130,13 +133,13 @@ class CLIP(nn.Module):
 
   def setup(self):
     cfg = self.config
-    init = nn.initializers.normal(0.02)
+    init = nn.with_logical_partitioning(nn.initializers.normal(0.02), (axes.EMBED, None))
     self.vision = VisionEncoder(cfg.vision)
     self.text = TextEncoder(cfg.text)
     self.visual_projection = nn.Dense(cfg.projection_dim, use_bias=False, kernel_init=init)
     self.text_projection = nn.Dense(cfg.projection_dim, use_bias=False, kernel_init=init)
-    self.logit_scale = self.param("logit_scale", nn.initializers.constant(cfg.logit_scale_init),
-                                  ())
+    self.logit_scale = self.param("logit_scale", nn.with_logical_partitioning(
+        nn.initializers.constant(cfg.logit_scale_init), ()), ())
 
   def encode_image(self, images_BxHxWxC):
     return _normalized(self.visual_projection(self.vision(images_BxHxWxC)[1]))

@@ -28,6 +28,7 @@ from typing import Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from tfjax.nn import axes
 from tfjax.nn import funnel_attention as fa
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.ffn import FeedForward
@@ -193,7 +194,9 @@ class Funnel(nn.Module):
     mask_BxL = jnp.ones(ids_BxL.shape) if attention_mask is None else attention_mask
     types_BxL = jnp.zeros_like(ids_BxL) if token_type_ids is None else token_type_ids
     tokens = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=blocks.compute_dtype,
-                      embedding_init=nn.initializers.normal(cfg.init_std or 1.0), name="tokens")
+                      embedding_init=nn.with_logical_partitioning(
+                          nn.initializers.normal(cfg.init_std or 1.0), (axes.VOCAB, axes.EMBED)),
+                      name="tokens")
     x_BxLxD = Norm(blocks, name="embed_norm")(tokens(ids_BxL))
     first_block, hidden = None, x_BxLxD
     inputs = fa.attention_inputs(cfg, seq_len, mask_BxL, types_BxL)
@@ -223,10 +226,15 @@ class Funnel(nn.Module):
         hidden = FunnelLayer(cfg, 0, name=f"decoder_{i}")(hidden, hidden, inputs)
     out["hidden"] = hidden
     if cfg.mlm_head:
-      bias_V = self.param("mlm_bias", nn.initializers.zeros, (cfg.vocab_size,))
+      bias_V = self.param("mlm_bias", nn.with_logical_partitioning(
+          nn.initializers.zeros, (axes.VOCAB,)), (cfg.vocab_size,))
       out["mlm_logits"] = tokens.attend(hidden).astype(jnp.float32) + bias_V
     if cfg.num_classes:
-      dense = lambda n, name: nn.Dense(n, dtype=blocks.compute_dtype, name=name)
+      dense = lambda n, name: nn.Dense(  # noqa: E731
+          n, dtype=blocks.compute_dtype, name=name,
+          kernel_init=nn.with_logical_partitioning(nn.linear.default_kernel_init,
+                                                   (axes.EMBED, None)),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))
       pooled_BxD = jnp.tanh(dense(cfg.d_model, "classifier_hidden")(hidden[:, 0]))
       out["logits"] = dense(cfg.num_classes, "classifier")(pooled_BxD).astype(jnp.float32)
     return out

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tfjax.nn import axes
 from tfjax.nn.norms import Norm
 
 # transformers' INF: padded keys get -1e6 added, not -inf (a fully padded row stays uniform).
@@ -181,14 +182,20 @@ class FunnelAttention(nn.Module):
     n, e, d = cfg.n_head, cfg.d_head, cfg.d_model
     dtype = blocks.compute_dtype
     init = nn.initializers.normal(cfg.init_std if cfg.init_std else (d + n * e) ** -0.5)
-    proj = lambda name, bias: nn.DenseGeneral((n, e), use_bias=bias, dtype=dtype,
-                                              kernel_init=init, name=name)
+    logical = nn.with_logical_partitioning  # every parameter's axes (tfjax/nn/axes.py)
+    heads = (axes.HEADS, axes.HEAD_DIM)
+    # nn.Einsum, not nn.DenseGeneral (same kernel [D, N, E], bias [N, E] and values): see
+    # tfjax/nn/attention.py's head_projection (flax issue #3676).
+    proj = lambda name, bias: nn.Einsum(  # noqa: E731
+        (d, n, e), "btd,dne->btne", use_bias=bias, dtype=dtype, name=name,
+        kernel_init=logical(init, (axes.EMBED,) + heads),
+        bias_init=logical(nn.initializers.zeros, heads))
     uniform = lambda key, shape: jax.random.uniform(key, shape, jnp.float32, 0.0, cfg.init_range)
-    r_w_bias = self.param("r_w_bias", uniform, (n, e))
-    r_r_bias = self.param("r_r_bias", uniform, (n, e))
-    r_kernel = self.param("r_kernel", uniform, (d, n, e))
-    r_s_bias = self.param("r_s_bias", uniform, (n, e))
-    seg_embed = self.param("seg_embed", uniform, (2, n, e))
+    r_w_bias = self.param("r_w_bias", logical(uniform, heads), (n, e))
+    r_r_bias = self.param("r_r_bias", logical(uniform, heads), (n, e))
+    r_kernel = self.param("r_kernel", logical(uniform, (axes.EMBED,) + heads), (d, n, e))
+    r_s_bias = self.param("r_s_bias", logical(uniform, heads), (n, e))
+    seg_embed = self.param("seg_embed", logical(uniform, (None,) + heads), (2, n, e))
     scale = e ** -0.5
     q_BxTxNxE = proj("query", False)(xq_BxTxD) * scale
     k_BxSxNxE = proj("key", True)(xkv_BxSxD)
@@ -204,8 +211,9 @@ class FunnelAttention(nn.Module):
     scores = scores - MASK_PENALTY * (1.0 - inputs.mask[:, None, None])
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
     out_BxTxNxE = jnp.einsum("bnij,bjnd->bind", probs, v_BxSxNxE)
-    out_BxTxD = nn.DenseGeneral(d, axis=(-2, -1), dtype=dtype, kernel_init=init,
-                                name="out")(out_BxTxNxE)
+    out_BxTxD = nn.Einsum((n, e, d), "btne,ned->btd", dtype=dtype, name="out",
+                          kernel_init=logical(init, heads + (axes.EMBED,)),
+                          bias_init=logical(nn.initializers.zeros, (axes.EMBED,)))(out_BxTxNxE)
     return Norm(blocks, name="norm")(xq_BxTxD + out_BxTxD)
 
   def position_scores(self, qv_BxTxNxE, r_kernel, inputs: AttentionInputs, context_len: int):

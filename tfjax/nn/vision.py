@@ -17,6 +17,7 @@ import dataclasses
 import flax.linen as nn
 import jax.numpy as jnp
 
+from tfjax.nn import axes
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.layers import LayerStack
 from tfjax.nn.norms import Norm
@@ -101,12 +102,16 @@ class VisionEncoder(nn.Module):
                        "resize the images or build the config with their size")
     patches_BxNxK = patchify(images_BxHxWxC.astype(blocks.compute_dtype), cfg.patch_size)
     init = nn.initializers.normal(cfg.init_std)
+    logical = nn.with_logical_partitioning  # every parameter's axes (tfjax/nn/axes.py)
     x_BxNxD = nn.Dense(cfg.d_model, use_bias=cfg.patch_bias, dtype=blocks.compute_dtype,
-                       kernel_init=init, name="patch_embed")(patches_BxNxK)
-    cls_D = self.param("cls_token", init, (cfg.d_model,))
+                       kernel_init=logical(init, (None, axes.EMBED)),
+                       bias_init=logical(nn.initializers.zeros, (axes.EMBED,)),
+                       name="patch_embed")(patches_BxNxK)
+    cls_D = self.param("cls_token", logical(init, (axes.EMBED,)), (cfg.d_model,))
     cls_Bx1xD = jnp.broadcast_to(cls_D.astype(x_BxNxD.dtype), (x_BxNxD.shape[0], 1, cfg.d_model))
     x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
-    positions_NxD = self.param("positions", init, (cfg.num_patches + 1, cfg.d_model))
+    positions_NxD = self.param("positions", logical(init, (None, axes.EMBED)),
+                               (cfg.num_patches + 1, cfg.d_model))
     x_BxNxD = x_BxNxD + positions_NxD.astype(x_BxNxD.dtype)
     if cfg.pre_norm:
       x_BxNxD = Norm(blocks, name="pre_norm")(x_BxNxD)
@@ -125,6 +130,9 @@ class ViTClassifier(nn.Module):
     out = {"hidden": hidden, "pooled": pooled}
     if cfg.num_classes:
       head = nn.Dense(cfg.num_classes, dtype=cfg.blocks().compute_dtype,
-                      kernel_init=nn.initializers.normal(cfg.init_std), name="classifier")
+                      kernel_init=nn.with_logical_partitioning(
+                          nn.initializers.normal(cfg.init_std), (axes.EMBED, None)),
+                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)),
+                      name="classifier")
       out["logits"] = head(pooled).astype(jnp.float32)
     return out

@@ -241,6 +241,11 @@ def check_points(sweep: Sweep) -> None:
   for point in sweep.points:
     try:
       config = sweep.config_for(point)
+      from tfjax.training import tasks  # pylint: disable=import-outside-toplevel
+      task = tasks.get_task(config.task)
+      if task.own_model:  # ViT, CLIP, Whisper, Funnel: their own model config and checks
+        task.check(config, task.model_config(config))
+        continue
       model = dict(config.model)
       model["vocab_size"] = model["vocab_size"] or 1  # 0 = from the data, known only at run time
       # 'auto' values resolved for a CPU only to validate: asking JAX for its platform would

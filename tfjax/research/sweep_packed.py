@@ -74,9 +74,16 @@ def per_seed_bytes(config) -> int:
   """The memory plan's bytes of one seed on one device (params, gradients, optimizer state,
   activations) with 20% headroom for what it does not count."""
   # pylint: disable=import-outside-toplevel  (jax only when packing)
+  import flax.linen as nn
+  import jax
   from tfjax.training import experiment, memory_plan, sharding, tasks
+  from tfjax.training.tasks import own_model
   exp = experiment.prepare(config)
   config = exp.config  # optimizer.grad_accum_steps -1 resolved
+  if exp.task.own_model:  # no memory plan for these models: params, gradients, Adam's moments
+    return int(1.2 * 4 * sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(
+        nn.meta.unbox(own_model.boxed_param_shapes(exp.task, config, exp.model_config,
+                                                   exp.dataset)))))
   seq_len, enc_len = tasks.row_lengths(exp.dataset.train_batch(0, 1), config.task)
   plan = memory_plan.memory_plan(
       exp.model_config, (1, 1, 1), batch_size=config.train.batch_size, seq_len=seq_len,

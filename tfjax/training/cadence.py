@@ -39,10 +39,12 @@ class Throughput:
   @classmethod
   def for_experiment(cls, experiment) -> Throughput:
     train_cfg = experiment.config.train
-    seq_len, _ = tasks.row_lengths(experiment.dataset.train_batch(0, 1), experiment.config.task)
-    return cls(train_cfg.batch_size * seq_len,
-               flops.flops_per_token(experiment.model_config, seq_len),
-               flops.peak_flops(train_cfg.peak_flops))
+    task = tasks.get_task(experiment.config.task)
+    seq_len = task.tokens_per_row(experiment.model_config, experiment.dataset.train_batch(0, 1))
+    # The FLOPs count covers the tfjax.nn.models families; a task's own model has no MFU.
+    per_token = (None if task.own_model
+                 else flops.flops_per_token(experiment.model_config, seq_len))
+    return cls(train_cfg.batch_size * seq_len, per_token, flops.peak_flops(train_cfg.peak_flops))
 
   def add_steps(self, num_steps: int) -> None:
     self._timer.steps += num_steps
@@ -53,6 +55,6 @@ class Throughput:
   def metrics(self) -> dict:
     rate = self._timer.rate(self._tokens_per_step)
     out = {"train/tokens_per_sec": rate}
-    if self._peak:
+    if self._peak and self._flops_per_token is not None:
       out["train/mfu"] = rate * self._flops_per_token / (self._peak * jax.device_count())
     return out

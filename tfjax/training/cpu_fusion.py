@@ -180,8 +180,11 @@ def flat_all_reduce_applies(mesh, model_config) -> bool:
   # The mesh's own devices, not the default backend: a CPU host compiling for TPU or GPU
   # devices (tfjax.aot) must build the program those devices would run.
   on_cpu = mesh.devices.flat[0].platform == "cpu"
+  # Models of their own (ViT, CLIP, Whisper, Funnel: tfjax/training/tasks/) have no dropout.
+  dropout = getattr(model_config, "dropout", 0)
+  attention_dropout = getattr(getattr(model_config, "attention", None), "dropout", 0)
   return (on_cpu and jax.process_count() == 1 and data_only
-          and model_config.dropout == 0 and model_config.attention.dropout == 0)
+          and dropout == 0 and attention_dropout == 0)
 
 
 def summed_over_shards(fn, mesh, batch_spec):

@@ -62,12 +62,23 @@ def default_mesh_config() -> config_dict.ConfigDict:
   return c
 
 
-def base_config() -> config_dict.ConfigDict:
+def base_config(task: str = "lm") -> config_dict.ConfigDict:
+  """Every key of a run of `task` (a registered task, tfjax/training/tasks/): the text tasks'
+  config.model is ModelConfig's keys; a task with a model of its own (vit, clip, whisper, funnel,
+  funnel_classification) has that model's config fields there and adds its data keys to
+  config.data. config.json records the task, so reading a run back builds the same sections."""
+  # pylint: disable-next=import-outside-toplevel  (the task modules import the model code)
+  from tfjax.training import tasks
+  chosen = tasks.get_task(task)
   config = config_dict.ConfigDict()
   config.seed = 0
-  config.task = "lm"            # lm | mlm | seq2seq | classification
-  config.model = default_model_config()
+  config.task = task            # lm | mlm | seq2seq | classification | vit | clip | whisper |
+                                # funnel | funnel_classification (tfjax/training/tasks/)
+  config.model = chosen.model_section() or default_model_config()
   config.data = default_data_config()
+  if chosen.own_model:
+    config.data.name = "synthetic"  # the task's own sources (tasks.register_dataset)
+  config.data.update(chosen.data_section())
   config.optimizer = default_optimizer_config()
   config.train = default_train_config()
   config.mesh = default_mesh_config()

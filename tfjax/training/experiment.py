@@ -46,6 +46,20 @@ class Experiment:
   optimizer: optax.GradientTransformation
   schedule: optax.Schedule
 
+  @property
+  def task(self) -> tasks.Task:
+    """The registered task of config.task (tfjax/training/tasks/)."""
+    return tasks.get_task(self.config.task)
+
+
+def build_task_model(experiment: Experiment, deterministic: bool = True) -> nn.Module:
+  """The experiment's model: a tfjax.nn.models family for the text tasks, the task's own model
+  (ViT, CLIP, Whisper, Funnel) otherwise; `deterministic=False` is the training model (dropout)."""
+  cfg = experiment.model_config
+  if experiment.task.own_model:
+    return experiment.task.build_model(cfg, deterministic)
+  return build_model(cfg if deterministic else cfg.replace(deterministic=False))
+
 
 def prepare(config, workdir: str | None = None, num_devices: int | None = None,
             platform: str | None = None, dataset=None) -> Experiment:
@@ -58,25 +72,31 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
   (tfjax/aot/shapes.py). The returned config holds the resolved values, also those of
   optimizer.grad_accum_steps / train.eval_batch_size -1 (run_config.resolve_per_device_batches:
   from the batch shards of the mesh on `num_devices`)."""
+  task = tasks.get_task(config.task)
   config = init_from.resolve(config)  # config.init_from: the source run's architecture
   num_devices = jax.device_count() if num_devices is None else num_devices
   config = resolve_platform_defaults(config, platform, num_devices)
   # grad_accum_steps / eval_batch_size -1: from the batch shards of this mesh (config.json
   # records the numbers, so a resume on the same devices is the same run)
   config = resolve_per_device_batches(config, _batch_shards(config, num_devices))
-  tasks.check_task(config.task)
   # An existing workdir keeps its tokenizer (resume); a new one is written only after validation.
   existing = workdir if workdir and os.path.isdir(workdir) else None
-  if dataset is None:
-    dataset = datasets.make_dataset(config.data, config.task,
-                                    workdir=init_from.tokenizer_dir(config, existing))
-  model_cfg = model_config(config, dataset, platform=platform)
-  tasks.check_task(config.task, model_cfg.family)
-  _check_init_from_length(config, model_cfg, dataset)
-  if model_cfg.vocab_size < dataset.vocab_size:
-    raise ValueError(
-        f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
-        f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
+  if task.own_model:  # ViT, CLIP, Whisper, Funnel: the task's model, data and checks
+    model_cfg = model_config(config)
+    task.check(config, model_cfg)
+    if dataset is None:
+      dataset = task.make_dataset(config, existing)
+  else:
+    if dataset is None:
+      dataset = datasets.make_dataset(config.data, config.task,
+                                      workdir=init_from.tokenizer_dir(config, existing))
+    model_cfg = model_config(config, dataset, platform=platform)
+    tasks.check_task(config.task, model_cfg.family)
+    _check_init_from_length(config, model_cfg, dataset)
+    if model_cfg.vocab_size < dataset.vocab_size:
+      raise ValueError(
+          f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
+          f"({dataset.vocab_size}); set model.vocab_size=0 to use the data's")
   _check_loop_counts(config.train)
   _check_batches(config, num_devices)
   _check_context(config, model_cfg, num_devices)
@@ -84,7 +104,7 @@ def prepare(config, workdir: str | None = None, num_devices: int | None = None,
   # Set once, before any step is traced (jit caches what it traced).
   cpu_fusion.install(one_of("train.cpu_fusion", config.train.cpu_fusion, cpu_fusion.POLICIES))
   optimizer, schedule = make_optimizer(config.optimizer, config.train.num_steps,
-                                       model_cfg.d_model)
+                                       getattr(model_cfg, "d_model", None))
   return Experiment(config, model_cfg, dataset, optimizer, schedule)
 
 
@@ -93,6 +113,9 @@ def execution_summary(experiment: Experiment, platform: str | None = None) -> st
   dtype and the attention implementation, with the reason when an 'auto' choice is not the
   platform's kernel. The loop prints it at start; config.json holds the same values."""
   cfg, kind = experiment.model_config, platform_kind(platform)
+  if experiment.task.own_model:
+    return (f"model on {kind}: {type(cfg).__name__} (config.task={experiment.config.task!r}), "
+            "params and optimizer state float32")
   impl = cfg.attention_impl
   if impl == AUTO:  # only left 'auto' where an xla-only feature is on (resolve_auto)
     reason = xla_only_attention(cfg.to_flat())
@@ -141,6 +164,12 @@ def _check_context(config, model_cfg: ModelConfig, num_devices: int) -> None:
   """A context axis (the sequence split over devices) only under an attention kind that is
   exact there; any other is refused by name, not left to the SPMD partitioner."""
   context = sharding.mesh_shape(config.mesh, num_devices)[sharding.MESH_AXES.index("context")]
+  if context > 1 and not isinstance(model_cfg, ModelConfig):
+    raise ValueError(f"mesh.context={context}: config.task={config.task!r} has no "
+                     "context-parallel form (its model is not a tfjax.nn.models family); set "
+                     "mesh.context=1 (split the batch over data/fsdp instead)")
+  if context <= 1 and not isinstance(model_cfg, ModelConfig):
+    return
   kind = attention_kinds.attention_kind(model_cfg)
   if context > 1 and not kind.context_parallel:
     usable = sorted(k.name for k in attention_kinds.ATTENTION_KINDS.values()
@@ -207,8 +236,8 @@ class StateLayout:
 
 def state_layout(experiment: Experiment, placement: BatchPlacement) -> StateLayout:
   """The StateLayout of `experiment` on `placement.mesh` (traces the init, allocates nothing)."""
-  model = build_model(experiment.model_config)
-  args, kwargs = tasks.model_inputs(experiment.dataset.train_batch(0, 1), experiment.config.task)
+  model = build_task_model(experiment)
+  args, kwargs = experiment.task.model_inputs(experiment.dataset.train_batch(0, 1))
   optimizer, mesh = experiment.optimizer, placement.mesh
 
   # Jitted so that the shape queries below and the real init share one trace of the model.
@@ -244,9 +273,11 @@ def state_layout(experiment: Experiment, placement: BatchPlacement) -> StateLayo
 def _train_step(experiment: Experiment, placement: BatchPlacement) -> Callable:
   """The (unjitted) train step of this experiment on `placement.mesh`."""
   config = experiment.config
-  train_model = build_model(experiment.model_config.replace(deterministic=False))
+  train_model = build_task_model(experiment, deterministic=False)
   sum_over_shards = None
-  if cpu_fusion.flat_all_reduce_applies(placement.mesh, experiment.model_config):
+  # A loss whose rows depend on each other (CLIP's negatives) cannot be summed per shard.
+  if experiment.task.rows_independent and cpu_fusion.flat_all_reduce_applies(
+      placement.mesh, experiment.model_config):
     sum_over_shards = functools.partial(cpu_fusion.summed_over_shards, mesh=placement.mesh,
                                         batch_spec=placement.sharding.spec)
   return steps.make_train_step(train_model, experiment.optimizer, experiment.schedule,
@@ -273,8 +304,7 @@ def jit_multi_step(experiment: Experiment, placement: BatchPlacement, state_shar
 
 def jit_eval_step(experiment: Experiment, placement: BatchPlacement, state_shardings):
   """(params, batch) -> summed eval statistics (steps.make_eval_step), jitted."""
-  return jax.jit(steps.make_eval_step(build_model(experiment.model_config),
-                                      experiment.config.task),
+  return jax.jit(steps.make_eval_step(build_task_model(experiment), experiment.config.task),
                  in_shardings=(state_shardings.params, placement.sharding),
                  out_shardings=placement.replicated())
 

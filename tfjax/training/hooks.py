@@ -160,13 +160,13 @@ class Evaluate(Hook):
   Synthetic tasks: the headline eval/loss covers `trained_lengths` only (steps.evaluate)."""
 
   def __init__(self, eval_step, eval_batches: list, throughput: cadence.Throughput,
-               sampler=None, trained_lengths=None):
+               sampler=None, trained_lengths=None, ratios: tuple = ()):
     self.eval_step, self.eval_batches, self.throughput = eval_step, eval_batches, throughput
-    self.sampler, self.trained_lengths = sampler, trained_lengths
+    self.sampler, self.trained_lengths, self.ratios = sampler, trained_lengths, ratios
 
   def evaluate(self, run: Run) -> None:
     out = steps.evaluate(self.eval_step, run.state.params, self.eval_batches,
-                         self.trained_lengths)
+                         self.trained_lengths, self.ratios)
     run.writer.write(run.step, out)
     if self.sampler is not None:
       run.writer.text(run.step, "sample", self.sampler.sample(run.state.params))

@@ -14,6 +14,7 @@ import os
 from typing import Any, Optional
 
 from tfjax.data.tokenizers import TOKENIZER_FILE
+from tfjax.nn.config import ModelConfig
 from tfjax.training import checkpoint, run_config
 
 # Model keys a fine-tune may set differently from the run it starts from (they change how the
@@ -37,6 +38,12 @@ def resolve(config):
   source_config = run_config.load_config(path)
   model = run_config.model_config(source_config, workdir=path)
   resolved = config.copy_and_resolve_references()
+  if not isinstance(model, ModelConfig):  # a task's own model (ViT, CLIP, Whisper, Funnel)
+    if source_config.task != config.task:
+      raise ValueError(f"config.init_from={path!r} is a {source_config.task!r} run, this config "
+                       f"trains config.task={config.task!r}; start from a run of the same task")
+    resolved.model.update(source_config.model.to_dict())  # every model key from that run
+    return resolved
   for key, value in model.to_flat().items():
     if key not in OWN_KEYS and key not in ("deterministic", "decode"):
       resolved.model[key] = value

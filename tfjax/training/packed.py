@@ -36,12 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.data import datasets
-from tfjax.nn.models import build_model
 from tfjax.runtime import files, stop_signals, workdir_lock
 # cadence: the loop's cadence, shared so a packed group logs, evaluates, checkpoints and stops at
 # the same steps as train.py
 from tfjax.training import cadence, checkpoint, cpu_fusion, divergence, metrics, runs, steps
-from tfjax.training.experiment import Experiment, prepare, stack_batches, state_layout
+from tfjax.training.experiment import (Experiment, build_task_model, prepare, stack_batches,
+                                       state_layout)
 from tfjax.training.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def make_packed_step(experiment: Experiment, stop_on_nonfinite: bool):
   frozen at its last finite values. With `stop_on_nonfinite` a non-finite step ends the seed's
   life at once, also inside a call of several steps."""
   config = experiment.config
-  model = build_model(experiment.model_config.replace(deterministic=False))
+  model = build_task_model(experiment, deterministic=False)
   one_step = jax.vmap(steps.make_train_step(
       model, experiment.optimizer, experiment.schedule, config.task,
       config.train.label_smoothing, config.optimizer.grad_accum_steps))
@@ -247,7 +247,7 @@ class _Loop:
     self.exps, self.iterators, self.ckpt, self.writers = exps, iterators, ckpt, writers
     self.diverged_at = diverged_at
     self.train_cfg = exps[0].config.train
-    self.eval_step = jax.jit(steps.make_eval_step(build_model(exps[0].model_config),
+    self.eval_step = jax.jit(steps.make_eval_step(build_task_model(exps[0]),
                                                   exps[0].config.task))
     cfg = self.train_cfg
     self.eval_batches = [[(name, jax.device_put(b)) for name, b in e.dataset.eval_batches(
@@ -264,7 +264,7 @@ class _Loop:
   def evaluate(self, state, step) -> None:
     for k in np.flatnonzero(self.alive()):
       out = steps.evaluate(self.eval_step, seed_slice(state.params, k), self.eval_batches[k],
-                           self.trained_lengths)
+                           self.trained_lengths, self.exps[0].task.eval_ratios)
       self.writers[k].write(step, out)
       self.last[k].update(out)
 

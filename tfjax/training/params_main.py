@@ -1,9 +1,10 @@
 """`tfjax-params` / `python -m tfjax.params --config=configs/NAME.py [--mesh=D,F,T[,C]]
 [--seq_len=L]`:
 the parameter breakdown of tfjax/training/params.py (last line `total: N`) and, with --mesh, the
-per-device memory plan of tfjax/training/memory_plan.py before that line. A modality config
-(config.task vit, clip, whisper or funnel: tfjax/modalities) prints its model's breakdown; the
-memory plan does not cover those models (its activation terms are the text families').
+per-device memory plan of tfjax/training/memory_plan.py before that line. A config of a task with
+a model of its own (config.task vit, clip, whisper, funnel, funnel_classification:
+tfjax/training/tasks/) prints that model's breakdown; the memory plan does not cover those
+models (its activation terms are the text families').
 --import=MODULE[,...] imports code outside tfjax first (a kind the config uses)."""
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from __future__ import annotations
 import logging
 import sys
 
-import jax
 from absl import flags
 
 from tfjax.data import datasets
-from tfjax.modalities import tasks as modality_tasks
 from tfjax.training import cli, experiment, memory_plan, params, run_config, sharding, tasks
+from tfjax.training.tasks import own_model
 from tfjax.training.optimizer import make_optimizer
 
 
@@ -44,15 +44,17 @@ def parse_mesh(text: str) -> tuple[int, int, int, int]:
 def _print_modality(config, mesh: str | None, seq_len: int | None) -> None:
   if mesh or seq_len:
     raise ValueError(f"--mesh/--seq_len: the memory plan covers the text families only, not "
-                     f"config.task={config.task!r} (a tfjax/modalities model); drop --mesh and "
+                     f"config.task={config.task!r} (a model of its own); drop --mesh and "
                      "--seq_len for its parameter count")
-  # The task checks the config and initializes the model as train_modality.py does.
-  task = modality_tasks.build(config)
-  print(params.modality_report(jax.eval_shape(task.init, jax.random.PRNGKey(0))["params"]))
+  # The task checks the config and initializes the model as training does.
+  task = tasks.get_task(config.task)
+  model_cfg = task.model_config(config)
+  task.check(config, model_cfg)
+  print(params.modality_report(own_model.boxed_param_shapes(task, config, model_cfg)))
 
 
 def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
-  if config.get("task") in modality_tasks.TASKS:
+  if tasks.get_task(config.task).own_model:
     _print_modality(config, mesh, seq_len)
     return
   dataset = None

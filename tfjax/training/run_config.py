@@ -23,7 +23,8 @@ def config_from_json(values: Mapping[str, Any],
   """The ConfigDict a run's config.json was written from (JSON lists become tuples again). The
   modules it records (config.imports, --import) are imported first: their kinds' keys are keys."""
   recorded = imports.load_recorded(values, source)
-  config = base_config()
+  task = values.get("task", "lm") if isinstance(values, Mapping) else "lm"
+  config = base_config(task)
 
   def update(node, new, prefix):
     for key, value in new.items():
@@ -50,22 +51,18 @@ def load_config(workdir: str) -> config_dict.ConfigDict:
 
 
 def _check_not_a_modality_run(workdir: str, values) -> None:
-  """A run of experiments/train_modality.py (ViT, CLIP, Whisper, Funnel: tfjax/modalities) has a
-  config.json of its own shape; reading it as a text run would name its first key as 'unknown to
-  this version of tfjax', which it is not. Say what the run is and what reads it instead."""
-  # pylint: disable=import-outside-toplevel  (only for a run that is not a text task's)
-  from tfjax.training import tasks
-  task = values.get("task") if isinstance(values, dict) else None
-  if not isinstance(task, str) or task in tasks.TASKS:
-    return
-  from tfjax.modalities import tasks as modality_tasks
-  if task in modality_tasks.TASKS:
+  """A run of the old modality loop (experiments/train_modality.py before ViT, CLIP, Whisper and
+  Funnel trained through tfjax-train) has a config.json of its own shape (train.learning_rate,
+  params.msgpack); reading it as a run would name its first key as 'unknown to this version of
+  tfjax', which it is not. Say what the run is and how to get one this version reads."""
+  train = values.get("train") if isinstance(values, dict) else None
+  if isinstance(train, dict) and "learning_rate" in train and values.get("task") in (
+      "vit", "clip", "whisper", "funnel"):
     raise ValueError(
-        f"{workdir} is a {task!r} run of experiments/train_modality.py, not a tfjax-train run: "
-        "generate, eval_length, config.init_from and `python -m tfjax.hf export` read the text "
-        "models tfjax-train trains; a modality run is read with "
-        f"tfjax.modalities.train.load_run({workdir!r}) (tfjax.hf.modalities.export writes it as "
-        "a Hugging Face directory, as train_modality.py --export_hf=DIR does after training)")
+        f"{workdir} is a {values['task']!r} run of the removed modality loop (params.msgpack, "
+        "train.learning_rate); train it again with python experiments/train.py "
+        f"--config=configs/{values['task']}_synthetic.py --workdir=NEW_DIR, which writes "
+        "checkpoints every command reads")
 
 
 def model_config(config, dataset=None, *, workdir: str | None = None,
@@ -73,6 +70,11 @@ def model_config(config, dataset=None, *, workdir: str | None = None,
   """The validated ModelConfig of an experiment config, vocab_size=0 resolved from the data
   (datasets.resolve_vocab_size: from `dataset` if built, else without building it), dtype /
   attention_impl 'auto' for `platform` (tfjax.nn.config.resolve_auto; None: this process's)."""
+  # pylint: disable-next=import-outside-toplevel  (the task modules import the model code)
+  from tfjax.training import tasks
+  task = tasks.get_task(config.task)
+  if task.own_model:  # ViT, CLIP, Whisper, Funnel: the task's own model config
+    return task.model_config(config)
   model = dict(config.model)
   model["vocab_size"] = datasets.resolve_vocab_size(config, dataset, workdir=workdir)
   return ModelConfig.from_config(model, platform)
@@ -83,6 +85,10 @@ def resolve_platform_defaults(config, platform: str | None = None,
   """`config` with model.dtype / model.attention_impl 'auto' made concrete for `platform` and
   `num_devices` (tfjax.nn.config.resolve_auto; a copy when any was 'auto'), so config.json
   records what the run used."""
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.training import tasks
+  if tasks.get_task(config.task).own_model:  # their models take no 'auto' values
+    return config
   context = sharding.mesh_size(config.mesh, "context") if "mesh" in config else 1
   resolved = resolve_auto(dict(config.model), platform, num_devices, context=context)
   changed = {k: v for k, v in resolved.items() if config.model[k] != v}

@@ -15,10 +15,12 @@ import os
 import shutil
 from typing import Any, Mapping
 
+import flax.linen as nn
 import jax
 from ml_collections import config_dict
 
-from tfjax.training import checkpoint, experiment, sharding
+from tfjax.training import checkpoint, experiment, sharding, tasks
+from tfjax.training.tasks import own_model
 from tfjax.data import datasets
 from tfjax.runtime import files
 from tfjax.training import params as param_accounting
@@ -110,13 +112,16 @@ class RestoredRun:
   """A run read back: its config, model, the step of the checkpoint read and its params."""
   workdir: str
   config: config_dict.ConfigDict
-  model_config: ModelConfig
+  model_config: ModelConfig  # or the task's own model config (ViT, CLIP, Whisper, Funnel)
   step: int
   params: Any  # host (NumPy) arrays
 
   @functools.cached_property
   def dataset(self):
     """The run's dataset, built on first use (text: with the tokenizer saved in the workdir)."""
+    task = tasks.get_task(self.config.task)
+    if task.own_model:
+      return task.make_dataset(self.config, self.workdir)
     return datasets.make_dataset(self.config.data, self.config.task, workdir=self.workdir)
 
 
@@ -130,8 +135,11 @@ def restore_run(workdir: str) -> RestoredRun:
   config = load_config(workdir)
   model_cfg = experiment.model_config(config, workdir=workdir)
   replicated = sharding.replicated(sharding.make_mesh({"data": -1, "fsdp": 1, "tensor": 1}))
+  task = tasks.get_task(config.task)
+  shapes = (nn.meta.unbox(own_model.boxed_param_shapes(task, config, model_cfg))
+            if task.own_model else param_accounting.param_shapes(model_cfg))
   abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated),
-                          param_accounting.param_shapes(model_cfg))
+                          shapes)
   restored = checkpoint.newest_params(workdir, abstract)
   if restored is None:
     raise ValueError(f"{workdir} has no readable checkpoint of this model yet")

@@ -39,7 +39,10 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
                     grad_accum_steps: int, sum_over_shards: Callable | None = None) -> Callable:
   """(state, batch) -> (state, metrics). With k micro-batches, gradients of the summed loss are
   added up under lax.scan and divided once by the total weight, so k steps of B/k equal one step
-  of B. `sum_over_shards` (cpu_fusion.summed_over_shards) optionally wraps the gradient sums."""
+  of B. `sum_over_shards` (cpu_fusion.summed_over_shards) optionally wraps the gradient sums.
+  The task's `after_update` acts on the updated params (the identity but for CLIP's clipped
+  temperature)."""
+  after_update = tasks.get_task(task).after_update
 
   def summed_loss(params, batch, rng):
     stats = tasks.forward(model, params, batch, task, label_smoothing, rngs={"dropout": rng})
@@ -84,7 +87,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     keep_finite = lambda new, old: jnp.where(finite, new, old)
     new_state = state.replace(
         step=state.step + 1,
-        params=jax.tree.map(keep_finite, optax.apply_updates(state.params, updates),
+        params=jax.tree.map(keep_finite, after_update(optax.apply_updates(state.params, updates)),
                             state.params),
         opt_state=jax.tree.map(keep_finite, opt_state, state.opt_state))
     metrics = {"train/loss": loss, "train/accuracy": stats["correct_sum"] / weight,
@@ -129,15 +132,21 @@ def make_multi_step(train_step: Callable) -> Callable:
 
 
 def make_eval_step(model: nn.Module, task: str) -> Callable:
-  """(params, batch) -> summed loss, weight and correct counts, exact rows and counted rows."""
+  """(params, batch) -> summed loss, weight and correct counts, exact rows and counted rows, and
+  the further sums the task's eval_ratios read."""
+  own_sums = {num for _, num, _ in tasks.get_task(task).eval_ratios} - set(_SUMS) - {
+      "exact_sum", "row_sum"}
+
   def eval_step(params, batch):
     stats = tasks.forward(model, params, batch, task)
     return {**{k: stats[k] for k in _SUMS},
-            "exact_sum": jnp.sum(stats["row_correct"]), "row_sum": jnp.sum(stats["row_count"])}
+            "exact_sum": jnp.sum(stats["row_correct"]), "row_sum": jnp.sum(stats["row_count"]),
+            **{k: stats[k] for k in sorted(own_sums)}}
   return eval_step
 
 
-def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None) -> dict:
+def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None,
+             ratios: tuple = ()) -> dict:
   """Loss, perplexity and accuracy; per synthetic test length L also eval/loss@L and
   eval/exact_match@L.
 
@@ -145,7 +154,9 @@ def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None) ->
   placed once per run rather than copied from the host at every evaluation. Synthetic test
   groups are named len_L. With `trained_lengths` = (lo, hi), the headline eval/loss, perplexity
   and accuracy average only the groups with lo <= L <= hi, the lengths the model was trained on
-  (a length never trained would swamp them), and eval/loss_all_lengths averages every group."""
+  (a length never trained would swamp them), and eval/loss_all_lengths averages every group.
+  `ratios`: a task's eval_ratios, ((metric, numerator sum, denominator sum), ...) over the same
+  groups as the headline."""
   totals, out = {}, {}
   for name, batch in eval_batches:
     stats = jax.device_get(eval_step(params, batch))
@@ -164,6 +175,9 @@ def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None) ->
   out["eval/loss"] = loss
   out["eval/perplexity"] = float(np.exp(min(loss, 50.0)))
   out["eval/accuracy"] = overall["correct_sum"] / max(overall["weight_sum"], 1.0)
+  for name, numerator, denominator in ratios:
+    out[name] = (sum(g[numerator] for g in headline.values())
+                 / max(sum(g[denominator] for g in headline.values()), 1.0))
   if len(headline) < len(totals):
     every = {k: sum(g[k] for g in totals.values()) for k in _SUMS}
     out["eval/loss_all_lengths"] = every["loss_sum"] / max(every["weight_sum"], 1.0)

@@ -152,7 +152,8 @@ def _hooks(experiment: Experiment, placement: BatchPlacement, eval_step, eval_ba
   sampler = (sampling.GreedySampler(experiment, placement)
              if sampling.GreedySampler.wanted(experiment) else None)
   evaluate = hooks.Evaluate(eval_step, eval_batches, throughput, sampler,
-                            getattr(experiment.dataset, "train_lengths", None))
+                            getattr(experiment.dataset, "train_lengths", None),
+                            experiment.task.eval_ratios)
   return hooks.default_hooks(experiment, throughput, evaluate)
 
 

@@ -1,4 +1,4 @@
-"""Tasks: how a batch feeds the model and what is scored.
+"""The text tasks: how a batch feeds a tfjax.nn.models model and what is scored.
 
   lm              decoder          next-token CE on `weights` (causal LM; synthetic: answer only)
   mlm             encoder          CE on the masked positions (15%, 80/10/10; made by the data)
@@ -8,7 +8,8 @@
 `forward(...)` returns summed statistics, never means, so micro-batches and devices add up exactly:
 loss_sum, weight_sum (tokens or rows that count), correct_sum, and `row_correct` (every counted
 position of a row right: teacher-forced argmax exact match, which equals greedy-decoding exact match
-because each greedy step then sees the correct prefix).
+because each greedy step then sees the correct prefix). `summed_statistics` is that scoring for any
+task whose outputs are logits against integer targets (the own-model tasks use it too).
 """
 
 from __future__ import annotations
@@ -21,67 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.training import losses
-from tfjax.nn.choices import one_of
-
-# Task name -> the model family that serves it. The one list of task names.
-TASK_FAMILY = {"lm": "decoder", "mlm": "encoder", "seq2seq": "encoder_decoder",
-               "classification": "encoder"}
-TASKS = tuple(TASK_FAMILY)
+from tfjax.training.tasks.registry import Task, register_task
 
 
-def check_task(task: str, family: str | None = None) -> str:
-  """`task` if it is a known task (and, given `family`, that family serves it); else ValueError
-  naming the key, the value and the choices."""
-  one_of("config.task", task, TASKS)
-  if family is not None and TASK_FAMILY[task] != family:
-    raise ValueError(
-        f"config.task={task!r} needs model.family={TASK_FAMILY[task]!r}, got {family!r}")
-  return task
-
-
-def model_inputs(batch: Mapping[str, Any], task: str) -> tuple[tuple, dict]:
-  """(args, kwargs) that feed `batch` to the task's model: `model.apply(v, *args, **kwargs)` and
-  `model.init(rng, *args, **kwargs)` alike. Keys a batch lacks are passed as None."""
-  if task == "seq2seq":
-    return (batch["encoder_inputs"], batch["decoder_inputs"]), {
-        "encoder_segment_ids": batch.get("encoder_segment_ids"),
-        "decoder_segment_ids": batch.get("decoder_segment_ids")}
-  kwargs = {"segment_ids": batch.get("segment_ids")}
-  if task == "lm":
-    kwargs["positions"] = batch.get("positions")
-  else:  # mlm, classification: encoders with BERT's token types
-    kwargs["token_type_ids"] = batch.get("token_type_ids")
-  return (batch["inputs"],), kwargs
-
-
-def row_lengths(batch: Mapping[str, Any], task: str) -> tuple[int, int | None]:
-  """(length of the rows the model predicts over: the decoder's for seq2seq, else the inputs',
-  the encoder's length for seq2seq else None) of a batch."""
-  if task == "seq2seq":
-    return int(np.shape(batch["decoder_inputs"])[1]), int(np.shape(batch["encoder_inputs"])[1])
-  return int(np.shape(batch["inputs"])[1]), None
-
-
-def logits_and_targets(model: nn.Module, variables, batch: Mapping[str, Any], task: str,
-                       rngs: dict | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(logits_BxLxV, targets_BxL, weights_BxL) for the task; classification has a length-1
-  'sequence' axis (L = 1, V = classes)."""
-  args, kwargs = model_inputs(batch, task)
-  out = model.apply(variables, *args, **kwargs, rngs=rngs or {})
-  if task in ("lm", "seq2seq"):
-    return out, batch["targets"], batch["weights"]
-  if task == "mlm":
-    return out["mlm_logits"], batch["targets"], batch["weights"]
-  labels_B = batch["labels"]
-  weights_B = batch.get("weights", jnp.ones(labels_B.shape, jnp.float32))
-  return out["class_logits"][:, None], labels_B[:, None], weights_B[:, None]
-
-
-def forward(model: nn.Module, params, batch: Mapping[str, Any], task: str,
-            label_smoothing: float = 0.0, rngs: dict | None = None) -> dict[str, jax.Array]:
-  """Summed loss statistics of one batch (see module docstring)."""
-  logits_BxLxV, targets_BxL, weights_BxL = logits_and_targets(
-      model, {"params": params}, batch, task, rngs)
+def summed_statistics(logits_BxLxV, targets_BxL, weights_BxL,
+                      label_smoothing: float = 0.0) -> dict[str, jax.Array]:
+  """Summed loss statistics of logits against targets (see module docstring)."""
   loss_sum, weight_sum = losses.cross_entropy(logits_BxLxV, targets_BxL, weights_BxL,
                                               label_smoothing)
   correct_sum, _ = losses.token_accuracy(logits_BxLxV, targets_BxL, weights_BxL)
@@ -91,3 +37,58 @@ def forward(model: nn.Module, params, batch: Mapping[str, Any], task: str,
   row_correct_B = jnp.logical_and(jnp.logical_not(jnp.any(wrong_BxL, axis=-1)), row_has_target_B)
   return {"loss_sum": loss_sum, "weight_sum": weight_sum, "correct_sum": correct_sum,
           "row_correct": row_correct_B, "row_count": row_has_target_B}
+
+
+def class_statistics(logits_BxC, labels_B, weights_B=None, label_smoothing: float = 0.0):
+  """summed_statistics of one prediction per row (a length-1 'sequence')."""
+  if weights_B is None:
+    weights_B = jnp.ones(labels_B.shape, jnp.float32)
+  return summed_statistics(logits_BxC[:, None], labels_B[:, None], weights_B[:, None],
+                           label_smoothing)
+
+
+class TextTask(Task):
+  """A task served by a tfjax.nn.models family (config.model: ModelConfig's keys)."""
+
+  def __init__(self, name: str, family: str):
+    super().__init__()
+    self.name, self.family = name, family
+
+  def model_inputs(self, batch: Mapping[str, Any]) -> tuple[tuple, dict]:
+    if self.name == "seq2seq":
+      return (batch["encoder_inputs"], batch["decoder_inputs"]), {
+          "encoder_segment_ids": batch.get("encoder_segment_ids"),
+          "decoder_segment_ids": batch.get("decoder_segment_ids")}
+    kwargs = {"segment_ids": batch.get("segment_ids")}
+    if self.name == "lm":
+      kwargs["positions"] = batch.get("positions")
+    else:  # mlm, classification: encoders with BERT's token types
+      kwargs["token_type_ids"] = batch.get("token_type_ids")
+    return (batch["inputs"],), kwargs
+
+  def row_lengths(self, batch: Mapping[str, Any]) -> tuple[int, int | None]:
+    if self.name == "seq2seq":
+      return (int(np.shape(batch["decoder_inputs"])[1]),
+              int(np.shape(batch["encoder_inputs"])[1]))
+    return int(np.shape(batch["inputs"])[1]), None
+
+  def logits_and_targets(self, model: nn.Module, variables, batch: Mapping[str, Any],
+                         rngs: dict | None = None):
+    args, kwargs = self.model_inputs(batch)
+    out = model.apply(variables, *args, **kwargs, rngs=rngs or {})
+    if self.name in ("lm", "seq2seq"):
+      return out, batch["targets"], batch["weights"]
+    if self.name == "mlm":
+      return out["mlm_logits"], batch["targets"], batch["weights"]
+    labels_B = batch["labels"]
+    weights_B = batch.get("weights", jnp.ones(labels_B.shape, jnp.float32))
+    return out["class_logits"][:, None], labels_B[:, None], weights_B[:, None]
+
+  def forward(self, model, params, batch, label_smoothing: float = 0.0, rngs=None):
+    return summed_statistics(*self.logits_and_targets(model, {"params": params}, batch, rngs),
+                             label_smoothing)
+
+
+for _name, _family in (("lm", "decoder"), ("mlm", "encoder"), ("seq2seq", "encoder_decoder"),
+                       ("classification", "encoder")):
+  register_task(TextTask(_name, _family))

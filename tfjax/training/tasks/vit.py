@@ -1,0 +1,59 @@
+"""Image classification with ViT (tfjax/nn/vision.py): config.task='vit'.
+
+Batch: images [B, H, W, C] float32, labels [B] int32. Scored as one prediction per row (cross
+entropy of the class logits; accuracy, chance 1/classes). Synthetic data (data.name='synthetic'):
+oriented gratings of data.classes classes with noise std data.noise
+(tfjax/modalities/synthetic.py `stripes`).
+"""
+
+from __future__ import annotations
+
+from tfjax.modalities import synthetic
+from tfjax.nn.vision import ViTClassifier, ViTConfig
+from tfjax.training.tasks.own_model import OwnModelTask, SyntheticRows
+from tfjax.training.tasks.registry import register_dataset, register_task
+from tfjax.training.tasks.text import class_statistics
+
+
+class ViTTask(OwnModelTask):
+  name = family = "vit"
+  config_class = ViTConfig
+
+  def data_section(self) -> dict:
+    return {"classes": 4, "noise": 0.5}
+
+  def check(self, config, model_cfg) -> None:
+    if config.data.name == "synthetic" and model_cfg.num_classes != config.data.classes:
+      raise ValueError(f"config.model.num_classes={model_cfg.num_classes} differs from "
+                       f"config.data.classes={config.data.classes}; set them equal")
+
+  def build_model(self, model_cfg, deterministic: bool = True):
+    return ViTClassifier(model_cfg)
+
+  def model_inputs(self, batch):
+    return (batch["images"],), {}
+
+  def row_lengths(self, batch):
+    return 1, None
+
+  def tokens_per_row(self, model_cfg, batch) -> int:
+    return model_cfg.num_patches + 1
+
+  def forward(self, model, params, batch, label_smoothing=0.0, rngs=None):
+    logits_BxC = model.apply({"params": params}, batch["images"], rngs=rngs or {})["logits"]
+    return class_statistics(logits_BxC, batch["labels"], batch.get("weights"), label_smoothing)
+
+
+def synthetic_images(config, workdir=None):
+  del workdir
+  cfg, data = ViTTask().model_config(config), config.data
+
+  def rows(rng, count):
+    images, labels = synthetic.stripes(rng, count, cfg.image_size, cfg.channels, data.classes,
+                                       data.noise)
+    return {"images": images, "labels": labels}
+  return SyntheticRows(rows, data.seed, data.eval_seed)
+
+
+register_task(ViTTask())
+register_dataset("vit", "synthetic", synthetic_images)
