@@ -127,7 +127,7 @@ def test_the_doc_shows_exploratory_and_confirmatory_words_side_by_side(plan, tmp
   module = sweep.load_module(str(tmp_path / "configs/ablations/confirm/replication_1.py"))
   sections = [sweep_doc.load_section("norm_init", str(tmp_path))]
   sections[0]["judged"] = sweep_doc.judge(sections[0])
-  block = sweep_doc.confirm_block(sections, str(tmp_path))
+  block = sweep_doc.confirm_block(sweep_doc.confirmations(sections, str(tmp_path)))
   line = next(l for l in block.split("\n") if "| norm_init |" in l and "grows towards" in l)
   cells = [c.strip() for c in line.strip("|").split("|")]
   explored = next(c for c in sections[0]["judged"] if c["id"] == "xiong_postln_grows")

@@ -387,15 +387,15 @@ def aot_block(repo: str) -> str:
   return "\n".join(lines)
 
 
-def confirm_block(sections: list[dict], repo: str) -> str:
-  """The pre-registered confirmations (configs/ablations/confirm/*.py): per planned claim, the
-  exploratory word beside the confirmatory one, which is computed from the planned seeds alone
-  and only once every planned point has a result."""
+def confirmations(sections: list[dict], repo: str) -> list[dict]:
+  """Every planned claim of the committed confirmation plans (configs/ablations/confirm/*.py):
+  {'plan', 'commit', 'section', 'claim', 'before' (the exploratory word), 'word', 'evidence',
+  'outcome': 'confirmed' | 'not confirmed (...)' | 'untestable here' | 'pending...' | 'not
+  read'}. The confirmatory word is computed from the planned seeds alone, and only once every
+  planned point of its section has a result (tfjax/research/confirm.py)."""
   exploratory = {(s["name"], c.get("id")): c for s in sections for c in s["judged"]}
-  lines = ["| plan (commit) | section | claim | exploratory | confirmatory (fresh seeds) | "
-           "confirmatory evidence | outcome |", "|---|---|---|---|---|---|---|"]
-  plans = sorted(glob.glob(os.path.join(repo, "configs", "ablations", "confirm", "*.py")))
-  for path in plans:
+  out = []
+  for path in sorted(glob.glob(os.path.join(repo, "configs", "ablations", "confirm", "*.py"))):
     module = sweep_lib.load_module(path)
     for name, spec in module.PLAN["sections"].items():
       judged = confirm.judge(module, name, repo)
@@ -415,14 +415,37 @@ def confirm_block(sections: list[dict], repo: str) -> str:
           evidence += f" ({result['why']})" if result["why"] else ""
           outcome = ("untestable here" if word == "untestable here" else "confirmed"
                      if word == before_word else f"not confirmed ({before_word} -> {word})")
-        text = before["claim"] if before else claim_id
-        lines.append(f"| {module.PLAN['id']} ({commit}) | {name} | {text} | {before_word} | "
-                     f"{word} | {evidence} | {outcome} |")
-  return "\n".join(lines) if plans else "No confirmation plan is committed."
+        out.append({"plan": module.PLAN["id"], "commit": commit, "section": name,
+                    "claim": before["claim"] if before else claim_id, "before": before_word,
+                    "word": word, "evidence": evidence, "outcome": outcome})
+  return out
 
 
-def headline_block(sections: list[dict]) -> str:
-  """One line per sweep: how many claims got each verdict word, and what rankings ranked over."""
+def confirm_block(planned: list[dict]) -> str:
+  """The confirmations' table: exploratory and confirmatory words side by side."""
+  if not planned:
+    return "No confirmation plan is committed."
+  lines = ["| plan (commit) | section | claim | exploratory | confirmatory (fresh seeds) | "
+           "confirmatory evidence | outcome |", "|---|---|---|---|---|---|---|"]
+  lines += [f"| {c['plan']} ({c['commit']}) | {c['section']} | {c['claim']} | {c['before']} | "
+            f"{c['word']} | {c['evidence']} | {c['outcome']} |" for c in planned]
+  return "\n".join(lines)
+
+
+def _confirm_headline(planned: list[dict]) -> list[str]:
+  lines = []
+  for plan in dict.fromkeys(c["plan"] for c in planned):
+    outcomes = [c["outcome"].split(" (")[0].split(":")[0] for c in planned if c["plan"] == plan]
+    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
+    lines.append(f"- **confirmation `{plan}`** (pre-registered, fresh seeds): {len(outcomes)} "
+                 f"planned claims: {counts} ([docs/ablations.md](docs/ablations.md"
+                 "#confirmation-on-fresh-seeds-pre-registered))")
+  return lines
+
+
+def headline_block(sections: list[dict], planned: list[dict] = ()) -> str:
+  """One line per sweep: how many claims got each verdict word, and what rankings ranked over;
+  then one line per confirmation plan: how many of its claims were confirmed."""
   lines = []
   for section in sections:
     pairs = [c for c in section["judged"] if not c.get("aggregate")]
@@ -436,7 +459,7 @@ def headline_block(sections: list[dict]) -> str:
     scope = f"; rankings over {', '.join(ranked)} only" if ranked else ""
     lines.append(f"- **{section['name']}** ({scale}): {len(words)} claims: {counts}{scope}"
                  f"{aggregates} ([docs/ablations.md](docs/ablations.md))")
-  return "\n".join(lines)
+  return "\n".join(lines + _confirm_headline(list(planned)))
 
 
 def _headline_count(claims: list, word: str) -> str:
@@ -476,13 +499,14 @@ def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
   doc = replace_block(doc, "rule", verdicts.RULE_TEXT, DOC)
   doc = replace_block(doc, "aot", aot_block(repo), DOC)
   doc = replace_block(doc, "scale", sweep_scale.scale_block(sections), DOC)
-  doc = replace_block(doc, "confirm", confirm_block(sections, repo), DOC)
+  planned = confirmations(sections, repo)
+  doc = replace_block(doc, "confirm", confirm_block(planned), DOC)
   for section in sections:
     doc = replace_block(doc, f"section:{section['name']}", section_block(section), DOC)
     if figures and section["rows"]:
       _figures(section, os.path.join(repo, FIGURES_DIR))
   with open(readme_path, encoding="utf-8") as f:
-    readme = replace_block(f.read(), "ablation-headlines", headline_block(sections), README)
+    readme = replace_block(f.read(), "ablation-headlines", headline_block(sections, planned), README)
   return {doc_path: doc, readme_path: readme}
 
 
