@@ -100,6 +100,17 @@ class Task:
     """The params after an optimizer update (CLIP clips its temperature here)."""
     return params
 
+  # --- ahead-of-time compiling (tfjax-aot, tfjax/aot/) -------------------------------------
+  def compute_dtype(self, model_cfg) -> str:
+    """The dtype the model's matmuls run in (which peak FLOP/s a roofline uses)."""
+    return model_cfg.dtype
+
+  def train_flops_per_row(self, model_cfg, batch) -> Optional[float]:
+    """Training FLOPs (forward and backward) of one row shaped like `batch`'s, counted from the
+    architecture; None where the task has no such count (tfjax-aot then says 'unknown' rather
+    than guess)."""
+    return None
+
 
 TASKS: dict[str, Task] = {}
 

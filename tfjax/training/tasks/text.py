@@ -88,6 +88,12 @@ class TextTask(Task):
     return summed_statistics(*self.logits_and_targets(model, {"params": params}, batch, rngs),
                              label_smoothing)
 
+  def train_flops_per_row(self, model_cfg, batch) -> float:
+    """tfjax/training/flops.py's count (6N plus attention per token) times the row length."""
+    from tfjax.training import flops  # pylint: disable=import-outside-toplevel  (imports models)
+    seq_len = self.row_lengths(batch)[0]
+    return flops.flops_per_token(model_cfg, seq_len) * seq_len
+
 
 for _name, _family in (("lm", "decoder"), ("mlm", "encoder"), ("seq2seq", "encoder_decoder"),
                        ("classification", "encoder")):

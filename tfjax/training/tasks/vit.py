@@ -39,9 +39,32 @@ class ViTTask(OwnModelTask):
   def tokens_per_row(self, model_cfg, batch) -> int:
     return model_cfg.num_patches + 1
 
+  def train_flops_per_row(self, model_cfg, batch) -> float:
+    return vit_train_flops_per_row(model_cfg)
+
   def forward(self, model, params, batch, label_smoothing=0.0, rngs=None):
     logits_BxC = model.apply({"params": params}, batch["images"], rngs=rngs or {})["logits"]
     return class_statistics(logits_BxC, batch["labels"], batch.get("weights"), label_smoothing)
+
+
+def vit_train_flops_per_row(cfg: ViTConfig) -> float:
+  """Training FLOPs of one image: 6 per weight per position it multiplies (forward 2, backward
+  4), plus the encoder's attention scores and values, as tfjax/training/flops.py counts a text
+  encoder. The patch projection runs on the N patches, the norms and layers on N + 1 tokens
+  ([CLS] first), the pooler and classifier on [CLS] alone; [CLS] and the position table are
+  added, not multiplied."""
+  from tfjax.training import flops  # pylint: disable=import-outside-toplevel  (imports models)
+  blocks, d = cfg.blocks(), cfg.d_model
+  patches, tokens = cfg.num_patches, cfg.num_patches + 1
+  # blocks() has a 1-row token table that flops.py would count as a tied output layer; a ViT
+  # has none (its patch projection is counted below)
+  table = blocks.vocab_size * d if blocks.tie_embeddings else 0
+  per_token = flops.flops_per_token(blocks, tokens) - 6.0 * table
+  patch_embed = cfg.patch_size ** 2 * cfg.channels * d + (d if cfg.patch_bias else 0)
+  pre_norm = 2 * d if cfg.pre_norm else 0  # LayerNorm scale and bias
+  head = (d * d + d if cfg.pooler else 0) + (d * cfg.num_classes + cfg.num_classes)
+  return (6.0 * (patch_embed * patches + pre_norm * tokens + head)
+          + per_token * tokens)
 
 
 def synthetic_images(config, workdir=None):
