@@ -80,11 +80,6 @@ class CLIPTask(OwnModelTask):
             "class_correct_sum": jnp.sum((labels_B[picked_B] == labels_B).astype(jnp.float32)),
             "row_correct": right_B, "row_count": rows_B}
 
-  def compute_dtype(self, model_cfg) -> str:
-    """The towers' matmul dtype (float32 if either tower computes in it: the slower peak)."""
-    dtypes = {model_cfg.vision.dtype, model_cfg.text.dtype}
-    return dtypes.pop() if len(dtypes) == 1 else "float32"
-
   def after_update(self, params):
     return {**params, "logit_scale": jnp.minimum(params["logit_scale"], jnp.log(100.0))}
 

@@ -102,8 +102,13 @@ class Task:
 
   # --- ahead-of-time compiling (tfjax-aot, tfjax/aot/) -------------------------------------
   def compute_dtype(self, model_cfg) -> str:
-    """The dtype the model's matmuls run in (which peak FLOP/s a roofline uses)."""
-    return model_cfg.dtype
+    """The dtype the model's matmuls run in (which peak FLOP/s a roofline uses): the config's
+    `dtype`; for a config of sub-configs (CLIP's two towers) theirs, float32 if they differ
+    (the slower peak)."""
+    if hasattr(model_cfg, "dtype"):
+      return model_cfg.dtype
+    dtypes = {part.dtype for part in vars(model_cfg).values() if hasattr(part, "dtype")}
+    return dtypes.pop() if len(dtypes) == 1 else "float32"
 
   def train_flops_per_row(self, model_cfg, batch) -> Optional[float]:
     """Training FLOPs (forward and backward) of one row shaped like `batch`'s, counted from the
