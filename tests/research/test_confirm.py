@@ -133,7 +133,8 @@ def test_the_doc_shows_exploratory_and_confirmatory_words_side_by_side(plan, tmp
   explored = next(c for c in sections[0]["judged"] if c["id"] == "xiong_postln_grows")
   assert cells[3] == explored["result"]["word"] and cells[4] == "reproduced"
   assert cells[6] == ("confirmed" if explored["result"]["word"] == "reproduced" else
-                      f"not confirmed ({explored['result']['word']} -> reproduced)")
+                      f"not confirmed ({explored['result']['word']} -> reproduced) (the claim "
+                      "itself reads reproduced on the planned seeds)")
   assert module.PLAN["id"] in cells[0] and "abc1234" in cells[0]
   pending = next(l for l in block.split("\n") if "| heads |" in l)
   assert "pending" in pending and "0 of 16 planned points" in pending

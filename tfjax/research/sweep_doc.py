@@ -413,8 +413,13 @@ def confirmations(sections: list[dict], repo: str) -> list[dict]:
         else:
           word, evidence = result["word"], verdicts.format_ours(result)
           evidence += f" ({result['why']})" if result["why"] else ""
+          # The exploratory word is what is confirmed or not; a different word is reported as
+          # not confirmed even where the planned seeds read the claim more strongly.
+          stronger = (" (the claim itself reads reproduced on the planned seeds)"
+                      if word == "reproduced" else "")
           outcome = ("untestable here" if word == "untestable here" else "confirmed"
-                     if word == before_word else f"not confirmed ({before_word} -> {word})")
+                     if word == before_word else
+                     f"not confirmed ({before_word} -> {word}){stronger}")
         out.append({"plan": module.PLAN["id"], "commit": commit, "section": name,
                     "claim": before["claim"] if before else claim_id, "before": before_word,
                     "word": word, "evidence": evidence, "outcome": outcome})
