@@ -120,6 +120,14 @@ def CLAIMS(scale=None):  # pylint: disable=invalid-name  (a sweep's claims, per 
           for a, b in zip(order, order[1:])]
 
 
+def AGGREGATES(scale=None):  # pylint: disable=invalid-name  (a sweep's aggregate claims)
+  """Kazemnejad et al.'s figure 1 as one ranking, judged over its four adjacent pairs
+  (tfjax/research/sweep_doc.py): reproduced only when every pair is."""
+  return [dict(id="ranking", claim="the ranking NoPE > T5's bias > ALiBi > rotary > sinusoidal "
+               "(MRR)", paper="MRR 0.69 > 0.55 > 0.5 > 0.33 > 0.22 (figure 1)",
+               of=[c["id"] for c in CLAIMS(scale)])]
+
+
 def _untrained_buckets(scale) -> str:
   """The caveat of T5's claims: the T5 buckets that sort's rows past N use and training at N
   never reaches ('' when there are none). A sort row of instance length m is [BOS], m symbols,
