@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from tfjax.runtime import imports
-from tfjax.training import cli
+from tfjax.training import cli, runs
 
 
 def parse_args(argv):
@@ -58,8 +58,12 @@ def main(argv=None) -> int:
     if args.command == "import":
       mesh = _parse_mesh(args.mesh)
       cfg = importer.import_model(args.hf_dir, args.workdir, dtype=args.dtype, mesh=mesh)
-      print(f"imported {args.hf_dir} -> {args.workdir} ({cfg.family}, {cfg.num_layers} layers, "
-            f"d_model {cfg.d_model}, vocab {cfg.vocab_size})")
+      if hasattr(cfg, "family"):
+        shown = (f"{cfg.family}, {cfg.num_layers} layers, d_model {cfg.d_model}, "
+                 f"vocab {cfg.vocab_size}")
+      else:  # a task's own model (tfjax/hf/task_runs.py)
+        shown = f"task {runs.load_config(args.workdir).task}, {type(cfg).__name__}"
+      print(f"imported {args.hf_dir} -> {args.workdir} ({shown})")
     else:
       config = exporter.export_model(args.workdir, args.hf_dir, model_type=args.model_type,
                                      dtype=args.dtype, max_shard_size=args.max_shard_size)

@@ -1,6 +1,8 @@
 """CLIP (`model_type` clip): CLIPModel <-> tfjax's CLIP (tfjax/nn/clip.py). Tensor names are
 the hub's. config.json nests `text_config` and `vision_config`; each is read as strictly as a
-top-level config (every field mapped, checked or ignored).
+top-level config (every field mapped, checked or ignored). The vision tower alone
+(CLIPVisionModel, `model_type` clip_vision_model) is tfjax/hf/clip_vision.py, from the same
+vision helpers below.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from tfjax.nn.vision import ViTConfig
 
 MODEL_TYPE = "clip"
 HF_CLASS = "CLIPModel"
+CLASSES = {HF_CLASS: ""}
 CONFIG = CLIPConfig
 # logit_scale_init_value only initializes logit_scale, which the checkpoint stores.
 IGNORED = frozenset({"logit_scale_init_value"})
@@ -46,6 +49,53 @@ def _sub(f: Fields, key: str) -> Fields:
   return sub
 
 
+def head(names: set) -> tuple:
+  """(transformers class, prefix): CLIPModel, or an UnsupportedError naming the head."""
+  if not any(n.startswith("text_model.") for n in names):
+    kind = ("CLIPForImageClassification (vision tower + classifier)"
+            if any(n.startswith("classifier.") for n in names) else "a checkpoint without the text tower")
+    raise UnsupportedError(f"clip checkpoint is {kind}: not supported; tfjax imports CLIPModel "
+                           "(model_type clip) and CLIPVisionModel (model_type clip_vision_model)")
+  return HF_CLASS, ""
+
+
+def hf_class(cfg: CLIPConfig) -> str:
+  del cfg
+  return HF_CLASS
+
+
+def vision_from_fields(v: Fields) -> ViTConfig:
+  """A CLIP vision tower's config (vision_config, or CLIPVisionModel's top level)."""
+  return ViTConfig(
+      image_size=vit.square(v, "image_size", 224), patch_size=vit.square(v, "patch_size", 32),
+      channels=v.get("num_channels", 3), d_model=v.get("hidden_size", 768),
+      num_layers=v.get("num_hidden_layers", 12), num_heads=v.get("num_attention_heads", 12),
+      d_ff=v.get("intermediate_size", 3072), ffn=vit.activation(v, "hidden_act", "quick_gelu"),
+      norm_eps=float(v.get("layer_norm_eps", 1e-5)), qkv_bias=True, patch_bias=False,
+      pre_norm=True, num_classes=0)
+
+
+def vision_to_hf(v: ViTConfig) -> dict:
+  return dict(model_type="clip_vision_model", image_size=v.image_size,
+              patch_size=v.patch_size, num_channels=v.channels, hidden_size=v.d_model,
+              num_hidden_layers=v.num_layers, num_attention_heads=v.num_heads,
+              intermediate_size=v.d_ff, hidden_act=vit.ACT_NAMES[v.ffn],
+              layer_norm_eps=v.norm_eps)
+
+
+def vision_rules(vc: ViTConfig, pre: str) -> list:
+  """The vision tower's tensors under `pre` (`vision_model.` in CLIPModel) <-> ('vision', ...)."""
+  emb, v = f"{pre}embeddings.", ("vision",)
+  out = [vit.patch_rules(f"{emb}patch_embedding.weight", v + ("patch_embed", "kernel"), vc),
+         mapping.copy(f"{emb}class_embedding", v + ("cls_token",)),
+         mapping.copy(f"{emb}position_embedding.weight", v + ("positions",))]
+  out += vit.norm_rules(f"{pre}pre_layrnorm", v + ("pre_norm",))
+  for i in range(vc.num_layers):
+    out += vit.layer_rules(vc, f"{pre}encoder.layers.{i}.", v + ("encoder", f"layers_{i}"),
+                           _LAYER)
+  return out + vit.norm_rules(f"{pre}post_layernorm", v + ("encoder", "final_norm"))
+
+
 def config_from_hf(f: Fields, names: set) -> CLIPConfig:
   del names
   t, v = _sub(f, "text_config"), _sub(f, "vision_config")
@@ -55,13 +105,7 @@ def config_from_hf(f: Fields, names: set) -> CLIPConfig:
       num_heads=t.get("num_attention_heads", 8), d_ff=t.get("intermediate_size", 2048),
       ffn=vit.activation(t, "hidden_act", "quick_gelu"),
       norm_eps=float(t.get("layer_norm_eps", 1e-5)), eos_id=t.get("eos_token_id", EOS))
-  vision = ViTConfig(
-      image_size=vit.square(v, "image_size", 224), patch_size=vit.square(v, "patch_size", 32),
-      channels=v.get("num_channels", 3), d_model=v.get("hidden_size", 768),
-      num_layers=v.get("num_hidden_layers", 12), num_heads=v.get("num_attention_heads", 12),
-      d_ff=v.get("intermediate_size", 3072), ffn=vit.activation(v, "hidden_act", "quick_gelu"),
-      norm_eps=float(v.get("layer_norm_eps", 1e-5)), qkv_bias=True, patch_bias=False,
-      pre_norm=True, num_classes=0)
+  vision = vision_from_fields(v)
   t.finish()
   v.finish()
   return CLIPConfig(text=text, vision=vision, projection_dim=f.get("projection_dim", 512),
@@ -75,26 +119,15 @@ def config_to_hf(cfg: CLIPConfig) -> dict:
               num_hidden_layers=t.num_layers, num_attention_heads=t.num_heads,
               intermediate_size=t.d_ff, hidden_act=vit.ACT_NAMES[t.ffn],
               layer_norm_eps=t.norm_eps, eos_token_id=t.eos_id)
-  vision = dict(model_type="clip_vision_model", image_size=v.image_size,
-                patch_size=v.patch_size, num_channels=v.channels, hidden_size=v.d_model,
-                num_hidden_layers=v.num_layers, num_attention_heads=v.num_heads,
-                intermediate_size=v.d_ff, hidden_act=vit.ACT_NAMES[v.ffn],
-                layer_norm_eps=v.norm_eps)
+  vision = vision_to_hf(v)
   return dict(model_type=MODEL_TYPE, text_config=text, vision_config=vision,
               projection_dim=cfg.projection_dim, logit_scale_init_value=cfg.logit_scale_init)
 
 
-def rules(cfg: CLIPConfig) -> list:
-  vc, tc = cfg.vision, cfg.text
-  emb, v = "vision_model.embeddings.", ("vision",)
-  out = [vit.patch_rules(f"{emb}patch_embedding.weight", v + ("patch_embed", "kernel"), vc),
-         mapping.copy(f"{emb}class_embedding", v + ("cls_token",)),
-         mapping.copy(f"{emb}position_embedding.weight", v + ("positions",))]
-  out += vit.norm_rules("vision_model.pre_layrnorm", v + ("pre_norm",))
-  for i in range(vc.num_layers):
-    out += vit.layer_rules(vc, f"vision_model.encoder.layers.{i}.",
-                           v + ("encoder", f"layers_{i}"), _LAYER)
-  out += vit.norm_rules("vision_model.post_layernorm", v + ("encoder", "final_norm"))
+def rules(cfg: CLIPConfig, prefix: str | None = None) -> list:
+  del prefix  # CLIPModel's names have none
+  tc = cfg.text
+  out = vision_rules(cfg.vision, "vision_model.")
   t = ("text",)
   out += [mapping.copy("text_model.embeddings.token_embedding.weight",
                        t + ("tokens", "embedding")),

@@ -22,7 +22,7 @@ from flax import traverse_util
 from tfjax.hf import importer, reader, registry, shards
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
-from tfjax.training import runs
+from tfjax.training import runs, tasks
 from tfjax.data import tokenizers
 
 # ModelConfig keys that change how a model runs or is initialized, not what it computes.
@@ -65,6 +65,11 @@ def export_model(workdir: str, hf_dir: str, *, model_type: Optional[str] = None,
     raise ValueError(f"{hf_dir} already holds weights {present[:3]}; export into a new "
                      "directory")
   source = importer.hf_metadata(workdir) or {}
+  run_task = runs.load_config(workdir).task
+  if tasks.get_task(run_task).own_model:  # ViT, CLIP, Whisper, Funnel (tfjax/hf/task_runs.py)
+    from tfjax.hf import task_runs  # pylint: disable=import-outside-toplevel
+    return task_runs.export_run(runs.restore_run(workdir), hf_dir, model_type=model_type,
+                                dtype=dtype, max_shard_size=max_shard_size)
   model_type = model_type or source.get("model_type")
   if model_type is None:
     raise ValueError(f"{workdir} was not imported from Hugging Face: name the architecture with "

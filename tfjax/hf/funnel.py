@@ -18,6 +18,10 @@ from tfjax.nn.funnel import Funnel, FunnelConfig
 
 MODEL_TYPE = "funnel"
 HF_CLASS = "FunnelModel"
+CLASSES = {"FunnelModel": "", "FunnelBaseModel": "", "FunnelForMaskedLM": "funnel.",
+           "FunnelForSequenceClassification": "funnel."}
+_REFUSED = {"discriminator_predictions.": "FunnelForPreTraining", "qa_outputs.":
+            "FunnelForQuestionAnswering", "classifier.weight": "FunnelForTokenClassification"}
 CONFIG = FunnelConfig
 # Fields transformers' Funnel models do not read: the released configs' legacy rel_attn_type
 # (the code reads attention_type), type_vocab_size and max_position_embeddings (token types
@@ -34,6 +38,23 @@ def hf_class(cfg: FunnelConfig) -> str:
   if cfg.num_classes:
     return "FunnelForSequenceClassification"
   return "FunnelModel" if cfg.decoder else "FunnelBaseModel"
+
+
+def head(names: set) -> tuple:
+  """(transformers class, prefix) of `names`, or an UnsupportedError naming the head."""
+  for start, cls in _REFUSED.items():
+    if any(n.startswith(start) for n in names):
+      raise UnsupportedError(f"funnel checkpoint of {cls} ({start}*): its head is not "
+                             f"supported; tfjax imports {sorted(CLASSES)}")
+  if "lm_head.bias" in names:
+    return "FunnelForMaskedLM", "funnel."
+  if "classifier.linear_out.weight" in names:
+    return "FunnelForSequenceClassification", "funnel."
+  if "embeddings.word_embeddings.weight" in names:
+    decoder = any(n.startswith("decoder.") for n in names)
+    return ("FunnelModel" if decoder else "FunnelBaseModel"), ""
+  raise UnsupportedError(f"funnel checkpoint tensors {sorted(names)[:3]} are not "
+                         f"{sorted(CLASSES)}'s")
 
 
 def _prefix(cfg: FunnelConfig) -> str:
@@ -104,8 +125,8 @@ def layer_rules(cfg: FunnelConfig, hf: str, tj: tuple) -> list:
   return out + vit.norm_rules(f"{hf}ffn.layer_norm", tj + ("ffn_norm",))
 
 
-def rules(cfg: FunnelConfig) -> list:
-  pre = _prefix(cfg)
+def rules(cfg: FunnelConfig, prefix: str | None = None) -> list:
+  pre = _prefix(cfg) if prefix is None else prefix
   out = [mapping.copy(f"{pre}embeddings.word_embeddings.weight", ("tokens", "embedding"))]
   out += vit.norm_rules(f"{pre}embeddings.layer_norm", ("embed_norm",))
   for b, size in enumerate(cfg.block_sizes):

@@ -127,15 +127,21 @@ def load(hf_dir: str, *, dtype: str = "float32", mesh: tuple = (1, -1, 1)):
 
 
 def import_model(hf_dir: str, workdir: str, *, dtype: str = "float32",
-                 mesh: tuple = (1, -1, 1)) -> ModelConfig:
+                 mesh: tuple = (1, -1, 1)):
   """Writes the run directory `workdir` from the Hugging Face model in `hf_dir`; returns its
-  ModelConfig. `dtype` is the compute dtype and the dtype the params are stored in; `mesh`
-  (data, fsdp, tensor) places each tensor as it is read."""
+  ModelConfig (ViT / CLIP / Whisper / Funnel: the model's own config, their run written by
+  tfjax/hf/task_runs.py). `dtype` is the compute dtype and the dtype the params are stored in;
+  `mesh` (data, fsdp, tensor) places each tensor as it is read."""
   if dtype not in ("float32", "bfloat16"):
     raise ValueError(f"--dtype={dtype!r}: choose float32 or bfloat16")
   if os.path.exists(os.path.join(workdir, runs.CONFIG_FILE)) or os.path.exists(
       os.path.join(workdir, "checkpoints")):
     raise ValueError(f"{workdir} already holds a run; import into a new directory")
+  config_path = os.path.join(hf_dir, "config.json")
+  if os.path.exists(config_path) and reader.read_json(config_path).get(
+      "model_type") in registry.MODALITIES:
+    from tfjax.hf import task_runs  # pylint: disable=import-outside-toplevel
+    return task_runs.import_run(hf_dir, workdir, dtype=dtype).cfg
   with reader.HFCheckpoint(hf_dir) as ckpt:
     arch, cfg = model_config_from_hf(ckpt, dtype)
     params = read_params(ckpt, arch, cfg, dtype=dtype, mesh=mesh)

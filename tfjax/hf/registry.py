@@ -104,8 +104,8 @@ ARCHITECTURES = {a.model_type: a for a in (
 )}
 
 
-# model_types tfjax.hf.modalities reads (in memory; not run directories).
-MODALITIES = ("vit", "clip", "whisper", "funnel")
+# model_types of the task models (tfjax.hf.modalities mappings; their runs: tfjax/hf/task_runs.py).
+MODALITIES = ("vit", "clip", "clip_vision_model", "whisper", "funnel")
 
 
 def missing_switches(arch: Architecture) -> list:
@@ -131,8 +131,9 @@ def architecture(model_type: Optional[str]) -> Architecture:
   arch = ARCHITECTURES.get(model_type)
   if model_type in MODALITIES:
     raise UnsupportedError(
-        f"Hugging Face model_type {model_type!r} is not a ModelConfig family, not a "
-        "training run: load and export it with tfjax.hf.modalities (docs/modalities.md)")
+        f"Hugging Face model_type {model_type!r} is not a ModelConfig family: it imports as a "
+        f"run of its own task (tfjax/hf/task_runs.py, `python -m tfjax.hf import`), and a "
+        "text run cannot export as it")
   if arch is None:
     raise UnsupportedError(
         f"Hugging Face model_type {model_type!r} is not supported; tfjax imports "

@@ -1,5 +1,9 @@
-"""Whisper (`model_type` whisper): WhisperForConditionalGeneration <-> tfjax's Whisper
-(tfjax/nn/audio.py). Tensor names are the hub's.
+"""Whisper (`model_type` whisper) <-> tfjax's Whisper (tfjax/nn/audio.py):
+  WhisperForConditionalGeneration   encoder and decoder under `model.`, output tied
+  WhisperModel                      the same, unprefixed (its output is the decoder's hidden
+                                    state; tfjax's model adds the tied output layer, no weights)
+Which one a checkpoint holds is read from its tensor names (`head`); WhisperForAudioClassification
+and WhisperForCausalLM are refused by name. Tensor names are the hub's.
 
 The encoder's `embed_positions` is stored in HF checkpoints but is Whisper's fixed sinusoid
 table (not trained); import checks it equals `whisper_sinusoids` and export writes it. K
@@ -17,6 +21,7 @@ from tfjax.nn.audio import Whisper, WhisperConfig, whisper_sinusoids
 
 MODEL_TYPE = "whisper"
 HF_CLASS = "WhisperForConditionalGeneration"
+CLASSES = {HF_CLASS: "model.", "WhisperModel": ""}
 CONFIG = WhisperConfig
 # Fields that do not change the logits of given features and decoder tokens: SpecAugment
 # (training-time masking), the audio-classification head, the alignment-heads median filter,
@@ -31,6 +36,27 @@ forced_decoder_ids alignment_heads lang_to_id task_to_id no_timestamps_token_id
 prev_sot_token_id is_multilingual max_initial_timestamp_index
 """.split())
 SINUSOID_ATOL = 1e-5
+
+
+def head(names: set) -> tuple:
+  """(transformers class, tensor-name prefix) of `names`, or an UnsupportedError naming the head."""
+  for hf_class_, prefix in CLASSES.items():
+    if {f"{prefix}encoder.conv1.weight", f"{prefix}decoder.embed_tokens.weight"} <= names:
+      return hf_class_, prefix
+  if "encoder.conv1.weight" in names:
+    raise UnsupportedError("whisper checkpoint of WhisperForAudioClassification (an encoder with "
+                           "projector.* / classifier.*): not supported; tfjax imports "
+                           f"{sorted(CLASSES)}")
+  if "model.decoder.embed_tokens.weight" in names:
+    raise UnsupportedError("whisper checkpoint of WhisperForCausalLM (a decoder without its "
+                           f"encoder): not supported; tfjax imports {sorted(CLASSES)}")
+  raise UnsupportedError(f"whisper checkpoint tensors {sorted(names)[:3]} are not "
+                         f"{sorted(CLASSES)}'s (model.encoder.conv1.weight, ...)")
+
+
+def hf_class(cfg: WhisperConfig) -> str:
+  del cfg
+  return HF_CLASS
 
 
 def config_from_hf(f: Fields, names: set) -> WhisperConfig:
@@ -102,8 +128,9 @@ def _layer(hf: str, tj: tuple, heads: int, d_model: int, cross: bool) -> list:
   return out + vit.norm_rules(f"{hf}final_layer_norm", tj + ("ffn_norm",))
 
 
-def rules(cfg: WhisperConfig) -> list:
-  e, d = "model.encoder.", "model.decoder."
+def rules(cfg: WhisperConfig, prefix: str | None = None) -> list:
+  pre = CLASSES[HF_CLASS] if prefix is None else prefix
+  e, d = f"{pre}encoder.", f"{pre}decoder."
   out = [conv(f"{e}conv1.weight", ("conv1", "kernel")), mapping.copy(f"{e}conv1.bias",
                                                                        ("conv1", "bias")),
          conv(f"{e}conv2.weight", ("conv2", "kernel")), mapping.copy(f"{e}conv2.bias",
@@ -120,29 +147,34 @@ def rules(cfg: WhisperConfig) -> list:
   return out + vit.norm_rules(f"{d}layer_norm", ("decoder", "final_norm"))
 
 
-SINUSOIDS = "model.encoder.embed_positions.weight"
+SINUSOIDS = "encoder.embed_positions.weight"  # under the class's prefix
 
 
 def droppable(cfg: WhisperConfig, name: str) -> bool:
   """The encoder's sinusoid table (checked by check_derived) and the tied proj_out."""
   del cfg
-  return name in (SINUSOIDS, "proj_out.weight")
+  return name in (SINUSOIDS, "model." + SINUSOIDS, "proj_out.weight")
 
 
 def check_derived(cfg: WhisperConfig, ckpt) -> None:
   """The stored encoder positions are Whisper's sinusoids (tfjax computes them)."""
-  if SINUSOIDS not in ckpt.names:
+  stored_names = [n for n in (SINUSOIDS, "model." + SINUSOIDS) if n in ckpt.names]
+  if not stored_names:
     return
-  stored = np.asarray(ckpt.get(SINUSOIDS), np.float32)
+  name = stored_names[0]
+  stored = np.asarray(ckpt.get(name), np.float32)
   want = whisper_sinusoids(cfg.max_source_positions, cfg.d_model)
   if stored.shape != want.shape or not np.allclose(stored, want, atol=SINUSOID_ATOL):
-    raise UnsupportedError(f"{SINUSOIDS} is not Whisper's sinusoid table (shape {stored.shape}"
+    raise UnsupportedError(f"{name} is not Whisper's sinusoid table (shape {stored.shape}"
                            "); tfjax computes the encoder positions and cannot import trained "
                            "ones")
 
 
-def derived_tensors(cfg: WhisperConfig) -> dict:
-  return {SINUSOIDS: whisper_sinusoids(cfg.max_source_positions, cfg.d_model)}
+def derived_tensors(cfg: WhisperConfig, prefix: str | None = None) -> dict:
+  """The sinusoid table transformers stores (float32 rounding of the same formula: an import
+  keeps the source's own table, so its export reproduces it bit for bit)."""
+  pre = CLASSES[HF_CLASS] if prefix is None else prefix
+  return {pre + SINUSOIDS: whisper_sinusoids(cfg.max_source_positions, cfg.d_model)}
 
 
 def model(cfg: WhisperConfig):

@@ -28,7 +28,9 @@ class ViTConfig:
   """image_size, patch_size (square), channels; d_model, num_layers, num_heads, d_ff of the
   encoder; ffn: its activation (tfjax/nn/ffn.py: gelu, gelu_tanh, quick_gelu, ...); norm_eps
   (HF ViT 1e-12, CLIP 1e-5); qkv_bias; patch_bias (ViT True, CLIP False); pre_norm: a LayerNorm
-  on the embeddings before the first layer (CLIP's pre_layrnorm); num_classes: 0 = no head."""
+  on the embeddings before the first layer (CLIP's pre_layrnorm); num_classes: 0 = no head;
+  pooler: HF ViTModel's pooler, tanh(Dense(h[:, 0])) as 'pooler_output' (off for the
+  classifier, which reads h[:, 0] itself)."""
   image_size: int = 32
   patch_size: int = 8
   channels: int = 3
@@ -42,6 +44,7 @@ class ViTConfig:
   patch_bias: bool = True
   pre_norm: bool = False
   num_classes: int = 10
+  pooler: bool = False
   init_std: float = 0.02
   dtype: str = "float32"
   attention_impl: str = "xla"
@@ -120,7 +123,8 @@ class VisionEncoder(nn.Module):
 
 
 class ViTClassifier(nn.Module):
-  """ViT image classifier: {'hidden' [B, N+1, D], 'pooled' [B, D], 'logits' [B, classes]}."""
+  """ViT image classifier: {'hidden' [B, N+1, D], 'pooled' [B, D], 'logits' [B, classes]}
+  (with num_classes), 'pooler_output' [B, D] (with pooler)."""
   config: ViTConfig
 
   @nn.compact
@@ -128,6 +132,13 @@ class ViTClassifier(nn.Module):
     cfg = self.config
     hidden, pooled = VisionEncoder(cfg, name="vision")(images_BxHxWxC)
     out = {"hidden": hidden, "pooled": pooled}
+    if cfg.pooler:
+      dense = nn.Dense(cfg.d_model, dtype=cfg.blocks().compute_dtype,
+                       kernel_init=nn.with_logical_partitioning(
+                           nn.initializers.normal(cfg.init_std), (axes.EMBED, None)),
+                       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)),
+                       name="pooler")
+      out["pooler_output"] = jnp.tanh(dense(pooled)).astype(jnp.float32)
     if cfg.num_classes:
       head = nn.Dense(cfg.num_classes, dtype=cfg.blocks().compute_dtype,
                       kernel_init=nn.with_logical_partitioning(

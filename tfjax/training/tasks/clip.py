@@ -17,6 +17,7 @@ attribute tokens (tfjax/modalities/synthetic.py).
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from tfjax.modalities import synthetic
@@ -54,6 +55,11 @@ class CLIPTask(OwnModelTask):
 
   def build_model(self, model_cfg, deterministic: bool = True):
     return CLIP(model_cfg)
+
+  def example_batch(self, model_cfg):
+    v, t = model_cfg.vision, model_cfg.text
+    return {"images": np.zeros((1, v.image_size, v.image_size, v.channels), np.float32),
+            "token_ids": np.full((1, t.max_len), t.eos_id, np.int32)}
 
   def model_inputs(self, batch):
     return (batch["images"], batch["token_ids"]), {}

@@ -54,6 +54,10 @@ class FunnelMLMTask(OwnModelTask):
   def build_model(self, model_cfg, deterministic: bool = True):
     return Funnel(model_cfg)
 
+  def example_batch(self, model_cfg):
+    inputs = np.zeros((1, 2 ** len(model_cfg.block_sizes)), np.int32)  # long enough to pool
+    return {"inputs": inputs, "token_type_ids": _token_types(inputs)}
+
   def model_inputs(self, batch):
     return (batch["inputs"],), {"token_type_ids": batch["token_type_ids"]}
 

@@ -43,6 +43,12 @@ class OwnModelTask(Task):
   def model_section(self) -> ml_collections.ConfigDict:
     return section(self.default_model())
 
+  def example_batch(self, model_cfg) -> Optional[dict]:
+    """One row of zeros with the shapes the model's init reads, without the data (reading a run
+    back: its data may be elsewhere or checked against other ids); None: one row of the data."""
+    del model_cfg
+    return None
+
   def model_config(self, config):
     values = config.model.to_dict() if hasattr(config.model, "to_dict") else dict(config.model)
     try:
@@ -56,9 +62,13 @@ class OwnModelTask(Task):
 
 def boxed_param_shapes(task: Task, config, model_cfg, dataset=None):
   """The parameter tree of `config`'s model as ShapeDtypeStructs still boxed with their logical
-  axes (nothing allocated), from one row of the task's data (`dataset`, else built)."""
-  dataset = task.make_dataset(config) if dataset is None else dataset
-  args, kwargs = task.model_inputs(dataset.train_batch(0, 1))
+  axes (nothing allocated), from one row of the task's data (`dataset`; without it the task's
+  example_batch, else the data built)."""
+  batch = None if dataset is not None else task.example_batch(model_cfg)
+  if batch is None:
+    dataset = task.make_dataset(config) if dataset is None else dataset
+    batch = dataset.train_batch(0, 1)
+  args, kwargs = task.model_inputs(batch)
   model = task.build_model(model_cfg)
   return jax.eval_shape(lambda rng: model.init(rng, *args, **kwargs)["params"],
                         jax.random.PRNGKey(0))

@@ -8,6 +8,8 @@ oriented gratings of data.classes classes with noise std data.noise
 
 from __future__ import annotations
 
+import numpy as np
+
 from tfjax.modalities import synthetic
 from tfjax.nn.vision import ViTClassifier, ViTConfig
 from tfjax.training.tasks.own_model import OwnModelTask, SyntheticRows
@@ -29,6 +31,10 @@ class ViTTask(OwnModelTask):
 
   def build_model(self, model_cfg, deterministic: bool = True):
     return ViTClassifier(model_cfg)
+
+  def example_batch(self, model_cfg):
+    c = model_cfg
+    return {"images": np.zeros((1, c.image_size, c.image_size, c.channels), np.float32)}
 
   def model_inputs(self, batch):
     return (batch["images"],), {}

@@ -50,6 +50,10 @@ class WhisperTask(OwnModelTask):
   def build_model(self, model_cfg, deterministic: bool = True):
     return Whisper(model_cfg)
 
+  def example_batch(self, model_cfg):
+    return {"features": np.zeros((1, model_cfg.num_frames, model_cfg.num_mels), np.float32),
+            "decoder_inputs": np.full((1, 1), model_cfg.decoder_start_id, np.int32)}
+
   def model_inputs(self, batch):
     return (batch["features"], batch["decoder_inputs"]), {}
 
