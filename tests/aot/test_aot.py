@@ -194,7 +194,9 @@ def _check_data_parallel_report(prog, rep, devices: int):
                         "xla_flops_per_step", "est_step_s", "mfu_bound",
                         "est_step_kernel_sum_s", "kernel_sum_s_by_kind", "roofline_compute_s",
                         "roofline_memory_s", "collectives", "attention_impl",
-                        "attention_kernel_calls", "square_buffer", "mfu_kernel_sum"]
+                        "attention_kernel_calls", "square_buffer", "mfu_kernel_sum", "params",
+                        "param_bytes", "param_bytes_per_device"]
+  assert line["param_bytes"] == line["param_bytes_per_device"] == _param_bytes(prog)  # replicated
   assert 0 < line["mfu_bound"] < 1 and line["est_step_s"] > 0
   assert line["est_step_s"] >= max(line["roofline_compute_s"], line["roofline_memory_s"])  # + network
   # The kernel-sum model is offered for GPU targets with measured rates only.

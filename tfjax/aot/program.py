@@ -1,5 +1,6 @@
 """The program a run would execute, traced for a target's devices: the train step, the eval step
-or one KV-cache decode step, with the shardings training uses.
+or one KV-cache decode step, with the shardings training uses, for any registered task
+(tfjax/training/tasks/: the task builds the model, feeds the batch and says its FLOPs).
 
 The train and eval steps are exactly those of tfjax/training/experiment.py (`jit_train_step`,
 `jit_eval_step`) on `make_mesh(config.mesh, devices=<the target's devices>)`; only their inputs
@@ -21,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from tfjax.aot import shapes
 from tfjax.inference import cached_model
-from tfjax.training import experiment, sharding, tasks
+from tfjax.training import experiment, flops, sharding, tasks
 
 WHATS = ("train", "eval", "decode")
 # The module (tfjax.nn.kernels re-exports its function under the same name).
@@ -36,8 +37,11 @@ class Program:
   args: tuple
   placement: sharding.BatchPlacement
   experiment: experiment.Experiment
-  tokens: int    # tokens this call processes (the analytic FLOPs' multiplier)
-  seq_len: int
+  tokens: int    # tokens this call processes (rows x the length the task predicts over)
+  seq_len: int   # that length (text tasks: the attention's; an image classifier's: 1)
+  # Analytic FLOPs of the whole call (all devices), None where the task has no count
+  # (Task.train_flops_per_row; eval and decode: a forward pass, a third of training's).
+  flops: float | None = None
 
 
 def build(config, devices: list, what: str = "train") -> Program:
@@ -56,16 +60,20 @@ def build(config, devices: list, what: str = "train") -> Program:
   one_row = exp.dataset.train_batch(0, 1)
   seq_len, _ = tasks.row_lengths(one_row, config.task)
   seq_len = int(seq_len)
+  row_flops = exp.task.train_flops_per_row(exp.model_config, one_row)
+
+  def call_flops(rows: int, share: float):
+    return None if row_flops is None else row_flops * rows * share
   if what == "train":
     rows = config.train.batch_size
     return Program(what, experiment.jit_train_step(exp, placement, layout.shardings),
                    (layout.abstract, placement.abstract(one_row, rows)), placement, exp,
-                   rows * seq_len, seq_len)
-  if what == "eval":
+                   rows * seq_len, seq_len, call_flops(rows, 1.0))
+  if what == "eval":  # forward only: 2 of the 6 FLOPs per weight and position
     rows = config.train.eval_batch_size
     return Program(what, experiment.jit_eval_step(exp, placement, layout.shardings),
                    (layout.abstract.params, placement.abstract(one_row, rows)), placement, exp,
-                   rows * seq_len, seq_len)
+                   rows * seq_len, seq_len, call_flops(rows, 1 / 3))
   if what == "decode":
     return _decode_program(config, exp, placement, layout, seq_len)
   raise ValueError(f"--what={what!r}: use one of {', '.join(WHATS)}")
@@ -74,9 +82,10 @@ def build(config, devices: list, what: str = "train") -> Program:
 def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
   """One generated token per row with a cache of seq_len slots (eval_batch_size rows)."""
   cfg = exp.model_config
-  if cfg.family != "decoder":
-    raise ValueError(f"--what=decode compiles a decoder's KV-cache step; model.family="
-                     f"{cfg.family!r} (use --what=train or --what=eval)")
+  if exp.task.own_model or cfg.family != "decoder":
+    family = exp.task.family if exp.task.own_model else cfg.family
+    raise ValueError(f"--what=decode compiles a text decoder's KV-cache step; config.task="
+                     f"{config.task!r} (model {family!r}): use --what=train or --what=eval")
   rows = config.train.eval_batch_size
   cache_shapes = jax.eval_shape(lambda: cached_model.init_cache(cfg, rows, seq_len))
   batch_axes = placement.sharding.spec[0]
@@ -96,7 +105,7 @@ def _decode_program(config, exp, placement, layout, seq_len: int) -> Program:
     return cached_model.forward_cached(cfg, params, cache, tokens_Bx1, positions_Bx1)
   jitted = jax.jit(step, donate_argnums=(1,))
   return Program("decode", jitted, (layout.abstract.params, cache, tokens, tokens), placement,
-                 exp, rows, seq_len)
+                 exp, rows, seq_len, flops.flops_per_token(cfg, seq_len) / 3 * rows)
 
 
 # Without a GPU, XLA cannot autotune its Triton GEMM tilings, and its untuned choice fails for

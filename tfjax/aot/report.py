@@ -68,7 +68,8 @@ def measure(compiled, platform: str, num_devices: int) -> Measured:
 class Attention:
   """Which attention implementation the compiled per-device program holds (the SPMD program
   every device runs): its kernel calls per step by kind (ATTENTION_KERNELS; none: xla or
-  chunked), and its float buffers shaped [..., L, L] for the sequence length L."""
+  chunked), and its float buffers shaped [..., L, L] for the sequence length L (seq_len 0: not
+  looked for, as in a task with a model of its own)."""
   kernels: dict           # kind -> calls per step
   seq_len: int
   square_buffers: list    # (dtype, dims), largest first
@@ -98,6 +99,8 @@ class Attention:
     return f"{dtype}[{','.join(map(str, dims))}]"
 
   def square_text(self) -> str:
+    if not self.seq_len:
+      return "not checked (a task with a model of its own: its attention lengths are its own)"
     shape = self.largest_square
     note = (" (L equals a weight dimension: only [..., heads, L, L] counted)"
             if self.ambiguous else "")
@@ -122,6 +125,8 @@ def attention(program, measured: Measured) -> Attention:
     params.add(tuple(leaf.shape))
     if getattr(leaf, "sharding", None) is not None:
       params.add(tuple(leaf.sharding.shard_shape(leaf.shape)))
+  if program.experiment.task.own_model:  # its attention lengths are its model's (unchecked)
+    return Attention(kernels, 0, [])
   squares = hlo.square_buffers(measured.buffer_shapes, program.seq_len, params)
   ambiguous = program.seq_len in {d for shape in params for d in shape}
   if ambiguous:
@@ -130,6 +135,20 @@ def attention(program, measured: Measured) -> Attention:
     counts = {heads, max(heads // tensor, 1)}
     squares = [s for s in squares if len(s[1]) >= 4 and s[1][-3] in counts]
   return Attention(kernels, program.seq_len, squares, ambiguous)
+
+
+def parameters(program) -> tuple[int, int, int]:
+  """(parameter count, their bytes, their bytes per device) of the program's parameter tree:
+  the model's weights as training holds them (the optimizer state not included)."""
+  params = program.args[0].params if program.what == "train" else program.args[0]
+  count = total = per_device = 0
+  for leaf in jax.tree_util.tree_leaves(params):
+    shard = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+    size = np.dtype(leaf.dtype).itemsize
+    count += math.prod(leaf.shape)
+    total += math.prod(leaf.shape) * size
+    per_device += math.prod(shard) * size
+  return count, total, per_device
 
 
 _ARG_NAMES = {"train": ("state", "batch"), "eval": ("params", "batch"),
@@ -155,7 +174,7 @@ def advice(program, measured: Measured, target: Target) -> str:
   if state > target.peak.hbm_bytes / 2 and mesh["fsdp"] < target.devices:
     return (f"shard the weights and Adam moments: --config.mesh.data=1 "
             f"--config.mesh.fsdp={target.devices // mesh['tensor']}")
-  if program.what == "train" and cfg.remat == "none":
+  if program.what == "train" and getattr(cfg, "remat", None) == "none":  # text models have it
     return "recompute activations in the backward pass: --config.model.remat=full"
   accum = config.optimizer.grad_accum_steps
   return (f"a smaller per-device batch: --config.optimizer.grad_accum_steps={2 * accum} "
@@ -173,11 +192,14 @@ class Report:
   verdict: str
   kernel_sum: Optional[dict] = None  # kernel_model.kernel_sum (GPU targets with measured rates)
   attention: Optional[Attention] = None
+  params: tuple = (0, 0, 0)  # parameters(): count, bytes, bytes per device
 
   def json_line(self) -> str:
     """One JSON object. `flops_per_step` (per device) is the analytic count, the trusted one;
     the compiler's HloCostAnalysis count is `xla_flops_per_step`: it counts a loop body once,
-    so a scanned layer stack (model.scan_layers) shows one layer's FLOPs of many."""
+    so a scanned layer stack (model.scan_layers) shows one layer's FLOPs of many.
+    `flops_per_step` and `mfu_bound` are null where the task has no analytic count (unknown).
+    `params`, `param_bytes`: the model's parameters as training holds them, in all."""
     by_kind = hlo.bytes_by_kind(self.measured.collectives)
     att = self.attention
     return json.dumps({
@@ -194,12 +216,14 @@ class Report:
         "attention_kernel_calls": att.kernels if att else None,
         "square_buffer": att.largest_square if att else None,
         "mfu_kernel_sum": self.kernel_sum_mfu,
+        "params": self.params[0], "param_bytes": self.params[1],
+        "param_bytes_per_device": self.params[2],
     })
 
   @property
   def kernel_sum_mfu(self) -> Optional[float]:
     """Analytic FLOPs / bf16 peak / the kernel-sum step time (the table's 'kernel sum' MFU)."""
-    if not self.kernel_sum or not self.kernel_sum["step_s"]:
+    if not self.kernel_sum or not self.kernel_sum["step_s"] or self.analytic_flops is None:
       return None
     return self.analytic_flops / self.target.peak.bf16_flops / self.kernel_sum["step_s"]
 
@@ -207,7 +231,7 @@ class Report:
 def build_report(program, measured: Measured, target: Target) -> Report:
   num_devices = target.devices
   analytic = analytic_flops(program, num_devices)
-  roof = roofline(target.peak, program.experiment.model_config.dtype, measured.flops, analytic,
+  roof = roofline(target.peak, _dtype(program), measured.flops, analytic,
                   measured.hbm_bytes_accessed, hlo.wire_bytes(measured.collectives))
   fits = measured.memory["total"] <= target.peak.hbm_bytes
   verdict = ""
@@ -220,12 +244,20 @@ def build_report(program, measured: Measured, target: Target) -> Report:
                f"{measured.memory['temp'] / GIB:.2f} GiB; largest inputs: {biggest}); "
                f"{advice(program, measured, target)}")
   return Report(target, fits, measured, analytic, minimum_collectives(program), roof, verdict,
-                _kernel_sum(program, measured, target), attention(program, measured))
+                _kernel_sum(program, measured, target), attention(program, measured),
+                parameters(program))
+
+
+def _dtype(program) -> str:
+  """The model's matmul dtype, as its task says (tfjax/training/tasks/registry.py)."""
+  return program.experiment.task.compute_dtype(program.experiment.model_config)
 
 
 def _kernel_sum(program, measured: Measured, target: Target):
   efficiency = kernel_model.GPU_EFFICIENCY.get(target.generation)
-  if target.platform != "cuda" or not measured.kernels or efficiency is None:
+  # The kernel-sum model's attention terms are the text families' (tfjax/aot/kernel_model.py).
+  if (target.platform != "cuda" or not measured.kernels or efficiency is None
+      or program.experiment.task.own_model):
     return None
   rows_per_device = program.tokens / program.seq_len / target.devices
   return kernel_model.kernel_sum(measured.kernels, target.peak, efficiency,
@@ -241,18 +273,25 @@ def table(report: Report, program, header: str, kernels=()) -> str:
   m, t, roof = report.measured, report.target, report.roof
   peak = t.peak
   margin = peak.hbm_bytes - m.memory["total"]
-  lines = [header, "", "memory per device (GiB)"]
+  count, total, per_device = report.params
+  lines = [header, "", f"parameters: {count:,} ({total / GIB:.3f} GiB in all, "
+           f"{per_device / GIB:.3f} GiB per device; {total:,} bytes)", "",
+           "memory per device (GiB)"]
   for key in ("arguments", "outputs", "aliased", "temp", "code", "total"):
     lines.append(f"  {key:<28}{_gib(m.memory[key])}")
   lines.append(f"  {'HBM':<28}{_gib(peak.hbm_bytes)}   "
                f"{'fits' if report.fits else 'DOES NOT FIT'}, margin {margin / GIB:.2f} GiB "
                f"({100 * margin / peak.hbm_bytes:.0f}%)")
-  ratio = m.flops / report.analytic_flops if report.analytic_flops else float("nan")
   lines += ["", "FLOPs per device per step",
             f"  {'compiler (HloCostAnalysis)':<28}{m.flops:10.3e}   (a loop body counted once, "
-            "Pallas kernels as 0; cuBLAS GEMMs added)",
-            f"  {'analytic (6N + attention)':<28}{report.analytic_flops:10.3e}   compiler / "
-            f"analytic = {ratio:.2f}"]
+            "Pallas kernels as 0; cuBLAS GEMMs added)"]
+  if report.analytic_flops is None:
+    lines.append(f"  {'analytic':<28}{'unknown':>10}   (config.task="
+                 f"{program.experiment.config.task!r} has no FLOPs count: no MFU bound)")
+  else:
+    ratio = m.flops / report.analytic_flops if report.analytic_flops else float("nan")
+    lines.append(f"  {'analytic (6N + attention)':<28}{report.analytic_flops:10.3e}   compiler "
+                 f"/ analytic = {ratio:.2f}")
   pallas = {k: v for k, v in m.custom_calls.items() if any(p in k for p in PALLAS_TARGETS)}
   if pallas:
     lines.append(f"  {'Pallas kernel calls':<28}{sum(pallas.values()):10d}   counted "
@@ -268,20 +307,23 @@ def table(report: Report, program, header: str, kernels=()) -> str:
   for kind in hlo.KINDS:
     if kind in by_kind or kind in report.minimum:
       ops = sum(c.count for c in m.collectives if c.kind == kind)
-      lines.append(f"  {kind:<20}{ops:6d}{by_kind.get(kind, 0) / 1e9:14.3f}"
-                   f"{report.minimum.get(kind, 0) / 1e9:14.3f}")
+      minimum = report.minimum.get(kind, 0)
+      lines.append(f"  {kind:<20}{ops:6d}{by_kind.get(kind, 0) / 1e9:14.3f}" + (
+          f"{'unknown':>14}" if minimum is None else f"{minimum / 1e9:14.3f}"))
   if not by_kind and not report.minimum:
     lines.append("  none")
   lines += ["", "roofline (per device): max(FLOPs / peak, HBM bytes / HBM bandwidth) + ring wire "
             "bytes / (link bandwidth / 2)",
             f"  compute   {roof.compute_s * 1e3:10.3f} ms  "
-            f"({peak.matmul_flops(program.experiment.model_config.dtype) / 1e12:.0f} TFLOP/s for "
-            f"{program.experiment.model_config.dtype} matmuls)",
+            f"({peak.matmul_flops(_dtype(program)) / 1e12:.0f} TFLOP/s for "
+            f"{_dtype(program)} matmuls)",
             f"  memory    {roof.memory_s * 1e3:10.3f} ms  ({peak.hbm_bytes_per_s / 1e9:.0f} GB/s, "
             f"{m.hbm_bytes_accessed / 1e9:.2f} GB accessed)",
             f"  network   {roof.comm_s * 1e3:10.3f} ms  ({peak.link_bytes_per_s / 1e9:.0f} GB/s "
             "bidirectional)",
-            f"  step      {roof.step_s * 1e3:10.3f} ms  -> MFU bound {100 * roof.mfu_bound:.1f}%",
+            f"  step      {roof.step_s * 1e3:10.3f} ms  -> MFU bound " + (
+                "unknown (no analytic FLOPs)" if roof.mfu_bound is None
+                else f"{100 * roof.mfu_bound:.1f}%"),
             f"  peaks: {peak.source}"]
   if report.kernel_sum:
     ks, eff = report.kernel_sum, kernel_model.GPU_EFFICIENCY[t.generation]

@@ -9,12 +9,15 @@ directory's rows have the same layout), and the vocabulary is the config's
 (datasets.resolve_vocab_size). Synthetic tasks read no file: they are built as usual.
 
 The one thing a corpus is needed for: model.vocab_size=0 with a 'char' or 'bpe' tokenizer, whose
-vocabulary only the corpus knows; then the real dataset is built, as training would.
+vocabulary only the corpus knows; then the real dataset is built, as training would. A task with a model of its own (ViT, CLIP, Whisper,
+Funnel: tfjax/training/tasks/) builds its registered source, as training would: the synthetic
+ones read no file, a prepared folder is read for its shapes.
 """
 
 from __future__ import annotations
 
 from tfjax.data import datasets
+from tfjax.training import tasks
 from tfjax.data.text_dataset import TextDataset
 from tfjax.data.tokenizers import ByteTokenizer
 
@@ -24,6 +27,9 @@ _PARAGRAPH = "shape only " * 9 + "\n\n"  # 101 characters: several documents per
 def stand_in_dataset(config):
   """A dataset with the batch layout and vocabulary of `config.data` (module docstring)."""
   data = config.data
+  task = tasks.get_task(config.task)
+  if task.own_model:
+    return task.make_dataset(config)
   if data.name not in datasets.TEXT_DATASETS + (datasets.PREPARED,):
     return datasets.make_dataset(data, config.task)
   try:
