@@ -31,10 +31,9 @@ Local Attention 15.82, Performer 18.01, Linformer 35.70, Longformer 35.63, BigBi
 (tests/research/test_paper_numbers.py holds them). Chance (10 classes) is 10%; the paper does not
 state its majority-class rate.
 """
-import functools
 import os
 
-from tfjax.research import sweep, verdicts
+from tfjax.research import memo, sweep, verdicts
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 
@@ -109,11 +108,16 @@ ARM_KEYS = _arm_keys()
 REPORT = dict(metrics=["eval/accuracy", "eval/majority_floor", "eval/loss", "diverged"])
 
 
-@functools.lru_cache(maxsize=None)
 def _rows(scale: str, split: str):
   """(root operators, labels) of the eval set (fixed by data.eval_seed, the same for every point)
   or of the first SHALLOW_FIT_ROWS training rows: a row's root operator is its token after
-  [CLS]."""
+  [CLS]. Generated once per process (tfjax/research/memo.py: the page rebuild loads this file
+  several times)."""
+  return memo.cached(("lra_listops._rows", scale, split, SHALLOW_FIT_ROWS),
+                     lambda: _generate_rows(scale, split))
+
+
+def _generate_rows(scale: str, split: str):
   import numpy as np  # pylint: disable=import-outside-toplevel
   from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
   config = get_config(scale)
