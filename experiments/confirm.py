@@ -7,8 +7,11 @@ The plan must be committed as it stands (its commit goes into every result row).
 planned points train into --workdir (default runs/confirm/<plan id>/<section>) through
 experiments/sweep.py, so a rerun resumes; then every finished point is written to
 docs/ablations/results/confirm/<plan id>_<section>.jsonl with the plan's id, commit and hash.
-An existing results file of another plan version is never overwritten. Rebuild the page with
-`python -m tfjax.research.sweep_doc`.
+Points whose rows that file already holds are not run again, so a section can be finished over
+several sessions from the committed file (a fixed-size plan read only when complete: partial
+rows are stored, never read). --export_only writes the finished points of --workdir without
+running any (e.g. before a session ends). An existing results file of another plan version is
+never overwritten. Rebuild the page with `python -m tfjax.research.sweep_doc`.
 """
 import json
 import os
@@ -27,6 +30,8 @@ _SECTION = flags.DEFINE_string("section", None, "The plan's section to run (e.g.
 _WORKDIR = flags.DEFINE_string("workdir", "", "Where the points train (default "
                                "runs/confirm/<plan id>/<section>).")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (experiments/sweep.py).")
+_EXPORT_ONLY = flags.DEFINE_bool("export_only", False, "Write the finished points of --workdir "
+                                 "to the results file; train nothing.")
 
 
 def main(argv):
@@ -50,20 +55,43 @@ def main(argv):
       cli.fail(f"{out} holds {len(foreign)} rows of another version of plan {plan['id']}; it "
                "is not overwritten: a changed plan is a new plan (new id, new file)")
   workdir = _WORKDIR.value or os.path.join("runs", "confirm", plan["id"], _SECTION.value)
+  kept = confirm.load_rows(out) if os.path.exists(out) else []
+  have = {r["name"] for r in kept}
+  planned = sweep_lib.load_sweep(f"{_PLAN.value}", _SECTION.value).points
+  remaining = [p.name for p in planned if p.name not in have]
+  args = [sys.executable, os.path.join(repo, "experiments", "sweep.py"),
+          f"--config={_PLAN.value}:{_SECTION.value}", f"--workdir={workdir}",
+          f"--parallel={_PARALLEL.value}"]
+  if not remaining:
+    print(f"every planned point of {_SECTION.value} has a row in {out}; nothing to run")
+    return
+  if _EXPORT_ONLY.value:
+    if not os.path.isdir(workdir):
+      cli.fail(f"--export_only: {workdir} does not exist, so no planned point finished there "
+               "(give the --workdir the section ran in)")
+    args.append("--report_only")
+  else:
+    args.append("--only=" + ",".join(remaining))
   with tempfile.TemporaryDirectory() as tmp:
     jsonl = os.path.join(tmp, "results.jsonl")
-    code = subprocess.call([sys.executable, os.path.join(repo, "experiments", "sweep.py"),
-                            f"--config={_PLAN.value}:{_SECTION.value}", f"--workdir={workdir}",
-                            f"--parallel={_PARALLEL.value}", f"--results_jsonl={jsonl}"])
+    code = subprocess.call(args + [f"--results_jsonl={jsonl}"])
     if not os.path.exists(jsonl):
       cli.fail(f"the sweep wrote no results (exit {code}); see its output above")
     with open(jsonl, encoding="utf-8") as f:
-      records = confirm.stamp([json.loads(line) for line in f], plan, commit)
-  if not records:  # nothing finished: an existing file stays as it is
+      new = [r for r in map(json.loads, f) if r["point"] not in have]
+  if not new:  # nothing finished: an existing file stays as it is
     cli.fail(f"no planned point finished (sweep exit {code}); see its output above")
+  order = {p.name: i for i, p in enumerate(planned)}
+  old_records = []
+  if kept:
+    with open(out, encoding="utf-8") as f:
+      old_records = [json.loads(line) for line in f]
+  records = sorted(old_records + confirm.stamp(new, plan, commit),
+                   key=lambda r: order.get(r["point"], len(order)))
   sweep_results.write(out, records)
-  print(f"{len(records)} rows of plan {plan['id']} (commit {commit}) -> {out}")
-  sys.exit(code)
+  print(f"{len(new)} new rows ({len(records)} of {len(planned)} planned) of plan {plan['id']} "
+        f"(commit {commit}) -> {out}")
+  sys.exit(code if not _EXPORT_ONLY.value else 0)
 
 
 def run():

@@ -171,6 +171,34 @@ def test_the_runner_refuses_an_uncommitted_plan_and_another_plans_results(tmp_pa
   assert not (tmp_path / "runs").exists()  # nothing ran
 
 
+def test_the_runner_runs_only_the_points_the_committed_results_lack(tmp_path):
+  """A section whose every planned point has a row of this plan is not run again; with one row
+  missing, --export_only from an empty workdir finds nothing to add and leaves the file as is."""
+  repo = tmp_path / "repo"
+  for rel in ("configs/ablations", "experiments"):
+    shutil.copytree(os.path.join(REPO, rel), repo / rel)
+  _git(repo, "init", "-q")
+  _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+  _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "plan")
+  plan_path = repo / "configs/ablations/confirm/replication_1.py"
+  module = sweep.load_module(str(plan_path))
+  recs = _rows_for(module, "norm_init", _grad_norms)
+  for rec, point in zip(recs, sweep.load_sweep(str(plan_path), "norm_init").points):
+    rec["point"] = point.name
+  _write(repo, module, "norm_init", recs)
+  cmd = [sys.executable, str(repo / "experiments/confirm.py"), f"--plan={plan_path}",
+         "--section=norm_init", f"--workdir={tmp_path / 'runs'}"]
+  out = subprocess.run(cmd, capture_output=True, text=True, cwd=repo)
+  assert out.returncode == 0 and "nothing to run" in out.stdout, out.stderr
+  assert not (tmp_path / "runs").exists()
+  _write(repo, module, "norm_init", recs[:-1])
+  path = confirm.results_path(str(repo), module.PLAN["id"], "norm_init")
+  before = open(path, encoding="utf-8").read()
+  out = subprocess.run(cmd + ["--export_only"], capture_output=True, text=True, cwd=repo)
+  assert out.returncode == 2 and "no planned point finished there" in out.stderr, out.stderr
+  assert open(path, encoding="utf-8").read() == before
+
+
 def test_stamped_rows_carry_the_plans_commit_and_hash(plan):
   rows = confirm.stamp([{"point": "x"}], plan.PLAN, "abc1234")
   assert rows == [{"point": "x", "plan": {"id": "replication_1", "commit": "abc1234",
