@@ -92,6 +92,19 @@ class MediaSplit:
       out[i, len(kept):] = arrays["floors"][row]
     return out
 
+  def _lengths(self, ends: str) -> np.ndarray:
+    return np.concatenate([np.diff(np.asarray(a[ends], np.int64), prepend=0)
+                           for a in self._arrays]) if self._arrays else np.zeros(0, np.int64)
+
+  def frame_counts(self) -> np.ndarray:
+    """int64 [len(self)]: each clip's frames before its dropped padding (its speech and the
+    partial frames at its end), read from the index alone."""
+    return self._lengths("frame_ends")
+
+  def token_counts(self) -> np.ndarray:
+    """int64 [len(self)]: each transcript's token count (tokens(i)'s length)."""
+    return self._lengths("docs")
+
   def tokens(self, index: int) -> np.ndarray:
     """The transcript's token ids (with the end-of-text id when the prepare appended it)."""
     return self._span(*self._locate(index), "tokens", "docs")

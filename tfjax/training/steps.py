@@ -133,7 +133,8 @@ def make_multi_step(train_step: Callable) -> Callable:
 
 def make_eval_step(model: nn.Module, task: str) -> Callable:
   """(params, batch) -> summed loss, weight and correct counts, exact rows and counted rows, and
-  the further sums the task's eval_ratios read."""
+  the further sums the task's eval_ratios read (those its forward returns for this data: CLIP's
+  zero-shot sum needs class captions)."""
   own_sums = {num for _, num, _ in tasks.get_task(task).eval_ratios} - set(_SUMS) - {
       "exact_sum", "row_sum"}
 
@@ -141,7 +142,7 @@ def make_eval_step(model: nn.Module, task: str) -> Callable:
     stats = tasks.forward(model, params, batch, task)
     return {**{k: stats[k] for k in _SUMS},
             "exact_sum": jnp.sum(stats["row_correct"]), "row_sum": jnp.sum(stats["row_count"]),
-            **{k: stats[k] for k in sorted(own_sums)}}
+            **{k: stats[k] for k in sorted(own_sums) if k in stats}}
   return eval_step
 
 
@@ -176,6 +177,8 @@ def evaluate(eval_step: Callable, params, eval_batches, trained_lengths=None,
   out["eval/perplexity"] = float(np.exp(min(loss, 50.0)))
   out["eval/accuracy"] = overall["correct_sum"] / max(overall["weight_sum"], 1.0)
   for name, numerator, denominator in ratios:
+    if any(numerator not in g for g in headline.values()):
+      continue  # a sum this data does not give (CLIP's zero-shot without class captions)
     out[name] = (sum(g[numerator] for g in headline.values())
                  / max(sum(g[denominator] for g in headline.values()), 1.0))
   if len(headline) < len(totals):

@@ -3,7 +3,9 @@
 Batch: images [B, H, W, C] float32, labels [B] int32. Scored as one prediction per row (cross
 entropy of the class logits; accuracy, chance 1/classes). Synthetic data (data.name='synthetic'):
 oriented gratings of data.classes classes with noise std data.noise
-(tfjax/modalities/synthetic.py `stripes`).
+(tfjax/modalities/synthetic.py `stripes`). A prepared image folder (data.name='image_folder',
+data.path = tfjax-prepare --input=images:DIR's output): its train split, evaluated on its
+held-out split (tfjax/training/tasks/prepared_rows.py), pixels scaled to [-1, 1].
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 from tfjax.modalities import synthetic
 from tfjax.nn.vision import ViTClassifier, ViTConfig
 from tfjax.training.tasks.own_model import OwnModelTask, SyntheticRows
+from tfjax.training.tasks.prepared_rows import PreparedRows, open_prepared
 from tfjax.training.tasks.registry import register_dataset, register_task
 from tfjax.training.tasks.text import class_statistics
 
@@ -84,5 +87,41 @@ def synthetic_images(config, workdir=None):
   return SyntheticRows(rows, data.seed, data.eval_seed)
 
 
+def scaled_pixels(pixels_BxHxWxC) -> np.ndarray:
+  """uint8 pixels -> float32 in [-1, 1] (mean 0.5, std 0.5: the ViT / CLIP-style scaling)."""
+  return pixels_BxHxWxC.astype(np.float32) / 127.5 - 1.0
+
+
+CHANNELS = {"RGB": 3, "L": 1}
+
+
+def check_image_settings(settings: dict, image_size: int, channels: int, path: str,
+                         section: str = "config.model") -> None:
+  """The prepared images fit the model's input; else a one-line error naming both."""
+  found = (settings["size"], CHANNELS[settings["mode"]])
+  if found != (image_size, channels):
+    raise ValueError(f"data.path={path} holds {found[0]}x{found[0]} {settings['mode']} images "
+                     f"({found[1]} channels), {section} reads {image_size}x{image_size} with "
+                     f"{channels} channels: set {section}.image_size={found[0]} and "
+                     f"channels={found[1]}, or prepare with --image_size={image_size}")
+
+
+def image_folder(config, workdir=None):
+  del workdir
+  cfg = ViTTask().model_config(config)
+  train, held_out = open_prepared(config, "image", "image_folder")
+  check_image_settings(train.settings, cfg.image_size, cfg.channels, config.data.path)
+  if cfg.num_classes != len(train.class_names):
+    raise ValueError(f"config.model.num_classes={cfg.num_classes}, data.path={config.data.path} "
+                     f"holds {len(train.class_names)} classes: set model.num_classes="
+                     f"{len(train.class_names)}")
+
+  def rows(split, indices, positions):
+    del positions
+    return {"images": scaled_pixels(split.pixels(indices)), "labels": split.labels(indices)}
+  return PreparedRows(train, held_out, config.data.seed, config.data.eval_seed, rows)
+
+
 register_task(ViTTask())
 register_dataset("vit", "synthetic", synthetic_images)
+register_dataset("vit", "image_folder", image_folder)

@@ -1,0 +1,59 @@
+"""What the real-data benchmarks of the modalities share (experiments/bench_digits.py,
+bench_digits_clip.py, bench_spoken_digits.py): train a config through experiments/train.py in a
+child process (timed), read its metrics.jsonl, stamp the results with the machine, JAX version
+and date, and write OUT/NAME.json and OUT/NAME.md."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+
+def train(config: str, workdir: str, overrides: list[str]) -> float:
+  """Runs experiments/train.py (a finished workdir returns at once: the loop resumes at its
+  last step); the wall seconds it took."""
+  command = [sys.executable, os.path.join(ROOT, "experiments", "train.py"), f"--config={config}",
+             f"--workdir={workdir}"] + [f"--config.{o}" for o in overrides]
+  print("$", " ".join(command), flush=True)
+  start = time.perf_counter()
+  subprocess.run(command, check=True)
+  return time.perf_counter() - start
+
+
+def metrics(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def curve(rows: list[dict], key: str) -> list[tuple[int, float]]:
+  """(step, value) of every metrics row holding `key`."""
+  return [(row["step"], row[key]) for row in rows if key in row]
+
+
+def stamp() -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  return {"date": datetime.date.today().isoformat(), "jax": jax.__version__,
+          "device": f"{jax.devices()[0].platform.upper()} ({os.cpu_count()}-core "
+                    f"{platform.machine()}, shared)",
+          "python": platform.python_version()}
+
+
+def write(out: str, name: str, result: dict, table: list[str]) -> None:
+  """OUT/NAME.json (result) and OUT/NAME.md (the stamp's line, then the table's lines)."""
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  s = result["stamp"]
+  lines = [f"`{result['command']}`", "", f"{s['device']}, JAX {s['jax']}, {s['date']}", ""]
+  with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
+    f.write("\n".join(lines + table) + "\n")
+  print("\n".join(lines + table))
