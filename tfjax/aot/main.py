@@ -1,4 +1,6 @@
-"""Compile a config's step for hardware that is not attached, and say whether it fits.
+"""Compile a config's step for hardware that is not attached, and say whether it fits. Any
+registered task (tfjax/training/tasks/: the text tasks, vit, clip, whisper, funnel,
+funnel_classification) compiles through its task plugin; --what=decode is the text decoders'.
 
   python -m tfjax.aot --config=configs/NAME.py[:ARG] --target=TARGET [--what=train|eval|decode]
       [--config.key=value ...]          (also the console script tfjax-aot)
