@@ -39,7 +39,7 @@ def get_config(arg=None):
                       decoder_layers=1 if test else 2, decoder_heads=4,
                       decoder_ffn=2 * width if test else 4 * width, ffn="gelu",
                       decoder_start_id=1, eos_id=2)
-  steps = 4 if test else 2000
+  steps = 4 if test else 1200
   config.optimizer.update(lr=1e-3, min_lr=1e-5, warmup_steps=2 if test else 100,
                           weight_decay=0.01, clip_norm=1.0)
   config.train.update(num_steps=steps, batch_size=8 if test else 32,

@@ -19,14 +19,20 @@ if ROOT not in sys.path:
 
 
 def train(config: str, workdir: str, overrides: list[str]) -> float:
-  """Runs experiments/train.py (a finished workdir returns at once: the loop resumes at its
-  last step); the wall seconds it took."""
+  """Runs experiments/train.py; the wall seconds it took. A finished workdir returns at once
+  (the loop resumes at its last step): then the seconds are not the training's, and
+  `reused(workdir)` said so before the call."""
   command = [sys.executable, os.path.join(ROOT, "experiments", "train.py"), f"--config={config}",
              f"--workdir={workdir}"] + [f"--config.{o}" for o in overrides]
   print("$", " ".join(command), flush=True)
   start = time.perf_counter()
   subprocess.run(command, check=True)
   return time.perf_counter() - start
+
+
+def reused(workdir: str) -> bool:
+  """Whether `workdir` already holds a run (its timing is then not measured here)."""
+  return os.path.exists(os.path.join(workdir, "metrics.jsonl"))
 
 
 def metrics(workdir: str) -> list[dict]:
