@@ -110,7 +110,8 @@ def generate_for_run(run, args) -> list[dict]:
       cfg, params, prompt, max_new_tokens=args.max_new_tokens, strategy=args.strategy,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
       num_samples=args.num_samples, beam_size=args.beam_size,
-      length_penalty=args.length_penalty, eos_id=eos_id, rng=args.seed,
+      length_penalty=0.6 if getattr(args, "length_penalty", None) is None
+      else args.length_penalty, eos_id=eos_id, rng=args.seed,
       encoder_inputs=encoder_inputs)
   results = []
   for row in range(out.tokens.shape[0]):

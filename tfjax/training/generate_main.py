@@ -5,6 +5,11 @@ continues a prompt.
   python experiments/generate.py --workdir=DIR --prompt="First" --strategy=sample --top_p=0.9 \
       --num_samples=3 --seed=1
   python experiments/generate.py --workdir=DIR --prompt="^abc|" --strategy=beam --beam_size=4
+  python experiments/generate.py --workdir=WHISPER_RUN --audio=clip.wav [--strategy=beam]
+
+A Whisper run (config.task='whisper') transcribes --audio / --features instead of continuing a
+prompt (tfjax/inference/transcribe.py: the run's generation_config.json sets the prompt tokens,
+suppress lists and beam length penalty, as transformers' generate reads them).
 
 The run's own config.json (and the --import modules it records), tokenizer and newest readable
 checkpoint are used; how --prompt is read is tfjax/inference/generate.py. --prompt_ids="1 4 5"
@@ -21,6 +26,7 @@ import sys
 
 from tfjax.inference import decode
 from tfjax.inference.generate import generate_for_run
+from tfjax.inference.transcribe import transcribe_for_run
 from tfjax.runtime import imports
 from tfjax.training import cli, runs
 from tfjax.training.metrics import setup_logging
@@ -43,18 +49,36 @@ def parse_args(argv):
   parser.add_argument("--top_k", type=int, default=None, help="sample: keep the k likeliest")
   parser.add_argument("--top_p", type=float, default=None, help="sample: nucleus mass p")
   parser.add_argument("--beam_size", type=int, default=4, help="beam: beams per prompt")
-  parser.add_argument("--length_penalty", type=float, default=0.6,
-                      help="beam: GNMT length penalty alpha")
+  parser.add_argument("--length_penalty", type=float, default=None,
+                      help="beam: GNMT length penalty alpha (default 0.6; Whisper: "
+                           "transformers' log-prob / length ** penalty, default the generation "
+                           "config's, else 1.0)")
   parser.add_argument("--eos_id", type=int, default=None,
                       help="stop token (default: EOS of synthetic tasks, none for text; -1 = none)")
+  whisper = parser.add_argument_group("Whisper runs (transcription)")
+  whisper.add_argument("--audio", default=None, help="WAV file(s), comma-separated (16 kHz mono)")
+  whisper.add_argument("--features", default=None,
+                       help="log-mel features .npy, [frames, mels] or [batch, frames, mels]")
+  whisper.add_argument("--language", default=None,
+                       help="language code (en, de, ...) of a multilingual model; default: the "
+                            "generation config's forced one, else detected")
+  whisper.add_argument("--whisper_task", default=None, choices=("transcribe", "translate"),
+                       help="default: the generation config's forced task")
   cli.add_import_argument(parser)
   return parser.parse_args(argv)
 
 
 def generate_from_run(args) -> list[dict]:
   """Restores the newest checkpoint of args.workdir and continues the prompt
-  (`generate_for_run`)."""
-  return generate_for_run(runs.restore_run(args.workdir), args)
+  (`generate_for_run`), or transcribes (a Whisper run: `transcribe_for_run`)."""
+  run = runs.restore_run(args.workdir)
+  if run.config.task == "whisper":
+    return transcribe_for_run(run, args)
+  for flag in ("audio", "features", "language", "whisper_task"):
+    if getattr(args, flag, None) is not None:
+      raise ValueError(f"--{flag} is for Whisper runs; {args.workdir} trains task "
+                       f"{run.config.task!r}")
+  return generate_for_run(run, args)
 
 
 @cli.guarded  # configuration / workdir / prompt problems: one `error:` line, exit 2
