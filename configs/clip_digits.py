@@ -28,8 +28,9 @@ def get_config(arg=None):
     python experiments/train.py --config=configs/clip_digits.py --workdir=runs/clip_digits \\
         --config.data.path=data/digits_8px
 
-  Expected (docs/modalities.md, 2-core CPU): see the table there for runtime and zero-shot
-  accuracy. 'test' is the unit tests' few-step run (data.path still required).
+  Expected (docs/modalities.md; shared 2-core CPU, JAX 0.10.2, seed 0): about 2 minutes;
+  eval/zero_shot_accuracy on the 359 test digits 0.961 (untrained step 0: 0.086; chance 0.10).
+  'test' is the unit tests' few-step run (data.path still required).
   """
   if arg != "test":
     refuse_argument("configs/clip_digits.py", arg, "no argument or 'test'")

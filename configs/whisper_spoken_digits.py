@@ -7,7 +7,7 @@ Input: Whisper's 80-bin log-mel features (tfjax-prepare, the math of WhisperFeat
 cropped to 320 frames (3.2 s; every clip's speech fits, the rest of the 30 s window is padding),
 -> 160 encoder positions after the stride-2 conv. Output: characters (the prepared char
 tokenizer, 16 symbols + pad / SOT / EOT). 2 encoder and 2 decoder pre-LN layers x 128, 4 heads;
-AdamW 1e-3 (warmup, cosine to 1e-5), batch 32, teacher-forced cross-entropy. Scored by
+AdamW 1e-3 (warmup, cosine to 1e-5), batch 32, 1,200 steps, teacher-forced cross-entropy. Scored by
 experiments/bench_spoken_digits.py: word error rate of greedy decoding on the 200 test clips.
 """
 
@@ -24,7 +24,9 @@ def get_config(arg=None):
     python experiments/bench_spoken_digits.py --prepared=data/spoken_digits_prepared \\
         --workdir=runs/whisper_digits     # trains with this config, then decodes the test clips
 
-  Expected (docs/modalities.md, 2-core CPU): see the table there for runtime and WER.
+  Expected (docs/modalities.md; shared 2-core CPU, JAX 0.10.2, seed 0): 16 minutes at 0.8 s a
+  step (26 on the loaded machine it was measured on); greedy word error rate 0.041 on the 200
+  test clips (33 / 797 words), exact match 0.865.
   'test' is the unit tests' few-step run (data.path still required).
   """
   if arg != "test":

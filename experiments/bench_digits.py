@@ -20,6 +20,7 @@ import argparse
 import sys
 import time
 
+import ml_collections
 import numpy as np
 
 import media_bench  # experiments/media_bench.py (its ROOT on sys.path first)
@@ -71,8 +72,7 @@ def main(argv=None) -> None:
   seconds = media_bench.train(args.config, args.workdir, overrides)
   vit = vit_accuracy(args.workdir)
   rows = media_bench.metrics(args.workdir)
-  from tfjax.training.tasks.prepared_rows import open_prepared  # pylint: disable=import-outside-toplevel
-  import ml_collections  # pylint: disable=import-outside-toplevel
+  from tfjax.training.tasks.prepared_rows import open_prepared
   train, held_out = open_prepared(ml_collections.ConfigDict(
       {"data": {"path": args.prepared, "verify": "checksum"}}), "image", "image_folder")
   baseline = logistic_regression(train, held_out)

@@ -48,9 +48,10 @@ def open_prepared(config, kind: str, dataset_name: str) -> tuple[MediaSplit, Med
 
 class PreparedRows:
   """The loop's dataset over a prepared directory: `rows(split, indices, positions) -> dict of
-  [n, ...] arrays` builds the examples (positions: each row's place in the training stream, or
-  in the held-out split, for choices a row makes beyond its example); eval batches add `weights` [n] (0 on padding rows) unless
-  `row_weights(weights_n, rows)` spreads them itself (per-token weights)."""
+  [n, ...] arrays` builds the examples (positions: each row's place in the training stream or in
+  the held-out split, for choices a row makes beyond its example); eval batches add `weights`
+  [n] (0 on padding rows) unless `row_weights(weights_n, rows)` spreads them itself (per-token
+  weights)."""
 
   def __init__(self, train: MediaSplit, held_out: MediaSplit, seed: int, eval_seed: int,
                rows: Callable[[MediaSplit, np.ndarray, np.ndarray], dict],
