@@ -125,8 +125,8 @@ def test_vit_trains_on_config(tmp_path):
 
 def test_vit_errors_name_the_problem(tmp_path):
   from tfjax.hf import registry  # pylint: disable=import-outside-toplevel
-  with pytest.raises(UnsupportedError, match="tfjax.hf.modalities"):
-    registry.architecture("vit")  # what `python -m tfjax.hf import` reads
+  with pytest.raises(UnsupportedError, match="run of its own task"):
+    registry.architecture("vit")  # the text families' path (vit: tfjax/hf/task_runs.py)
   with pytest.raises(ValueError, match="not a multiple of patch_size"):
     ViTConfig(image_size=10, patch_size=4).validated()
   cfg = ViTConfig(image_size=16, patch_size=4, d_model=16, num_heads=2, d_ff=8, num_layers=1)
