@@ -163,15 +163,13 @@ def image_folder_captions(config, workdir=None):
     return {"images": scaled_pixels(split.pixels(indices)),
             "token_ids": vocab.caption_ids(labels, chosen), "labels": labels}
 
-  def rows(split, indices, positions):
-    if split is train:
-      return train_rows(split, indices, positions)
+  def eval_rows(split, indices, positions):
     labels = split.labels(indices)
     return {"images": scaled_pixels(split.pixels(indices)),
             "token_ids": vocab.caption_ids(labels, positions % num_templates), "labels": labels,
             "class_token_ids": np.broadcast_to(vocab.captions_CxTxL,
                                                (len(indices),) + vocab.captions_CxTxL.shape)}
-  dataset = PreparedRows(train, held_out, data.seed, data.eval_seed, rows)
+  dataset = PreparedRows(train, held_out, data.seed, data.eval_seed, train_rows, eval_rows)
   dataset.vocabulary = vocab
   return dataset
 

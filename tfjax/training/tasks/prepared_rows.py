@@ -49,15 +49,16 @@ def open_prepared(config, kind: str, dataset_name: str) -> tuple[MediaSplit, Med
 class PreparedRows:
   """The loop's dataset over a prepared directory: `rows(split, indices, positions) -> dict of
   [n, ...] arrays` builds the examples (positions: each row's place in the training stream or in
-  the held-out split, for choices a row makes beyond its example); eval batches add `weights`
-  [n] (0 on padding rows) unless `row_weights(weights_n, rows)` spreads them itself (per-token
-  weights)."""
+  the held-out split, for choices a row makes beyond its example), `eval_rows` (default `rows`)
+  the held-out ones; eval batches add `weights` [n] (0 on padding rows) unless
+  `row_weights(weights_n, rows)` spreads them itself (per-token weights)."""
 
   def __init__(self, train: MediaSplit, held_out: MediaSplit, seed: int, eval_seed: int,
                rows: Callable[[MediaSplit, np.ndarray, np.ndarray], dict],
+               eval_rows: Optional[Callable[[MediaSplit, np.ndarray, np.ndarray], dict]] = None,
                row_weights: Optional[Callable[[np.ndarray, dict], dict]] = None):
     self.train, self.held_out, self.seed = train, held_out, int(seed)
-    self._rows = rows
+    self._rows, self._eval_rows = rows, eval_rows or rows
     self._row_weights = row_weights or (lambda w, rows: {**rows, "weights": w})
     self._perms: dict[int, np.ndarray] = {}
     self.eval_order = np.random.default_rng([int(eval_seed)]).permutation(len(held_out))
@@ -86,6 +87,6 @@ class PreparedRows:
       positions = b * batch_size + np.arange(row_start, row_start + count)
       real = positions < total
       examples = self.eval_order[np.where(real, positions, 0)]
-      rows = self._rows(self.held_out, examples, positions)
+      rows = self._eval_rows(self.held_out, examples, positions)
       out.append(("val", self._row_weights(real.astype(np.float32), rows)))
     return out

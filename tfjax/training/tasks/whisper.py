@@ -169,7 +169,7 @@ def audio_folder(config, workdir=None):
   def row_weights(real_n, batch):  # a padding row counts nowhere: its tokens weigh 0
     return {**batch, "weights": batch["weights"] * real_n[:, None]}
   return PreparedRows(train, held_out, config.data.seed, config.data.eval_seed, rows,
-                      row_weights)
+                      row_weights=row_weights)
 
 
 register_task(WhisperTask())
