@@ -254,3 +254,13 @@ def test_wrong_or_missing_folders_are_one_clear_line(images, audio, tmp_path):
   config = _whisper_config(audio)
   config.model.max_target_positions = 4
   assert "max_target_positions >= " in _error(config, "whisper")
+
+
+def test_train_cli_on_a_folder_of_the_other_kind_is_one_error_line(audio, tmp_path):
+  result = run_cli([f"--config={os.path.join(REPO, 'configs', 'vit_digits.py')}",
+                    f"--workdir={tmp_path / 'run'}", f"--config.data.path={audio}"], tmp_path)
+  assert result.returncode == 2
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "holds prepared audio examples, not image" in errors[0], result.stderr
+  assert "Traceback" not in result.stderr
+  assert not os.path.exists(tmp_path / "run")  # nothing written
