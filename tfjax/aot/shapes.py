@@ -9,9 +9,10 @@ directory's rows have the same layout), and the vocabulary is the config's
 (datasets.resolve_vocab_size). Synthetic tasks read no file: they are built as usual.
 
 The one thing a corpus is needed for: model.vocab_size=0 with a 'char' or 'bpe' tokenizer, whose
-vocabulary only the corpus knows; then the real dataset is built, as training would. A task with a model of its own (ViT, CLIP, Whisper,
-Funnel: tfjax/training/tasks/) builds its registered source, as training would: the synthetic
-ones read no file, a prepared folder is read for its shapes.
+vocabulary only the corpus knows; then the real dataset is built, as training would. A task with
+a model of its own (ViT, CLIP, Whisper, Funnel: tfjax/training/tasks/) builds its registered
+source, as training would: the synthetic ones read no file, a prepared folder is read for its
+shapes.
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ def _audio_arrays(clips: list) -> dict:
     encoded = [np.concatenate([ids, [settings["eos_id"]]]) for ids in encoded]
   tokens = np.concatenate(encoded).astype(np.int64) if encoded else np.zeros(0, np.int64)
   if tokens.size and tokens.max() > np.iinfo(settings["dtype"]).max:
-    raise ValueError(f"token id {tokens.max()} does not fit {settings['dtype']}; use --dtype=uint32")
+    raise ValueError(f"token id {tokens.max()} does not fit {settings['dtype']}; "
+                     "use --dtype=uint32")
   raw = [t.encode("utf-8") for t in texts]
   return {
       "features": (np.concatenate(frames) if frames else

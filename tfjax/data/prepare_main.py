@@ -102,7 +102,8 @@ def _main_media(args) -> None:
   what = (f"{len(manifest['class_names'])} classes, {manifest['settings']['size']}px "
           f"{manifest['settings']['mode']}" if manifest["kind"] == "image" else
           f"{manifest['settings']['n_mels']} mel bins x {manifest['settings']['frames']} frames, "
-          f"tokenizer {manifest['tokenizer']['name']} ({manifest['tokenizer']['vocab_size']:,} ids)")
+          f"tokenizer {manifest['tokenizer']['name']} "
+          f"({manifest['tokenizer']['vocab_size']:,} ids)")
   print(f"{args.output}: {manifest['kind']} train {train['num_examples']:,} examples in "
         f"{len(train['shards'])} shards, val {val['num_examples']:,}; {what}; skipped files: "
         f"{manifest['skipped_files']}")

@@ -122,7 +122,8 @@ def prepare_media(inputs: str, output: str, *, val_input: Optional[str] = None,
   else:
     splits = {"train": [], "val": []}
     for index, item in enumerate(items):
-      splits["val" if text_prepare._in_val(index, val_fraction) else "train"].append(item)  # pylint: disable=protected-access
+      in_val = text_prepare._in_val(index, val_fraction)  # pylint: disable=protected-access
+      splits["val" if in_val else "train"].append(item)
   for split in mf.SPLITS:
     if not splits[split]:
       raise ValueError(f"--input={inputs}: the {split} split got no example ({len(items)} in the "
@@ -150,7 +151,8 @@ def prepare_media(inputs: str, output: str, *, val_input: Optional[str] = None,
 
   plan = {"inputs": [inputs] + ([val_input] if val_input else []), "sources": sources,
           "tokenizer": spec.manifest_entry() if spec else None, "settings": settings}
-  final_output, output = output, text_prepare._target(output, plan, overwrite)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  final_output, output = output, text_prepare._target(output, plan, overwrite)
   text_prepare._check_output(output, plan)  # pylint: disable=protected-access
   if spec is not None:
     with open(os.path.join(output, mf.TOKENIZER), "w", encoding="utf-8") as f:

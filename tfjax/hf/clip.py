@@ -53,7 +53,8 @@ def head(names: set) -> tuple:
   """(transformers class, prefix): CLIPModel, or an UnsupportedError naming the head."""
   if not any(n.startswith("text_model.") for n in names):
     kind = ("CLIPForImageClassification (vision tower + classifier)"
-            if any(n.startswith("classifier.") for n in names) else "a checkpoint without the text tower")
+            if any(n.startswith("classifier.") for n in names)
+            else "a checkpoint without the text tower")
     raise UnsupportedError(f"clip checkpoint is {kind}: not supported; tfjax imports CLIPModel "
                            "(model_type clip) and CLIPVisionModel (model_type clip_vision_model)")
   return HF_CLASS, ""

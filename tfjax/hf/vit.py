@@ -116,7 +116,8 @@ def config_to_hf(cfg: ViTConfig) -> dict:
                            "num_classes and pooler=True has no Hugging Face class")
   labels = {i: f"LABEL_{i}" for i in range(cfg.num_classes)}
   extra = {"pooler_act": "tanh"} if cfg.pooler else {}
-  return dict(**extra,model_type=MODEL_TYPE, hidden_size=cfg.d_model, num_hidden_layers=cfg.num_layers,
+  return dict(**extra, model_type=MODEL_TYPE, hidden_size=cfg.d_model,
+              num_hidden_layers=cfg.num_layers,
               num_attention_heads=cfg.num_heads, intermediate_size=cfg.d_ff,
               hidden_act=ACT_NAMES[cfg.ffn], layer_norm_eps=cfg.norm_eps,
               image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.channels,

@@ -7,7 +7,8 @@ again by the verdict rule, Holm family included, without the rule's words that a
 seeds (leaving one out puts a 5-seed arm under the rule's 5, which would ask for more seeds
 whatever the evidence): the word is *robust* when every such judgement gives the word the whole
 data give by the same reading, else the column counts the runs whose omission changes it and
-names the words they give. A claim judged on fewer than 3 runs a side is not tested this way (leaving one
+names the words they give. A claim judged on fewer than 3 runs a side is not tested this way
+(leaving one
 out would leave a side below the rule's 2 seeds by design).
 """
 

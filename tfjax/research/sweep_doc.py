@@ -406,7 +406,8 @@ def confirmations(sections: list[dict], repo: str) -> list[dict]:
         before_word = before["result"]["word"] if before else "-"
         result = results.get(claim_id)
         if judged["status"] == "pending":
-          word, outcome = "pending", "pending: nothing is read before every planned point has a result"
+          word = "pending"
+          outcome = "pending: nothing is read before every planned point has a result"
           evidence = f"{judged['done']} of {judged['planned']} planned points finished"
         elif judged["status"] != "read":
           word, evidence, outcome = judged["status"], judged["why"], "not read"
@@ -511,7 +512,8 @@ def regenerate(repo: str = REPO, figures: bool = True) -> dict[str, str]:
     if figures and section["rows"]:
       _figures(section, os.path.join(repo, FIGURES_DIR))
   with open(readme_path, encoding="utf-8") as f:
-    readme = replace_block(f.read(), "ablation-headlines", headline_block(sections, planned), README)
+    readme = replace_block(f.read(), "ablation-headlines", headline_block(sections, planned),
+                           README)
   return {doc_path: doc, readme_path: readme}
 
 
