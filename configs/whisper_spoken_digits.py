@@ -24,9 +24,9 @@ def get_config(arg=None):
     python experiments/bench_spoken_digits.py --prepared=data/spoken_digits_prepared \\
         --workdir=runs/whisper_digits     # trains with this config, then decodes the test clips
 
-  Expected (docs/modalities.md; shared 2-core CPU, JAX 0.10.2, seed 0): 16 minutes at 0.8 s a
-  step (26 on the loaded machine it was measured on); greedy word error rate 0.041 on the 200
-  test clips (33 / 797 words), exact match 0.865.
+  Expected (docs/modalities.md; shared 2-core CPU, JAX 0.10.2, seed 0): 18 minutes at load
+  average 10-12 (0.8-0.9 s a step); greedy word error rate 0.041 on the 200 test clips (33 / 797
+  words), exact match 0.865.
   'test' is the unit tests' few-step run (data.path still required).
   """
   if arg != "test":
