@@ -21,15 +21,15 @@ import math
 import jax
 import numpy as np
 
-from tfjax.training import flops
+from tfjax.training.accounting import flops
 
 # The fraction of a training step's FLOPs that one forward pass is (6N vs 2N per token).
 _FORWARD_SHARE = {"train": 1.0, "eval": 1 / 3, "decode": 1 / 3}
 
 
 def analytic_flops(program, num_devices: int) -> float:
-  """FLOPs per device of one call of `program` (tfjax/training/flops.py: 6N plus attention per
-  trained token, a third of that per forward-only token)."""
+  """FLOPs per device of one call of `program` (tfjax/training/accounting/flops.py: 6N plus
+  attention per trained token, a third of that per forward-only token)."""
   per_token = flops.flops_per_token(program.experiment.model_config, program.seq_len)
   return per_token * _FORWARD_SHARE[program.what] * program.tokens / num_devices
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from tfjax.runtime import imports
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 
 def parse_args(argv):
@@ -73,6 +73,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()
   sys.exit(main())

@@ -9,9 +9,9 @@ from memory:
   logits = modalities.model(cfg).apply({"params": params}, ...)
   modalities.export(cfg, params, out_dir)        # -> a directory transformers loads
 
-Each family module (tfjax/hf/vit.py, clip.py, whisper.py, funnel.py) gives MODEL_TYPE, HF_CLASS
-(or hf_class(cfg) where the config picks the class), IGNORED, config_from_hf(fields, names),
-config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg) and example_inputs(cfg), the
+Each family module (tfjax/hf/models/vit.py, clip.py, whisper.py, funnel.py) gives MODEL_TYPE,
+HF_CLASS (or hf_class(cfg) where the config picks the class), IGNORED, config_from_hf(fields,
+names), config_to_hf(cfg), rules(cfg), droppable(cfg, name), model(cfg) and example_inputs(cfg), the
 same vocabulary as the text families (tfjax/hf/mapping.py). The
 checks are the text importer's: every parameter produced exactly once with its shape, every
 checkpoint tensor read (or derived by the model, `droppable`), every config.json field mapped,
@@ -29,7 +29,8 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import clip, funnel, reader, shards, vit, whisper
+from tfjax.hf import reader, shards
+from tfjax.hf.models import clip, funnel, vit, whisper
 from tfjax.hf.mapping import Fields, UnsupportedError
 
 FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip, whisper, funnel)}

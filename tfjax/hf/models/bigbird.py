@@ -1,7 +1,7 @@
 """BigBird (`model_type` big_bird): BigBirdForMaskedLM / BigBirdForPreTraining / BigBirdModel.
 
-BERT's encoder, embeddings and MLM head under BERT's tensor names (tfjax/hf/bert.py), with the
-pooler as one Linear (`pooler.weight`, BERT's `pooler.dense.weight`), biases of Q, K, V by
+BERT's encoder, embeddings and MLM head under BERT's tensor names (tfjax/hf/models/bert.py), with
+the pooler as one Linear (`pooler.weight`, BERT's `pooler.dense.weight`), biases of Q, K, V by
 `use_bias` (the output projection always has one), `rescale_embeddings` as model.embed_scale, and
 the attention by `attention_type`:
   block_sparse   model.attention_kind='bigbird' (tfjax/nn/kinds/bigbird.py) with block_size,
@@ -19,7 +19,8 @@ default when the field is absent.
 
 from __future__ import annotations
 
-from tfjax.hf import bert, mapping
+from tfjax.hf import mapping
+from tfjax.hf.models import bert
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 

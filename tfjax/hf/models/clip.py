@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import mapping, vit
+from tfjax.hf import mapping
+from tfjax.hf.models import vit
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.clip import CLIP, CLIPConfig, TextConfig
 from tfjax.nn.vision import ViTConfig

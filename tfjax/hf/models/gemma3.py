@@ -9,12 +9,12 @@ scaling, sliding layers with `rope_local_base_freq` (1e4) unscaled (tfjax `rope_
 transformers 5 writes both as `rope_parameters` {"full_attention": ..., "sliding_attention":
 ...}. q and k get a per-head (1 + w) RMSNorm before RoPE (`qk_norm`), scores scale by
 query_pre_attn_scalar^-0.5, embeddings by sqrt(d_model). The tensors are LLaMA's plus Gemma 2's
-norms and q_norm / k_norm (tfjax/hf/llama.py rules).
+norms and q_norm / k_norm (tfjax/hf/models/llama.py rules).
 """
 
 from __future__ import annotations
 
-from tfjax.hf import llama
+from tfjax.hf.models import llama
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.norms import NormConfig

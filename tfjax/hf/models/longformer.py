@@ -1,7 +1,7 @@
 """Longformer (`model_type` longformer): LongformerForMaskedLM / LongformerModel <-> a tfjax encoder
 with model.attention_kind='longformer' (tfjax/nn/kinds/longformer.py).
 
-The embeddings, layers and MLM head are RoBERTa's (tfjax/hf/roberta.py: positions from
+The embeddings, layers and MLM head are RoBERTa's (tfjax/hf/models/roberta.py: positions from
 pad_token_id + 1, `lm_head`) under the prefix `longformer.`; each layer adds the global
 projections attention.self.{query,key,value}_global. config.json's attention_window (an int, or
 one per layer, all equal: tfjax has one window for every layer) is model.longformer_window.
@@ -14,7 +14,8 @@ is refused (the exported model, called as usual, would compute something else).
 
 from __future__ import annotations
 
-from tfjax.hf import mapping, roberta
+from tfjax.hf import mapping
+from tfjax.hf.models import roberta
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 

@@ -9,7 +9,8 @@ final LayerNorm (do_layer_norm_before, all released sizes but 350m) or post-LN w
 
 from __future__ import annotations
 
-from tfjax.hf import bart, mapping
+from tfjax.hf import mapping
+from tfjax.hf.models import bart
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 

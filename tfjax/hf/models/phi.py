@@ -10,7 +10,8 @@ field is absent, as transformers' PhiConfig sets it). Every projection has a bia
 
 from __future__ import annotations
 
-from tfjax.hf import gpt_neox, mapping
+from tfjax.hf import mapping
+from tfjax.hf.models import gpt_neox
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.norms import NormConfig

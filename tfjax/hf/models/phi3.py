@@ -4,14 +4,15 @@
 then the value heads) and `gate_up_proj` stacks the gate over the up projection ([2F, D]); both
 split here into tfjax's separate kernels. `sliding_window` (2047 in Phi-3-mini) is tfjax's
 `window`; `partial_rotary_factor` (Phi-4-mini: 0.75) is `rotary_fraction`. RoPE scaling: the
-types tfjax implements (tfjax/hf/llama.py); `longrope` (the 128k models) is refused by name.
+types tfjax implements (tfjax/hf/models/llama.py); `longrope` (the 128k models) is refused by name.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import llama, mapping
+from tfjax.hf import mapping
+from tfjax.hf.models import llama
 from tfjax.hf.mapping import Fields, Rule, UnsupportedError
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.norms import NormConfig

@@ -4,7 +4,7 @@ transformers numbers a token's position from padding_idx + 1 (= pad_token_id + 1
 released models), so the table has max_position_embeddings = max_len + pad + 1 rows and
 position p reads row p + pad + 1 (tfjax `position_offset`). transformers counts p over the
 non-pad tokens only, so the two agree on inputs whose pad tokens come last (right padding);
-the encoder layers are BERT's (tfjax/hf/bert.py), the MLM head is `lm_head` (dense, GELU,
+the encoder layers are BERT's (tfjax/hf/models/bert.py), the MLM head is `lm_head` (dense, GELU,
 LayerNorm, tied decoder, bias): exact GELU whatever hidden_act says (RobertaLMHead's `gelu`).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfjax.hf import bert
+from tfjax.hf.models import bert
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 

@@ -1,7 +1,7 @@
 """Training FLOPs per token and model FLOPs utilization (MFU) peaks.
 
 The count is the matmul-parameter 6N rule plus the attention scores and values (PaLM app. B,
-nanoGPT's estimate_mfu); the parameter count is tfjax.training.params.analytic_count.
+nanoGPT's estimate_mfu); the parameter count is tfjax.training.accounting.params.analytic_count.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import jax
 
 from tfjax.nn.attention_kinds import attention_kind
 from tfjax.nn.config import ModelConfig
-from tfjax.training.params import analytic_count, lookup_only_count
+from tfjax.training.accounting.params import analytic_count, lookup_only_count
 
 # Dense peak FLOP/s per device (bf16 tensor cores, no sparsity), matched against device_kind.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "TPU v4": 275e12,

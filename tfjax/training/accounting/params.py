@@ -1,8 +1,8 @@
 """Parameter accounting (its command line, `python -m tfjax.params --config=configs/NAME.py`, is
-tfjax/training/params_main.py).
+tfjax/training/entry/params_main.py).
 
-FLOPs per token and MFU are tfjax/training/flops.py; the per-device memory plan is
-tfjax/training/memory_plan.py.
+FLOPs per token and MFU are tfjax/training/accounting/flops.py; the per-device memory plan is
+tfjax/training/parallel/memory_plan.py.
 Counts come from `jax.eval_shape` of the model's init (nothing is allocated, so the 7B config runs
 on a laptop) and are checked against `analytic_count`, a closed-form count from the config alone.
 The last line printed is `total: N`. The modality configs (configs/vit_synthetic.py, clip_,
@@ -13,7 +13,7 @@ whisper_, funnel_: tfjax/modalities) get the same breakdown from their own model
 
 also prints, before that line, the per-device bytes of parameters, gradients, optimizer state and
 activations when training on that mesh (simulated from the mesh sizes and the sharding rules; no
-devices needed; tfjax/training/memory_plan.py and docs/scaling/meshes.md).
+devices needed; tfjax/training/parallel/memory_plan.py and docs/scaling/meshes.md).
 """
 
 from __future__ import annotations

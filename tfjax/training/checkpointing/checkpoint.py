@@ -2,12 +2,12 @@
 
 Each checkpoint is one orbax step directory (written to a temporary name and renamed when complete,
 so a crash never leaves a half-written step under a final name), sealed by a manifest of its
-files' sizes and checksums (tfjax/training/checkpoint_manifest.py) once orbax has finalized it.
-Restore verifies the newest step against its manifest before reading it; a step with a missing,
-cut-short or corrupted file is moved aside to `checkpoints_unreadable/` with one warning and the
-previous step is tried. A failed save (a full disk) raises SaveFailed: the run stops at once, the
-partial `*-tmp` directory is removed, and the earlier steps stay as they were. Nothing is ever
-deleted here except by `keep` (orbax's max_to_keep) after a successful save, and leftover
+files' sizes and checksums (tfjax/training/checkpointing/checkpoint_manifest.py) once orbax has
+finalized it. Restore verifies the newest step against its manifest before reading it; a step with a
+missing, cut-short or corrupted file is moved aside to `checkpoints_unreadable/` with one warning
+and the previous step is tried. A failed save (a full disk) raises SaveFailed: the run stops at
+once, the partial `*-tmp` directory is removed, and the earlier steps stay as they were. Nothing is
+ever deleted here except by `keep` (orbax's max_to_keep) after a successful save, and leftover
 `*-tmp` directories of a killed save (`remove_partial_saves`).
 """
 
@@ -24,8 +24,10 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
-from tfjax.training import checkpoint_manifest, cli, divergence
-from tfjax.training.trees import path_names
+from tfjax.training.checkpointing import checkpoint_manifest
+from tfjax.training.entry import cli
+from tfjax.training.loop import divergence
+from tfjax.training.checkpointing.trees import path_names
 
 _log = logging.getLogger(__name__)
 
@@ -133,7 +135,8 @@ class Checkpointer:
     if bad:  # the newest checkpoint must stay one a run can resume from
       raise ValueError(
           f"refusing to save checkpoint step {step} in {self.directory}: {', '.join(bad)} hold "
-          "NaN/inf values; the earlier checkpoints are kept (see tfjax/training/divergence.py)")
+          "NaN/inf values; the earlier checkpoints are kept "
+          "(see tfjax/training/loop/divergence.py)")
     self._check_free_space(step, state)
     with self._save_errors(step):
       self._manager.save(step, args=ocp.args.Composite(

@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 from tfjax.data.tokenizers import TOKENIZER_FILE
 from tfjax.nn.config import ModelConfig
-from tfjax.training import checkpoint, run_config
+from tfjax.training.checkpointing import checkpoint
+from tfjax.training.config import run_config
 
 # Model keys a fine-tune may set differently from the run it starts from (they change how the
 # model runs, not its parameters).

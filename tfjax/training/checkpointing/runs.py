@@ -19,13 +19,17 @@ import flax.linen as nn
 import jax
 from ml_collections import config_dict
 
-from tfjax.training import checkpoint, experiment, sharding, tasks
+from tfjax.training import tasks
+from tfjax.training.checkpointing import checkpoint
+from tfjax.training.loop import experiment
+from tfjax.training.parallel import sharding
 from tfjax.training.tasks import own_model
 from tfjax.data import datasets
 from tfjax.runtime import files
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import params as param_accounting
 from tfjax.nn.config import ModelConfig
-from tfjax.training.run_config import CONFIG_FILE, config_from_json, load_config  # noqa: F401
+from tfjax.training.config.run_config import (CONFIG_FILE, config_from_json,  # noqa: F401
+                                              load_config)
 
 HISTORY_FILE = "config_history.jsonl"  # {step, key, old, new} per setting a resume changed
 # <run>/hf/: the Hugging Face source of a run imported by tfjax/hf/importer.py (its config.json,

@@ -1,9 +1,10 @@
 """The full experiment config every `configs/*.py` starts from (`base_config`), and the default run.
 
 `base_config()` is one ConfigDict with every key present. Sections: model
-(tfjax.nn.config.ModelConfig), data (tfjax.data.datasets), optimizer (tfjax.training.optimizer),
-train (the loop, below), mesh (tfjax.training.sharding). Config files change values, never add keys,
-so a typo in `--config.x.y=...` fails instead of being silently ignored.
+(tfjax.nn.config.ModelConfig), data (tfjax.data.datasets), optimizer
+(tfjax.training.optim.optimizer), train (the loop, below), mesh (tfjax.training.parallel.sharding).
+Config files change values, never add keys, so a typo in `--config.x.y=...` fails instead of being
+silently ignored.
 
 `get_config()` is the default run (a 2-layer decoder learning to reverse sequences; synthetic
 data, no files): this file is `tfjax-train`'s default `--config`, so an installed package trains
@@ -15,7 +16,7 @@ from ml_collections import config_dict
 from tfjax.nn.config import default_model_config
 from tfjax.runtime import imports
 from tfjax.data.datasets import default_data_config
-from tfjax.training.optimizer import default_optimizer_config
+from tfjax.training.optim.optimizer import default_optimizer_config
 
 
 def default_train_config() -> config_dict.ConfigDict:
@@ -37,11 +38,13 @@ def default_train_config() -> config_dict.ConfigDict:
   c.label_smoothing = 0.0
   c.sample_tokens = 0           # LM runs: greedy sample of this many tokens at each eval
   c.sample_prompt = ""
-  c.peak_flops = 0.0            # per device, for MFU; 0 = look the device up (tfjax.training.flops)
+  c.peak_flops = 0.0            # per device, for MFU; 0 = look the device up
+                                # (tfjax.training.accounting.flops)
   c.skip_nonfinite = False      # a NaN/inf loss or grad norm: False = stop the run there;
                                 # True = skip that update and count it
-                                # (tfjax/training/divergence.py)
-  c.cpu_fusion = "auto"         # XLA:CPU backward fusion boundary (tfjax/training/cpu_fusion.py):
+                                # (tfjax/training/loop/divergence.py)
+  c.cpu_fusion = "auto"         # XLA:CPU backward fusion boundary
+                                # (tfjax/training/parallel/cpu_fusion.py):
                                 # auto (on iff the backend is CPU) | on | off; same values
   return c
 
@@ -56,8 +59,8 @@ def default_mesh_config() -> config_dict.ConfigDict:
   c.context = 1
   # CPU-only hosts: split the CPU into this many XLA devices before JAX starts, so the 'data'
   # axis runs one batch shard per core (XLA:CPU runs a small matmul on ~1 core; see
-  # tfjax.training.sharding.configure_cpu_devices). 0: leave JAX's default (1 device); -1: one
-  # per core, capped to a count that divides the batch sizes. Applied by the entry points only.
+  # tfjax.training.parallel.sharding.configure_cpu_devices). 0: leave JAX's default (1 device); -1:
+  # one per core, capped to a count that divides the batch sizes. Applied by the entry points only.
   c.cpu_devices = 0
   return c
 
@@ -83,8 +86,8 @@ def base_config(task: str = "lm") -> config_dict.ConfigDict:
   config.train = default_train_config()
   config.mesh = default_mesh_config()
   config.init_from = ""         # a run directory: start from its params and architecture
-                                # (fine-tuning; tfjax/training/init_from.py)
-  config.sharding_rules = ()    # () = tfjax.training.sharding.DEFAULT_RULES;
+                                # (fine-tuning; tfjax/training/checkpointing/init_from.py)
+  config.sharding_rules = ()    # () = tfjax.training.parallel.sharding.DEFAULT_RULES;
                                 # else ((logical, mesh), ...)
   # The --import modules this process imported (code outside tfjax: a kind, a position), so
   # config.json records them and a run read back imports them again (tfjax/runtime/imports.py).

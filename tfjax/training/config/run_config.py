@@ -12,8 +12,8 @@ from ml_collections import config_dict
 from tfjax.data import datasets
 from tfjax.nn.config import ModelConfig, resolve_auto
 from tfjax.runtime import files, imports
-from tfjax.training import sharding
-from tfjax.training.defaults import base_config
+from tfjax.training.parallel import sharding
+from tfjax.training.config.defaults import base_config
 
 CONFIG_FILE = "config.json"
 

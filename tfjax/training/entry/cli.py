@@ -151,7 +151,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's flag parsing, with flag errors as one `error:` line. Also loads every config-file
   flag's config, so a missing or failing config file is reported here, not on first use."""
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
   if any(a in ("--help", "-h", "--helpshort", "-?") for a in argv[1:]):
     print_help(argv[0])

@@ -10,7 +10,7 @@ The run's own config.json (and the --import modules it records), tokenizer and n
 checkpoint are used; how --prompt is read is tfjax/inference/generate.py. --prompt_ids="1 4 5"
 gives raw ids instead. Any --max_new_tokens works: past the model's max_len the context slides
 (tfjax/inference/decode_window.py). A bad flag, workdir or prompt ends in one `error:` line
-(tfjax/training/cli.py).
+(tfjax/training/entry/cli.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import sys
 from tfjax.inference import decode
 from tfjax.inference.generate import generate_for_run
 from tfjax.runtime import imports
-from tfjax.training import cli, runs
-from tfjax.training.metrics import setup_logging
+from tfjax.training.checkpointing import runs
+from tfjax.training.entry import cli
+from tfjax.training.loop.metrics import setup_logging
 
 
 def parse_args(argv):

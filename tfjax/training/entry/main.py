@@ -2,17 +2,18 @@
 
   python experiments/train.py --config=configs/NAME.py[:arg] --workdir=DIR [--config.key=value ...]
 
-With no flags it trains the default config (tfjax/training/defaults.py, = configs/default.py) into a
-fresh workdir under runs/. Running again with the same --workdir resumes from its latest checkpoint.
+With no flags it trains the default config (tfjax/training/config/defaults.py, = configs/default.py)
+into a fresh workdir under runs/. Running again with the same --workdir resumes from its latest
+checkpoint.
 
 --import=MODULE[,...] imports code outside tfjax first (an attention or position kind of one's own:
 a module on PYTHONPATH or a .py file's path); config.json records it, so a resume, tfjax-generate
 and sweep children import it again (tfjax/runtime/imports.py, docs/attention/README.md).
 
 Exit status: 0 finished (last line `done: DIR eval/...`); 2 a user's mistake (one `error:` line,
-nothing written); 4 diverged (a NaN/inf loss, tfjax/training/divergence.py); 5 a checkpoint
-could not be written (a full disk; tfjax/training/checkpoint.py); 128 + N stopped by signal N
-(SIGTERM 143, SIGINT 130, SIGUSR1 138, SIGUSR2 140) after saving a checkpoint, last line
+nothing written); 4 diverged (a NaN/inf loss, tfjax/training/loop/divergence.py); 5 a checkpoint
+could not be written (a full disk; tfjax/training/checkpointing/checkpoint.py); 128 + N stopped by
+signal N (SIGTERM 143, SIGINT 130, SIGUSR1 138, SIGUSR2 140) after saving a checkpoint, last line
 `stopped at step S by SIGTERM; resume with the same command`, or before the first step with
 nothing written. A scheduler tells a preempted run from a finished one by that status.
 
@@ -30,10 +31,11 @@ import sys
 
 from absl import flags
 
-from tfjax.training import cli, defaults
+from tfjax.training.config import defaults
+from tfjax.training.entry import cli
 from tfjax.runtime import stop_signals
 
-# The default run ships inside the package (tfjax/training/defaults.py's get_config), so an
+# The default run ships inside the package (tfjax/training/config/defaults.py's get_config), so an
 # installed `tfjax-train` works from any directory; configs/default.py is the same config.
 DEFAULT_CONFIG = defaults.__file__
 
@@ -76,13 +78,13 @@ def fresh_workdir(config_path: str) -> str:
 
 def main(argv):
   """User errors (ValueError naming a key, a missing file) end in one `error:` line, exit 2
-  (tfjax.training.cli); a run that diverges ends with exit 4 (divergence.Diverged); a signal
+  (tfjax.training.entry.cli); a run that diverges ends with exit 4 (divergence.Diverged); a signal
   ends it with 128 + the signal's number (module docstring)."""
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}: every setting is a flag, e.g. "
              "--config.train.num_steps=100 (see --help)")
   from tfjax.runtime import compile_cache, distributed  # pylint: disable=g-import-not-at-top
-  from tfjax.training import sharding
+  from tfjax.training.parallel import sharding
   # before anything touches a device
   sharding.configure_cpu_devices(_CONFIG.value)
   distributed.initialize(
@@ -92,7 +94,7 @@ def main(argv):
   compile_cache.enable(_COMPILATION_CACHE.value)
   # pylint: disable-next=g-import-not-at-top  (after flags: XLA_FLAGS etc.)
   from tfjax.runtime import workarounds
-  from tfjax.training import train
+  from tfjax.training.loop import train
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1 and not _WORKDIR.value:  # each process would pick its own time stamp
     cli.fail("a multi-process run needs --workdir (on a filesystem all processes share)")

@@ -1,10 +1,10 @@
 """`tfjax-params` / `python -m tfjax.params --config=configs/NAME.py [--mesh=D,F,T[,C]]
 [--seq_len=L]`:
-the parameter breakdown of tfjax/training/params.py (last line `total: N`) and, with --mesh, the
-per-device memory plan of tfjax/training/memory_plan.py before that line. A config of a task with
-a model of its own (config.task vit, clip, whisper, funnel, funnel_classification:
-tfjax/training/tasks/) prints that model's breakdown; the memory plan does not cover those
-models (its activation terms are the text families').
+the parameter breakdown of tfjax/training/accounting/params.py (last line `total: N`) and, with
+--mesh, the per-device memory plan of tfjax/training/parallel/memory_plan.py before that line. A
+config of a task with a model of its own (config.task vit, clip, whisper, funnel,
+funnel_classification: tfjax/training/tasks/) prints that model's breakdown; the memory plan does
+not cover those models (its activation terms are the text families').
 --import=MODULE[,...] imports code outside tfjax first (a kind the config uses)."""
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import sys
 from absl import flags
 
 from tfjax.data import datasets
-from tfjax.training import cli, experiment, memory_plan, params, run_config, sharding, tasks
+from tfjax.training import tasks
+from tfjax.training.accounting import params
+from tfjax.training.config import run_config
+from tfjax.training.entry import cli
+from tfjax.training.loop import experiment
+from tfjax.training.parallel import memory_plan, sharding
 from tfjax.training.tasks import own_model
-from tfjax.training.optimizer import make_optimizer
+from tfjax.training.optim.optimizer import make_optimizer
 
 
 def _sequence_lengths(config) -> tuple[int, int | None]:
@@ -86,7 +91,7 @@ def _plan_and_print(config, mesh: str | None, seq_len: int | None) -> None:
 
 def main() -> None:
   """`tfjax-params` / `python -m tfjax.params --config=FILE [--mesh=D,F,T[,C]] [--seq_len=L]`.
-  A bad flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/cli.py)."""
+  A bad flag, config or mesh ends in one `error:` line, exit 2 (tfjax/training/entry/cli.py)."""
   config_flag = cli.define_config_file("config", None, "Config file, e.g. configs/NAME.py[:ARG] "
                                        "(required).")
   mesh_flag = flags.DEFINE_string(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import jax
 
-from tfjax.training import flops, metrics, tasks
+from tfjax.training import tasks
+from tfjax.training.accounting import flops
+from tfjax.training.loop import metrics
 
 
 def due(step: int, every: int, train_cfg) -> bool:

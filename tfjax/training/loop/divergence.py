@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import cli
-from tfjax.training.trees import path_names
+from tfjax.training.entry import cli
+from tfjax.training.checkpointing.trees import path_names
 
 EXIT_DIVERGED = 4  # exit status of a diverged run (2: a user's mistake, 3: an interrupted sweep
 # point, 5: a checkpoint that could not be written, 128 + N: stopped by signal N)

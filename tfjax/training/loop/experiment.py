@@ -2,9 +2,9 @@
 train state, and jit the steps with their shardings.
 
 Everything here happens before a run touches its workdir, so a bad config fails with nothing
-written. The loop (tfjax/training/train.py), the benchmarks and the tests all set up through this
-module; reading a finished run back (tfjax/training/runs.py) uses only `model_config` and
-`state_layout`.
+written. The loop (tfjax/training/loop/train.py), the benchmarks and the tests all set up through
+this module; reading a finished run back (tfjax/training/checkpointing/runs.py) uses only
+`model_config` and `state_layout`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax.training import cpu_fusion, init_from, sharding, steps, tasks
+from tfjax.training import tasks
+from tfjax.training.checkpointing import init_from
+from tfjax.training.loop import steps
+from tfjax.training.parallel import cpu_fusion, sharding
 from tfjax.data import datasets
 from tfjax.runtime import workarounds
 from tfjax.nn.choices import one_of
 from tfjax.nn import attention_kinds, ops, positions
 from tfjax.nn.config import AUTO, ModelConfig, platform_kind, xla_only_attention
 from tfjax.nn.models import build_model
-from tfjax.training.optimizer import make_optimizer
-from tfjax.training.run_config import (model_config, resolve_per_device_batches,
-                                       resolve_platform_defaults)
-from tfjax.training.sharding import BatchPlacement
-from tfjax.training.steps import TrainState
+from tfjax.training.optim.optimizer import make_optimizer
+from tfjax.training.config.run_config import (model_config, resolve_per_device_batches,
+                                              resolve_platform_defaults)
+from tfjax.training.parallel.sharding import BatchPlacement
+from tfjax.training.loop.steps import TrainState
 
 _log = logging.getLogger(__name__)
 
@@ -133,7 +136,8 @@ def _check_cpu_devices(config) -> None:
       jax.local_device_count() != wanted):
     _log.warning("config.mesh.cpu_devices asks for %d CPU devices but JAX has %d: it must be "
                  "applied before JAX starts (experiments/train.py does; elsewhere call "
-                 "tfjax.training.sharding.configure_cpu_devices first or set XLA_FLAGS=%s=%d). "
+                 "tfjax.training.parallel.sharding.configure_cpu_devices first or set "
+                 "XLA_FLAGS=%s=%d). "
                  "Results are the same up to float rounding, only slower", wanted,
                  jax.local_device_count(), sharding.HOST_DEVICES_FLAG, wanted)
 

@@ -20,8 +20,8 @@ from typing import Any, Optional, Sequence
 import jax
 
 from tfjax.runtime import stop_signals, workarounds
-from tfjax.training import cadence, steps
-from tfjax.training.divergence import NonfiniteWatch
+from tfjax.training.loop import cadence, steps
+from tfjax.training.loop.divergence import NonfiniteWatch
 
 _log = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ class MetricsWriter:
   def __init__(self, workdir: str, total_steps: int, initial_step: int = 0,
                progress: bool | None = None, label: str = ""):
     """label: put before each of the writer's log lines (`seed 3: step 5 ...`), for writers that
-    share one log (a packed group's seeds, tfjax/training/packed.py)."""
+    share one log (a packed group's seeds, tfjax/training/loop/packed.py)."""
     self.enabled = jax.process_index() == 0
     self._prefix = f"{label}: " if label else ""
     self._jsonl = self._tb = self._bar = None

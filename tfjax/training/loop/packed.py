@@ -39,10 +39,12 @@ from tfjax.data import datasets
 from tfjax.runtime import files, stop_signals, workdir_lock
 # cadence: the loop's cadence, shared so a packed group logs, evaluates, checkpoints and stops at
 # the same steps as train.py
-from tfjax.training import cadence, checkpoint, cpu_fusion, divergence, metrics, runs, steps
-from tfjax.training.experiment import (Experiment, build_task_model, prepare, stack_batches,
-                                       state_layout)
-from tfjax.training.sharding import BatchPlacement
+from tfjax.training.checkpointing import checkpoint, runs
+from tfjax.training.loop import cadence, divergence, metrics, steps
+from tfjax.training.parallel import cpu_fusion
+from tfjax.training.loop.experiment import (Experiment, build_task_model, prepare, stack_batches,
+                                            state_layout)
+from tfjax.training.parallel.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
 SEED_KEYS = ("seed", "data.seed")  # what the packed configs may differ in

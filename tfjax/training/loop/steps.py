@@ -1,8 +1,8 @@
 """The step math: the train state, the train step, K steps in one call, the eval step, evaluation.
 
-Pure functions of (state, batch); tfjax/training/experiment.py jits them with shardings and
-tfjax/training/train.py loops over them. Resuming is exact because nothing here depends on the call
-history: dropout keys are fold_in(rng, step), and the batch is a pure function of (seed, step)
+Pure functions of (state, batch); tfjax/training/loop/experiment.py jits them with shardings and
+tfjax/training/loop/train.py loops over them. Resuming is exact because nothing here depends on the
+call history: dropout keys are fold_in(rng, step), and the batch is a pure function of (seed, step)
 (tfjax/data/datasets.py).
 """
 
@@ -17,12 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from tfjax.training import cpu_fusion, tasks
+from tfjax.training import tasks
+from tfjax.training.parallel import cpu_fusion
 
 # The summed statistics of tasks.forward that a step adds up over micro-batches.
 _SUMS = ("loss_sum", "weight_sum", "correct_sum")
-# Step metrics about non-finite steps (the loop pops them; tfjax/training/divergence.py): how many
-# steps of the call had a NaN/inf loss or grad norm, and the (1-based) step number of the first.
+# Step metrics about non-finite steps (the loop pops them; tfjax/training/loop/divergence.py): how
+# many steps of the call had a NaN/inf loss or grad norm, and the (1-based) step number of the
+# first.
 NONFINITE, FIRST_NONFINITE = "train/nonfinite_steps", "train/first_nonfinite_step"
 
 
@@ -81,7 +83,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation,
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     loss, grad_norm = stats["loss_sum"] / weight, optax.global_norm(grads)
     # A NaN/inf loss or gradient is never applied: params and optimizer state stay as they were
-    # (tfjax/training/divergence.py; the loop stops or skips on NONFINITE).
+    # (tfjax/training/loop/divergence.py; the loop stops or skips on NONFINITE).
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     # pylint: disable-next=unnecessary-lambda-assignment
     keep_finite = lambda new, old: jnp.where(finite, new, old)

@@ -1,11 +1,12 @@
 """The training loop: `train_and_evaluate(config, workdir)`.
 
-The step math is tfjax/training/steps.py, the setup (validation, sharded state, jitted steps) is
-tfjax/training/experiment.py, batch placement is tfjax.training.sharding.BatchPlacement, the
-startup workarounds are tfjax/runtime/workarounds.py and what happens between steps (logs, evals,
-checkpoints, divergence, signals, throughput) is tfjax/training/hooks.py; this module only runs
-them in order. Resuming is exact: batch k is a pure function of (seed, k), dropout keys are
-fold_in(rng, step), and checkpoints hold params, optimizer state, step, rng and the data position.
+The step math is tfjax/training/loop/steps.py, the setup (validation, sharded state, jitted steps)
+is tfjax/training/loop/experiment.py, batch placement is
+tfjax.training.parallel.sharding.BatchPlacement, the startup workarounds are
+tfjax/runtime/workarounds.py and what happens between steps (logs, evals, checkpoints, divergence,
+signals, throughput) is tfjax/training/loop/hooks.py; this module only runs them in order. Resuming
+is exact: batch k is a pure function of (seed, k), dropout keys are fold_in(rng, step), and
+checkpoints hold params, optimizer state, step, rng and the data position.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import shutil
 
 import jax
 
-from tfjax.training import cadence, checkpoint, divergence, hooks, init_from, metrics, runs, steps
+from tfjax.training.checkpointing import checkpoint, init_from, runs
+from tfjax.training.loop import cadence, divergence, hooks, metrics, steps
 from tfjax.data import datasets
 from tfjax.runtime import workarounds, stop_signals, workdir_lock
 from tfjax.inference import sampling
-from tfjax.training.experiment import (Experiment, StateLayout, execution_summary, jit_eval_step,
-                                       make_step_runner, prepare, state_layout)
-from tfjax.training.sharding import BatchPlacement
+from tfjax.training.loop.experiment import (Experiment, StateLayout, execution_summary,
+                                            jit_eval_step, make_step_runner, prepare, state_layout)
+from tfjax.training.parallel.sharding import BatchPlacement
 
 _log = logging.getLogger(__name__)
 STOP_SIGNALS = stop_signals.STOP_SIGNALS  # the signals the loop stops at (checkpoint, then stop)
@@ -70,7 +72,7 @@ def train_and_evaluate(config, workdir: str, *, stop_after_step: int | None = No
   A NaN/inf loss or gradient norm raises divergence.Diverged naming the first such step, at the
   next log, eval or checkpoint step (after closing the run's files; nothing is checkpointed
   after it), or with train.skip_nonfinite=True skips that update and counts it in
-  train/skipped_steps (tfjax/training/divergence.py). One process trains a workdir at a time: a
+  train/skipped_steps (tfjax/training/loop/divergence.py). One process trains a workdir at a time: a
   second one raises ValueError (tfjax/runtime/workdir_lock.py).
   """
   stop_signals.defer()  # a signal from here on is acted on at the start-up's safe points

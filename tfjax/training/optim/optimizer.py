@@ -10,8 +10,8 @@ Relative to nanoGPT's `get_lr(it)` (0-based `it`, warmup `lr * it / warmup_iters
 first update at lr = 0) this is `get_lr(it + 1)`: the same curve shifted one update earlier.
 
 Gradient accumulation (`grad_accum_steps = k`) is not an optimizer wrapper: the train step
-(tfjax/training/steps.py) sums the gradients of the summed loss over k micro-batches under lax.scan
-and divides once by the total weight, then calls `update` once. That is exact even when
+(tfjax/training/loop/steps.py) sums the gradients of the summed loss over k micro-batches under
+lax.scan and divides once by the total weight, then calls `update` once. That is exact even when
 micro-batches carry different numbers of non-padding tokens, and `count` stays in optimizer updates.
 """
 
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from tfjax.training.trees import path_names
+from tfjax.training.checkpointing.trees import path_names
 
 _log = logging.getLogger(__name__)
 

@@ -115,7 +115,7 @@ def unbatched_predicate(never) -> Iterator[None]:
   """Inside: the boundaries traced on this thread branch on `never` (a bool scalar, false at run
   time) instead of on a value of the residual stream.
 
-  Why: under `jax.vmap` (packed seeds, tfjax/training/packed.py) a predicate computed from the
+  Why: under `jax.vmap` (packed seeds, tfjax/training/loop/packed.py) a predicate computed from the
   batched residual stream is batched, and JAX lowers a cond with a batched predicate to a select
   of both branches, which XLA fuses across: the boundary would vanish. A predicate from outside
   the vmap stays unbatched, and the cond stays a cond."""

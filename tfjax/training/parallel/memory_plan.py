@@ -2,8 +2,8 @@
 
 `python -m tfjax.params --config=... --mesh=DATA,FSDP,TENSOR` prints this plan. Shapes come from
 jax.eval_shape, the per-device shard of every array from the sharding rules and the mesh axis
-sizes (tfjax.training.sharding.partition_spec, the same function that lays out the real run, so
-indivisible dimensions are replicated here too).
+sizes (tfjax.training.parallel.sharding.partition_spec, the same function that lays out the real
+run, so indivisible dimensions are replicated here too).
 
   params       every parameter's shard (float32)
   gradients    the same shards again (float32); x2 with gradient accumulation (the running sum
@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import sharding
+from tfjax.training.parallel import sharding
 from tfjax.nn.config import GATED_FFNS, ModelConfig
-from tfjax.training.params import boxed_param_shapes
+from tfjax.training.accounting.params import boxed_param_shapes
 
 
 def _nbytes(shape, spec, sizes, itemsize) -> int:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tfjax.training.trees import path_names
+from tfjax.training.checkpointing.trees import path_names
 
 _log = logging.getLogger(__name__)
 
