@@ -6,7 +6,7 @@ The MLM head is off so the count is the published backbone's; pretraining turns 
 `--config.model.mlm_head=True` (+622,650: dense 768x768+768, LayerNorm, output bias 30522; the
 decoder matrix is tied to the token embedding).
 """
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

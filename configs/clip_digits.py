@@ -13,7 +13,7 @@ AdamW 2e-3. eval/zero_shot_accuracy: each test image's nearest class embedding (
 class's three template-caption embeddings); step 0's value is the untrained floor; chance 0.10.
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 TEMPLATES = ("a photo of the digit {name}", "a picture of the number {name}",
              "a handwritten {name}")

@@ -12,7 +12,7 @@ init_std 0.2 in both towers, not BERT's 0.02: at width 48 with 0.02, attention b
 training sits at the collapsed loss ln(batch) (docs/modalities.md).
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

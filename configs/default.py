@@ -5,6 +5,6 @@ Trains on lengths 1..16 and evaluates exact match at 8 and 16 (in distribution) 
 stay near 0). Small and synthetic, so that `python experiments/train.py` with no flags trains it
 on any CPU and shows the whole system working.
 """
-# The default run lives in the package (tfjax.training.defaults.get_config) so that an installed
-# `tfjax-train` finds it; this file is the same config under its usual name.
-from tfjax.training.defaults import get_config  # noqa: F401  pylint: disable=unused-import
+# The default run lives in the package (tfjax.training.config.defaults.get_config) so that an
+# installed `tfjax-train` finds it; this file is the same config under its usual name.
+from tfjax.training.config.defaults import get_config  # noqa: F401  pylint: disable=unused-import

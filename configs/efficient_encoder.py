@@ -17,7 +17,7 @@ runs): --config.train.num_steps=6 --config.model.d_model=32 --config.model.num_l
 The same model trained per kind and seed, against published numbers:
 configs/ablations/lra_listops.py (docs/ablations.md).
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 ROW = 64  # [CLS] + up to 63 expression tokens
 KINDS = {

@@ -5,7 +5,7 @@
       --config.init_from=runs/llama --config.data.path=corpus.txt
 """
 
-from tfjax.training import runs
+from tfjax.training.checkpointing import runs
 
 
 def get_config(workdir):

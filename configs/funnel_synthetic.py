@@ -9,7 +9,7 @@ Rows of 32 tokens: [CLS] then a random motif of 8 symbols with period 3, 4 or 5,
 layers after the up-sampling; d_model 64, 4 heads of 16, AdamW 3e-3.
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -16,7 +16,7 @@ wins. Where 40 is not a multiple of D (e.g. 7 or 12 GPUs) setup stops before com
 the fix: a smaller --config.train.micro_batch_per_device that keeps 480 rows a step where one
 exists (10 on 12 GPUs), else --config.train.batch_size a multiple of 12 x D (504 or 420 on 7).
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 
 def get_config(arg=None):

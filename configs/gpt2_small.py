@@ -4,7 +4,7 @@
 GELU in GPT-2's tanh approximation (`gelu_new`), biases everywhere, LM head tied to the token
 embedding.
 """
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

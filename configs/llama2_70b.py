@@ -5,7 +5,7 @@ pre-LN, RoPE (rotate-half pairing as in Hugging Face; base 10000), no biases, un
 output head. Laid out for a v5p-256 (128 chips): FSDP over 32 x tensor parallelism over 4
 (`python -m tfjax.aot --config=configs/llama2_70b.py --target=v5p-256`).
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 
 def get_config(arg=None):

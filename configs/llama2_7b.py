@@ -3,7 +3,7 @@
 32 layers x 4096, 32 heads (MHA), SwiGLU d_ff 11008, RMSNorm (eps 1e-5) pre-LN, RoPE (rotate-half
 pairing as in Hugging Face; base 10000), no biases, untied 32000-token output head.
 """
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -13,7 +13,7 @@ same recipe step for step is checked against a PyTorch re-implementation
 (experiments/torch_nanogpt.py --mode=lockstep, tests/training/test_torch_parity.py).
 Data: $TFJAX_DATA_DIR/tinyshakespeare/input.txt, else downloaded once.
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 
 def get_config(arg=None):
@@ -54,7 +54,9 @@ def get_config(arg=None):
                       eval_batch_size=12 if cpu else 64, eval_batches=20 if cpu else 200,
                       eval_every=250, log_every=50 if cpu else 100, checkpoint_every=1000,
                       sample_tokens=200, sample_prompt="\n")
-  if cpu:  # one XLA device per core, batch split over them (tfjax.training.sharding.configure_cpu_devices)
+  # One XLA device per core, the batch split over them
+  # (tfjax.training.parallel.sharding.configure_cpu_devices).
+  if cpu:
     config.mesh.cpu_devices = -1
     config.train.steps_per_call = 50  # one jitted call per logged step: less host dispatch and
                                       # one batch copy per call (docs/benchmarks/cpu_training.md)

@@ -20,7 +20,7 @@ synthetic `reverse` seq2seq task so the config runs anywhere, e.g. a short smoke
   python experiments/train.py --config=configs/transformer_base.py --workdir=runs/tbase \
       --config.train.num_steps=20 --config.train.batch_size=8
 """
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -8,7 +8,7 @@ cosine to 2e-5), weight decay 0.05, batch 64, no augmentation. Evaluated on all 
 (train.eval_batches x eval_batch_size >= 359; padding rows weigh 0).
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -6,7 +6,7 @@ images, patches 4x4 (16 patches + [CLS]), 2 pre-LN layers x 64, 4 heads, AdamW 3
 cosine to 10%), batch 32.
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -11,7 +11,7 @@ AdamW 1e-3 (warmup, cosine to 1e-5), batch 32, 1,200 steps, teacher-forced cross
 experiments/bench_spoken_digits.py: word error rate of greedy decoding on the 200 test clips.
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

@@ -8,7 +8,7 @@ random share of 64 frames (the segments tile the utterance), plus noise std 0.3.
 cross-entropy, AdamW 2e-3, batch 32; eval: token accuracy and exact match.
 """
 
-from tfjax.training.defaults import base_config, refuse_argument
+from tfjax.training.config.defaults import base_config, refuse_argument
 
 
 def get_config(arg=None):

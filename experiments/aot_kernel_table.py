@@ -27,7 +27,7 @@ import numpy as np
 from absl import flags
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _OUT = flags.DEFINE_string("out", "aot_results", "Output directory.")
 _WRITE_DOCS = flags.DEFINE_bool("write_docs", False,

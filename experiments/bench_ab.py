@@ -24,7 +24,7 @@ import time
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _CONFIG = cli.define_config_file("config", None, "Config file both variants start from.")
 _A = flags.DEFINE_string("a", "", "Variant A: comma-separated KEY=VALUE overrides (may be empty).")
@@ -49,7 +49,7 @@ def parse_overrides(spec: str) -> dict:
 
 def main(argv):
   del argv
-  from tfjax.training import sharding
+  from tfjax.training.parallel import sharding
   from tfjax.research import sweep  # pylint: disable=import-outside-toplevel
   base = _CONFIG.value
   try:  # the sweep launcher's overrides: unknown keys and wrong types are named, with a fix
@@ -62,7 +62,7 @@ def main(argv):
   sharding.configure_cpu_devices(base)  # before JAX starts; both variants share the devices
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax.data import datasets  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment
+  from tfjax.training.loop import experiment
 
   runs = {}
   for name, config in variants.items():
@@ -116,6 +116,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   cli.run_absl(main)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from tfjax.nn.kernels import flash_attention
 from tfjax.nn.kernels.flash_attention import KernelTiling, Tilings
 from tfjax.nn.kernels.flash_attention_tpu import TpuTiling, TpuTilings
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
@@ -378,7 +378,7 @@ def parse_args(argv=None):
   return cfg
 
 
-@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/cli.py)
+@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/entry/cli.py)
 def main(argv=None):
   cfg = parse_args(argv)
   os.makedirs(cfg.out, exist_ok=True)

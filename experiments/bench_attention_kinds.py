@@ -47,7 +47,7 @@ import jax  # pylint: disable=g-import-not-at-top
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 BLOCK_BEGIN, BLOCK_END = "<!-- attention_kinds:begin -->", "<!-- attention_kinds:end -->"
 SOFTMAX_IMPLS = ("xla", "chunked")  # full (L x L scores) and flash-style blockwise
@@ -320,7 +320,7 @@ def parse_args(argv=None):
   return cfg
 
 
-@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/cli.py)
+@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/entry/cli.py)
 def main(argv=None):
   cfg = parse_args(argv)
   device = jax.devices()[0]

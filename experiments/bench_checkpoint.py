@@ -4,8 +4,8 @@
   python experiments/bench_checkpoint.py --config=configs/default.py --out=/tmp/b  # small, quick
 
 Builds the train state of --config (params and AdamW moments, random values: only the bytes
-matter), saves it with tfjax.training.checkpoint.Checkpointer (which seals it with its manifest),
-then times, --repeats times each and alternating: the restore the training loop does
+matter), saves it with tfjax.training.checkpointing.checkpoint.Checkpointer (which seals it with its
+manifest), then times, --repeats times each and alternating: the restore the training loop does
 (`restore_latest`: verify every file's size and CRC-32, then read), the bare orbax read of the
 same step (no verification), and the verification alone. The files are in the page cache (they
 were just written): the verification's share is largest there, a cold read pays the disk for the
@@ -28,10 +28,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tfjax.training import checkpoint, checkpoint_manifest, cli, experiment, sharding
-from tfjax.training import params as param_accounting
-from tfjax.training.optimizer import make_optimizer
-from tfjax.training.steps import TrainState
+from tfjax.training.checkpointing import checkpoint, checkpoint_manifest
+from tfjax.training.entry import cli
+from tfjax.training.loop import experiment
+from tfjax.training.parallel import sharding
+from tfjax.training.accounting import params as param_accounting
+from tfjax.training.optim.optimizer import make_optimizer
+from tfjax.training.loop.steps import TrainState
 
 
 def parse_args(argv):

@@ -167,7 +167,7 @@ def loader_child(directory: str, batches: int) -> dict:
 def train_child(directory: str, steps: int) -> dict:
   """Runs in a fresh process: configs/gpt2_owt.py:smoke for `steps` steps on the corpus."""
   import importlib.util  # pylint: disable=import-outside-toplevel
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location("cfg", os.path.join(REPO, "configs",
                                                                     "gpt2_owt.py"))
   module = importlib.util.module_from_spec(spec)

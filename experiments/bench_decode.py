@@ -30,7 +30,7 @@ import numpy as np
 from tfjax.inference import decode
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 
 def parse_args(argv):
@@ -162,7 +162,7 @@ def markdown(result) -> str:
   return "\n".join(lines) + "\n"
 
 
-@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/cli.py)
+@cli.guarded  # a bad flag or setting: one `error:` line, exit 2 (tfjax/training/entry/cli.py)
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parse_args(argv)

@@ -44,7 +44,7 @@ def logistic_regression(train, held_out) -> dict:
 def vit_accuracy(workdir: str) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax.nn.vision import ViTClassifier  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   from tfjax.training.tasks.vit import scaled_pixels  # pylint: disable=import-outside-toplevel
 
   run = runs.restore_run(workdir)

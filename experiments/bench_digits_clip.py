@@ -27,7 +27,7 @@ import media_bench  # experiments/media_bench.py (its ROOT on sys.path first)
 def zero_shot(workdir: str) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax.nn.clip import CLIP  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   from tfjax.training.tasks.vit import scaled_pixels  # pylint: disable=import-outside-toplevel
 
   run = runs.restore_run(workdir)

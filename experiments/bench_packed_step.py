@@ -5,9 +5,9 @@
 
 For each sweep (configs/ablations/<name>.py at --scale) it builds the first point's experiment,
 times `calls` jitted steps after one warm-up call, in this one process: the one-seed train step
-(as train.py runs it) and tfjax.training.packed's step of `seeds` stacked copies. It reports ms
+(as train.py runs it) and tfjax.training.loop.packed's step of `seeds` stacked copies. It reports ms
 per step, ms per seed-step (packed / K) and the model FLOP rate of the one-seed step
-(tfjax.training.flops). Packing pays on a device only where the per-seed step leaves the
+(tfjax.training.accounting.flops). Packing pays on a device only where the per-seed step leaves the
 device idle (per-op overhead, a small grid); ms per seed-step equal to the one-seed step's means
 no gain beyond start-up and compilation. Writes OUT/bench_packed_step.json and .md stamped with
 the device, jax version, load average and date (a shared machine slows both modes).
@@ -48,8 +48,10 @@ def measure(name: str, scale: str, seeds: int, calls: int, workdir: str) -> dict
   from tfjax.data import datasets
   from tfjax.nn.models import build_model
   from tfjax.research import sweep
-  from tfjax.training import experiment, flops, packed, steps, tasks
-  from tfjax.training.sharding import BatchPlacement
+  from tfjax.training import tasks
+  from tfjax.training.accounting import flops
+  from tfjax.training.loop import experiment, packed, steps
+  from tfjax.training.parallel.sharding import BatchPlacement
   loaded = sweep.load_sweep(os.path.join(REPO, "configs", "ablations", f"{name}.py"), scale)
   config = loaded.config_for(loaded.points[0])
   exp = experiment.prepare(config, workdir)

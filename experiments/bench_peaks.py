@@ -23,7 +23,7 @@ import time
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _GEMM = flags.DEFINE_integer("gemm", 0, "GEMM size n (n x n x n); 0 = 8192 on GPU/TPU, 1024 on CPU.")
 _SHAPES = flags.DEFINE_list(

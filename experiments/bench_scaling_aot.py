@@ -28,7 +28,7 @@ import time
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _ONLY = flags.DEFINE_string("only", "", "Run only rows whose key matches this regex.")
 _OUT = flags.DEFINE_string("out", "aot_results", "Output directory (scaling_aot.json, .md).")

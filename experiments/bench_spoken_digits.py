@@ -34,7 +34,7 @@ def greedy_wer(workdir: str, batch: int = 40) -> dict:
   from tfjax.data.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   from tfjax.inference.wer import word_error_rate  # pylint: disable=import-outside-toplevel
   from tfjax.nn.audio import greedy_decode  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   from tfjax.training.tasks.whisper import transcripts  # pylint: disable=import-outside-toplevel
 
   run = runs.restore_run(workdir)

@@ -8,7 +8,7 @@
 
 Writes OUT/bench_train.json and OUT/bench_train.md stamped with device, JAX version and date.
 MFU = tokens/s x FLOPs/token / (peak FLOP/s x devices); the peak comes from --peak_flops or the
-table in tfjax/training/params.py (none for CPUs: MFU is then omitted).
+table in tfjax/training/accounting/params.py (none for CPUs: MFU is then omitted).
 """
 
 import datetime
@@ -21,7 +21,7 @@ import time
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _CONFIG = cli.define_config_file("config", None, "Config file to benchmark.")
 _STEPS = flags.DEFINE_integer("steps", 50, "Timed steps after warm-up.")
@@ -42,7 +42,10 @@ def measure_steps(config, steps: int, warmup: int, profile_steps: int = 0, out: 
   import jax  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from tfjax.data import datasets
-  from tfjax.training import experiment, flops, params as accounting, sharding, tasks
+  from tfjax.training import tasks
+  from tfjax.training.accounting import flops, params as accounting
+  from tfjax.training.loop import experiment
+  from tfjax.training.parallel import sharding
   from tfjax.runtime import workarounds
 
   exp = experiment.prepare(config)
@@ -131,7 +134,7 @@ def device_peak_bytes():
 
 
 def measure_full_run(config) -> dict:
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   with tempfile.TemporaryDirectory() as workdir:
     start = time.perf_counter()
     final = train.train_and_evaluate(config, workdir)
@@ -143,7 +146,7 @@ def measure_full_run(config) -> dict:
 def main(argv):
   del argv
   from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
-  from tfjax.training import sharding
+  from tfjax.training.parallel import sharding
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   compile_cache.enable(_CACHE.value)
@@ -171,6 +174,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   cli.run_absl(main)

@@ -21,7 +21,7 @@ import tempfile
 
 from absl import app, flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _PLAN = flags.DEFINE_string("plan", None, "The plan module, configs/ablations/confirm/*.py.",
                             required=True)

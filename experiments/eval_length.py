@@ -15,7 +15,7 @@ import sys
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished run (config.json + checkpoints).",
                                required=True)
@@ -44,6 +44,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   cli.run_absl(main)

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 DIMS = (4, 16, 64, 256, 1024)
 

@@ -41,7 +41,7 @@ import time
 from absl import flags
 import numpy as np
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 from torch_nanogpt_model import check_nanogpt_shaped, nanogpt_lr, torch_adamw, torch_gpt
 from torch_nanogpt_model import torch_step, windows
 from torch_nanogpt_reference import run_reference
@@ -99,8 +99,10 @@ def run_lockstep(config, exp, steps):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
-  from tfjax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.training.optim.optimizer import make_optimizer
 
   torch.manual_seed(_SEED.value)
   mc, opt, tc = exp.model_config, config.optimizer, config.train
@@ -166,7 +168,9 @@ def run_speed(config, exp, steps):
   del steps
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.training import tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
 
   mc, opt, tc = exp.model_config, config.optimizer, config.train
@@ -227,7 +231,8 @@ def main(argv):
   del argv
   if _MODE.value == "reference":  # PyTorch owns the GPU here; JAX only builds the data and must
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # not reserve its memory
-  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   sharding.configure_cpu_devices(config)  # before JAX starts, as experiments/train.py does
   import jax  # pylint: disable=import-outside-toplevel
@@ -258,6 +263,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=import-outside-toplevel
   setup_logging()
   cli.run_absl(main)

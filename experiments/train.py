@@ -5,5 +5,5 @@ if __name__ == "__main__":
   # and exit 128 + N (tfjax/runtime/stop_signals.py imports only the standard library).
   from tfjax.runtime import stop_signals
   with stop_signals.exits_on_stop():
-    from tfjax.training.main import run  # pylint: disable=g-import-not-at-top
+    from tfjax.training.entry.main import run  # pylint: disable=g-import-not-at-top
     run()

@@ -16,7 +16,7 @@ EXPORT_FLAG = "--export_hf="
 
 def _export(workdir: str, out_dir: str) -> None:
   from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   run = runs.restore_run(workdir)
   config = modalities.export(run.model_config, run.params, out_dir)
   print(f"exported {workdir} -> {out_dir} ({config['architectures'][0]})")
@@ -31,7 +31,7 @@ if __name__ == "__main__":
     sys.exit(2)
   with stop_signals.exits_on_stop():
     from absl import flags  # pylint: disable=g-import-not-at-top
-    from tfjax.training import cli, main  # pylint: disable=g-import-not-at-top
+    from tfjax.training.entry import cli, main  # pylint: disable=g-import-not-at-top
     try:
       main.run()
     except SystemExit as done:

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 
 def attention_maps(workdir: str, text: str, run=None):
@@ -111,7 +111,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()  # orbax logs every file it touches at INFO
   from absl import flags as absl_flags  # pylint: disable=g-import-not-at-top
   absl_flags.DEFINE_string("workdir", None, "A trained run directory.", required=True)

@@ -82,7 +82,7 @@ for p in $PHASES; do
     env)
       # The machine's flax / optax / orbax first; the versions CI tests (wheels in .whl/fallback)
       # only if tfjax does not import with them.
-      if ! $PY -c "import tfjax.training.train" >"$RESULTS/import.log" 2>&1 && ls .whl/fallback/*.whl >/dev/null 2>&1; then
+      if ! $PY -c "import tfjax.training.loop.train" >"$RESULTS/import.log" 2>&1 && ls .whl/fallback/*.whl >/dev/null 2>&1; then
         echo "tfjax import failed with the machine's packages (import.log); using .whl/fallback"
         $PY -m pip install -q --no-index --no-deps --target /tmp/site_fallback .whl/fallback/*.whl
         export PYTHONPATH=$PWD:/tmp/site_fallback${PYTHONPATH#$PWD}
@@ -91,7 +91,7 @@ for p in $PHASES; do
 print(sys.version); print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__,
       'optax', optax.__version__, 'orbax', oc.__version__ if hasattr(oc, '__version__') else '?')
 print(jax.devices(), jax.devices()[0].device_kind)
-import tfjax.training.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESULTS/env.log" 2>&1
+import tfjax.training.loop.train, tfjax.nn.ops; print('tfjax imports ok')"; } >"$RESULTS/env.log" 2>&1
       cat "$RESULTS/env.log" | tail -n 6 ;;
     tests)
       XLA_PYTHON_CLIENT_PREALLOCATE=false phase tests "$T_TESTS" $PY -m pytest -q -n 8 ${TEST_SELECT:-} \

@@ -128,7 +128,7 @@ def profile_table(before, after):
   kinds = ["matmul", "attention"] + list(MEMORY_BOUND)
   ms = lambda data, kind: data["profile"]["by_category_s"].get(kind, 0.0) * 1e3
   out = ["| device time per step (ms) | log p[target] by gather (take_along_axis) | by masked "
-         "sum (tfjax.training.losses) |", "|---|---|---|"]
+         "sum (tfjax.training.optim.losses) |", "|---|---|---|"]
   for kind in kinds:
     if ms(before, kind) or ms(after, kind):
       out.append(f"| {kind} | {ms(before, kind):.2f} | {ms(after, kind):.2f} |")

@@ -46,7 +46,7 @@ def fast_compiles():
 
 
 from tfjax.nn.config import ModelConfig
-from tfjax.training import cpu_fusion
+from tfjax.training.parallel import cpu_fusion
 
 # Small enough that eager init/apply take milliseconds; init_std large enough that every
 # weight visibly moves the outputs (the default 0.02 makes many differences tiny).
@@ -159,7 +159,7 @@ def full_precision_matmuls():
 
 @pytest.fixture
 def fusion_policy():
-  """Sets tfjax.training.cpu_fusion's policy for one test, then restores the default."""
+  """Sets tfjax.training.parallel.cpu_fusion's policy for one test, then restores the default."""
   yield cpu_fusion.install
   cpu_fusion.install("auto")
 

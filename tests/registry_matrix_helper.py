@@ -37,8 +37,10 @@ import jax  # noqa: E402  pylint: disable=wrong-import-position
 
 from tfjax.nn import attention_kinds, positions  # noqa: E402  pylint: disable=wrong-import-position
 from tfjax.nn.config import FAMILIES  # noqa: E402  pylint: disable=wrong-import-position
-from tfjax.training import experiment, sharding  # noqa: E402  pylint: disable=wrong-import-position
-from tfjax.training.defaults import base_config  # noqa: E402  pylint: disable=wrong-import-position
+from tfjax.training.loop import experiment  # noqa: E402  pylint: disable=wrong-import-position
+from tfjax.training.parallel import sharding  # noqa: E402  pylint: disable=wrong-import-position
+# pylint: disable-next=wrong-import-position
+from tfjax.training.config.defaults import base_config  # noqa: E402
 
 STEPS = 5
 BATCH = 4

@@ -9,8 +9,8 @@ import sys
 import jax
 import numpy as np
 
-from tfjax.training import sharding
-from tfjax.training.defaults import base_config
+from tfjax.training.parallel import sharding
+from tfjax.training.config.defaults import base_config
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ A config file (`--config=tests/scaleout_config.py`) so the multi-process test ca
 CLI. 2 layers, 4 heads, d_ff and vocabulary divisible by 4, batch 8: every mesh of 8 devices splits
 every axis evenly. Five steps, no eval before the end, checkpoints at step 3 and 5.
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 
 def get_config(arg=None):

@@ -21,7 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tfjax.training import checkpoint, experiment, sharding, train  # pylint: disable=wrong-import-position
+from tfjax.training.checkpointing import checkpoint  # pylint: disable=wrong-import-position
+from tfjax.training.loop import experiment, train  # pylint: disable=wrong-import-position
+from tfjax.training.parallel import sharding  # pylint: disable=wrong-import-position
 import scaleout_config  # pylint: disable=wrong-import-position
 
 MESHES = ((8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4))

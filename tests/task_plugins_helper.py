@@ -54,7 +54,8 @@ TASKS = ("vit", "clip", "whisper", "funnel", "funnel_classification")
 def main(out: str, mesh: str):
   import jax  # pylint: disable=import-outside-toplevel
   from tfjax.runtime import compile_cache  # pylint: disable=import-outside-toplevel
-  from tfjax.training import params_main, train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.entry import params_main  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   compile_cache.enable(os.path.join(out, f"cache-{mesh}"))
   for task in TASKS:
     root = os.path.join(out, mesh, task)

@@ -68,8 +68,10 @@ def test_public_spellings_are_the_same_modules():
   import tfjax.nn.ops  # pylint: disable=import-outside-toplevel
   import tfjax.ops  # pylint: disable=import-outside-toplevel
   import tfjax.params  # pylint: disable=import-outside-toplevel
+  import tfjax.training.accounting.params  # pylint: disable=import-outside-toplevel
   import tfjax.training.params  # pylint: disable=import-outside-toplevel
-  assert tfjax.ops is tfjax.nn.ops and tfjax.params is tfjax.training.params
+  assert tfjax.ops is tfjax.nn.ops and tfjax.params is tfjax.training.accounting.params
+  assert tfjax.training.params is tfjax.training.accounting.params
   assert callable(tfjax.ops.dot_product_attention)
 
 
@@ -89,9 +91,20 @@ def _without_type_checking_blocks(tree):
   return Strip().visit(tree)
 
 
-def import_graph(package=PACKAGE):
+def old_spellings():
+  """{old flat module name: the module it is now} of the packages split into subpackages
+  (tfjax/runtime/module_aliases.py), so an import by an old spelling is still an edge."""
+  import tfjax.hf  # pylint: disable=import-outside-toplevel
+  import tfjax.training  # pylint: disable=import-outside-toplevel
+  return {f"{package.__name__}.{name}": target for package in (tfjax.training, tfjax.hf)
+          for name, target in package.ALIASES.items()}
+
+
+def import_graph(package=PACKAGE, aliases=None):
   """{module: the tfjax modules it imports}, top-level and function-level imports alike; `from
-  package import name` counts as importing the module package.name when that is a module."""
+  package import name` counts as importing the module package.name when that is a module, and an
+  old spelling (`aliases`, default old_spellings()) counts as the module it names."""
+  aliases = old_spellings() if aliases is None else aliases
   modules = {}
   for root, _, names in os.walk(package):
     for name in names:
@@ -103,10 +116,13 @@ def import_graph(package=PACKAGE):
     edges = set()
     for node in ast.walk(_without_type_checking_blocks(tree)):
       if isinstance(node, ast.Import):
-        edges.update(a.name for a in node.names if a.name in modules)
-      elif isinstance(node, ast.ImportFrom) and node.module in modules:
-        submodules = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
-        edges.update(submodules or {node.module})
+        names = (aliases.get(a.name, a.name) for a in node.names)
+        edges.update(n for n in names if n in modules)
+      elif isinstance(node, ast.ImportFrom) and aliases.get(node.module, node.module) in modules:
+        source = aliases.get(node.module, node.module)
+        submodules = {aliases.get(f"{source}.{a.name}", f"{source}.{a.name}")
+                      for a in node.names} & set(modules)
+        edges.update(submodules or {source})
     edges.discard(module)
     graph[module] = edges - SHIMS if module not in SHIMS else edges
   return graph
@@ -158,10 +174,26 @@ def test_the_graph_sees_function_level_imports(tmp_path):
     (package / name).write_text("")
   (package / "training" / "a.py").write_text("from tfjax.training import b\n")
   (package / "training" / "b.py").write_text("def f():\n  from tfjax.training.a import g\n")
-  graph = import_graph(str(package))
+  graph = import_graph(str(package), aliases={})
   assert graph["tfjax.training.a"] == {"tfjax.training.b"}
   assert graph["tfjax.training.b"] == {"tfjax.training.a"}
   assert find_cycle(graph) == ["tfjax.training.a", "tfjax.training.b", "tfjax.training.a"]
+
+
+def test_the_graph_follows_old_spellings(tmp_path):
+  """`from tfjax.training import b` where b now lives in tfjax/training/loop/ is an edge to
+  tfjax.training.loop.b, so a cycle through an old spelling is still found."""
+  package = tmp_path / "tfjax"
+  (package / "training" / "loop").mkdir(parents=True)
+  for name in ("__init__.py", "training/__init__.py", "training/loop/__init__.py"):
+    (package / name).write_text("")
+  (package / "training" / "loop" / "a.py").write_text("from tfjax.training import b\n")
+  (package / "training" / "loop" / "b.py").write_text("import tfjax.training.a\n")
+  graph = import_graph(str(package), aliases={"tfjax.training.a": "tfjax.training.loop.a",
+                                              "tfjax.training.b": "tfjax.training.loop.b"})
+  assert graph["tfjax.training.loop.a"] == {"tfjax.training.loop.b"}
+  assert graph["tfjax.training.loop.b"] == {"tfjax.training.loop.a"}
+  assert find_cycle(graph) is not None
 
 
 def test_no_library_module_is_over_450_lines():

@@ -11,7 +11,7 @@ Sweep run times: docs/ablations.md.
 Pre-LN LayerNorm, GELU, learned positions, tied embeddings, AdamW with cosine decay (as
 configs/shakespeare_char.py).
 """
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 SCALES = ("smoke", "medium", "full")
 

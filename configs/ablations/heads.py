@@ -97,7 +97,7 @@ def get_sweep(scale=None):
 
 
 def evaluate_point(config, workdir):
-  from tfjax.training import params  # pylint: disable=import-outside-toplevel
+  from tfjax.training.accounting import params  # pylint: disable=import-outside-toplevel
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from tfjax.data.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
   model = dict(config.model)

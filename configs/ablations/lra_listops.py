@@ -211,7 +211,7 @@ def get_config(scale=None):
   record each point's (docs/ablations/results/lra_listops_<scale>.jsonl); full: one GPU, not
   measured. Results and verdicts: docs/ablations.md.
   """
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
   scale = _lm.check_scale(scale, "lra_listops.py")
   n, small = MAX_TOKENS[scale], scale != "full"
   config = base_config()

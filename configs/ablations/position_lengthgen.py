@@ -28,7 +28,7 @@ import numpy as np
 
 from tfjax.nn import relative_bias
 from tfjax.research import sweep
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 _lm = sweep.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_char_lm.py"))
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi", "t5_bias")

@@ -161,7 +161,7 @@ def test_cli_unknown_target_and_indivisible_mesh_are_one_error_line():
 
 def _compile_default(target_name: str, what: str = "train"):
   from tfjax.aot import devices, program, report  # pylint: disable=import-outside-toplevel
-  from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config import defaults  # pylint: disable=import-outside-toplevel
   target = targets.parse_target(target_name)
   config = defaults.get_config()
   # float32 compute: the collectives checked below are then the float32 params' bytes (model.dtype

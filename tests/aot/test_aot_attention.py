@@ -61,7 +61,7 @@ def test_buffers_are_the_values_outside_fusion_bodies():
 def _default_on_v5e4(impl: str):
   from tfjax.aot import devices, program, report  # pylint: disable=import-outside-toplevel
   from tfjax.aot import targets  # pylint: disable=import-outside-toplevel
-  from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config import defaults  # pylint: disable=import-outside-toplevel
   target = targets.parse_target("v5e-4")
   config = defaults.get_config()  # configs/default.py: 2 layers, 4 heads, 34 tokens, 64 rows
   config.model.attention_impl = impl

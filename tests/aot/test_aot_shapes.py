@@ -85,8 +85,8 @@ def test_json_headline_flops_are_analytic_and_xla_counts_a_scanned_stack_once(no
   compiled = programs.compile_for(prog, target.platform, target.generation)
   rep = reports.build_report(prog, reports.measure(compiled, "tpu", 1), target)
   line = json.loads(rep.json_line())
-  # 6N + attention per token (PaLM app. B; independent of tfjax.training.flops): N counts the
-  # parameters but the token table (a lookup): per layer attention 4 d^2, SwiGLU 3 d d_ff and
+  # 6N + attention per token (PaLM app. B; independent of tfjax.training.accounting.flops): N counts
+  # the parameters but the token table (a lookup): per layer attention 4 d^2, SwiGLU 3 d d_ff and
   # two RMSNorm scales, then the final norm and the untied 65 x d head (LLaMA has no biases);
   # attention scores and values 12 * layers * d * L per token.
   d, d_ff, layers, vocab, L, rows = 32, 64, 4, 65, 32, 8

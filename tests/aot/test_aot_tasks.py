@@ -15,7 +15,7 @@ import jax
 import pytest
 
 from run_helpers import REPO
-from tfjax.training import params_main
+from tfjax.training.entry import params_main
 
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 ON_CPU = jax.default_backend() == "cpu"

@@ -13,8 +13,8 @@ import pytest
 
 from tfjax.data import prepare as prep
 from tfjax.data import datasets
-from tfjax.training import experiment
-from tfjax.training.defaults import base_config
+from tfjax.training.loop import experiment
+from tfjax.training.config.defaults import base_config
 from tfjax.data.tokenizers import ByteTokenizer
 
 L = 16

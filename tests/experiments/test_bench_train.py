@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from tfjax.training import experiment, flops
-from tfjax.training import params as tfparams
+from tfjax.training.accounting import flops
+from tfjax.training.loop import experiment
+from tfjax.training.accounting import params as tfparams
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The default config (synthetic reversal, no files) at test size, two steps per jitted call.

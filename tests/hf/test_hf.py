@@ -19,7 +19,7 @@ from tfjax.hf import __main__ as cli  # noqa: E402
 from tfjax.hf import mapping, registry  # noqa: E402
 from tfjax.nn.models import build_model  # noqa: E402
 from tfjax.inference import decode  # noqa: E402
-from tfjax.training import runs
+from tfjax.training.checkpointing import runs
 from tfjax.data import tokenizers
 
 T = transformers
@@ -265,7 +265,8 @@ def test_generate_and_finetune_from_import(tmp_path):
   """An imported run generates with its HF tokenizer (experiments/generate.py) and starts a
   fine-tune (config.init_from): step-0 params are the imported ones, the tokenizer carries over."""
   from experiments import generate  # pylint: disable=import-outside-toplevel
-  from tfjax.training import defaults, train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config import defaults  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   model, hf_dir = _hf_dir(tmp_path, "qwen2")
   _word_tokenizer(os.path.join(hf_dir, "tokenizer.json"))
   run = _import(hf_dir, str(tmp_path / "run"))

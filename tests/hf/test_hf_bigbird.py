@@ -1,4 +1,4 @@
-"""BigBird import/export (tfjax/hf/bigbird.py) against transformers' BigBirdModel and
+"""BigBird import/export (tfjax/hf/models/bigbird.py) against transformers' BigBirdModel and
 BigBirdForMaskedLM with attention_type='block_sparse': google/bigbird-roberta-base's released
 config.json (written below, no download) scaled down to a random model, at a length where
 transformers takes the block-sparse path; outputs within 1e-5 in float32 in evaluation
@@ -27,7 +27,7 @@ from tfjax.hf.mapping import Fields, UnsupportedError  # noqa: E402
 from tfjax.nn.config import ModelConfig  # noqa: E402
 from tfjax.nn.kinds import bigbird  # noqa: E402
 from tfjax.nn.models import build_model  # noqa: E402
-from tfjax.training import runs  # noqa: E402
+from tfjax.training.checkpointing import runs  # noqa: E402
 
 # google/bigbird-roberta-base config.json as released on the hub.
 RELEASED = {

@@ -1,7 +1,7 @@
-"""Funnel Transformer import/export (tfjax/hf/funnel.py, tfjax/nn/funnel.py) against transformers'
-FunnelModel, FunnelBaseModel and FunnelForMaskedLM: funnel-transformer/small's released config
-scaled down to a small random model (no download), float32 outputs within 1e-5 with token types
-and padding, every pooling option, and the export round trip."""
+"""Funnel Transformer import/export (tfjax/hf/models/funnel.py, tfjax/nn/funnel.py) against
+transformers' FunnelModel, FunnelBaseModel and FunnelForMaskedLM: funnel-transformer/small's
+released config scaled down to a small random model (no download), float32 outputs within 1e-5 with
+token types and padding, every pooling option, and the export round trip."""
 
 from __future__ import annotations
 

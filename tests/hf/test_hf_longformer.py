@@ -1,4 +1,4 @@
-"""Longformer import/export (tfjax/hf/longformer.py, tfjax/nn/kinds/longformer.py) against
+"""Longformer import/export (tfjax/hf/models/longformer.py, tfjax/nn/kinds/longformer.py) against
 transformers: allenai/longformer-base-4096's released config.json fields at tiny sizes, random
 weights (no download); the imported model gives transformers' outputs within 1e-5 in float32
 with and without global tokens, with right padding and lengths that transformers pads to a

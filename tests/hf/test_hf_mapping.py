@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjax.hf import falcon, gpt_neox, mapping, phi3
+from tfjax.hf import mapping
+from tfjax.hf.models import falcon, gpt_neox, phi3
 from tfjax.nn.rope_config import RopeConfig
 
 

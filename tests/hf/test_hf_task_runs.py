@@ -37,7 +37,7 @@ from tfjax.nn.audio import Whisper  # noqa: E402
 from tfjax.nn.clip import CLIP  # noqa: E402
 from tfjax.nn.funnel import Funnel  # noqa: E402
 from tfjax.nn.vision import ViTClassifier  # noqa: E402
-from tfjax.training import runs  # noqa: E402
+from tfjax.training.checkpointing import runs  # noqa: E402
 
 T = transformers
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 from tfjax.hf import __main__ as hf_cli  # noqa: E402
 from tfjax.inference import whisper_decode  # noqa: E402
 from tfjax.nn.audio import WhisperConfig  # noqa: E402
-from tfjax.training import generate_main  # noqa: E402
+from tfjax.training.entry import generate_main  # noqa: E402
 
 FRAMES, MELS, NEW = 32, 8, 8
 GENERATION = dict(
@@ -111,7 +111,7 @@ def test_suppress_lists_change_the_tokens(imported):
   that they are applied, not merely that nothing was suppressed)."""
   model, run, _, features = imported
   from tfjax.nn import audio  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   restored = runs.restore_run(run)
   prompt = whisper_decode.prompts(restored.model_config, restored.params, features, GENERATION)
   plain = np.asarray(audio.greedy_decode(restored.model_config, restored.params, features, NEW,

@@ -397,8 +397,8 @@ def load_script(name):
 
 
 def test_generate_script_restores_a_trained_run(tmp_path, capsys):
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
   config = base_config()  # a 2-step run of the synthetic copy task: only restoring is tested
   config.data.update(name="copy", form="decoder", train_lengths=(1, 6), test_lengths=(4, 8),
                      num_symbols=8)

@@ -6,7 +6,7 @@ import threading
 import jax
 import numpy as np
 
-from tfjax.training import train
+from tfjax.training.loop import train
 from tfjax.nn.models import build_model
 from run_helpers import tiny_config
 
@@ -26,7 +26,7 @@ def test_lm_run_logs_the_greedy_sample_of_the_params_it_evaluated(tmp_path, capl
   with caplog.at_level(logging.INFO, logger="tfjax"):
     train.train_and_evaluate(config, workdir)
   samples = [r.getMessage() for r in caplog.records if " sample: " in r.getMessage()]
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   run = runs.restore_run(workdir)
   step, params = run.step, run.params
   model, tokenizer = build_model(run.model_config), run.dataset.tokenizer

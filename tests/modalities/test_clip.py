@@ -1,4 +1,4 @@
-"""CLIP (tfjax/nn/clip.py, tfjax/hf/clip.py): embeddings and logits against transformers'
+"""CLIP (tfjax/nn/clip.py, tfjax/hf/models/clip.py): embeddings and logits against transformers'
 CLIPModel from a small random config (no download), the contrastive loss against NumPy, EOS
 pooling in both of HF's modes, export round trip, and training on synthetic pairs."""
 
@@ -169,7 +169,7 @@ def test_clip_config_errors():
 @pytest.mark.slow  # tens of seconds; tests/training/test_task_plugins.py is the quick sibling
 def test_clip_trains_on_config(tmp_path):
   from run_helpers import read_metrics  # pylint: disable=import-outside-toplevel
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(
       "clip_synthetic", os.path.join(REPO, "configs", "clip_synthetic.py"))
   module = importlib.util.module_from_spec(spec)

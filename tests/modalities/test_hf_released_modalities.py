@@ -1,5 +1,5 @@
 """Released config.json field sets of the modality front-ends import and export unchanged
-(tfjax/hf/vit.py, clip.py, whisper.py), as tests/hf/test_hf_released.py does for the text
+(tfjax/hf/models/vit.py, clip.py, whisper.py), as tests/hf/test_hf_released.py does for the text
 families: each entry below is the full set of fields of a published checkpoint's config.json
 (values as released), with only the widths, depths and Whisper's input length cut to a tiny
 model (vocabularies, image, patch and mel sizes, token ids and generation fields stay as

@@ -1,6 +1,6 @@
-"""ViT (tfjax/nn/vision.py, tfjax/hf/vit.py): logits against transformers' ViTForImageClassification
-from a small random config (no download), export round trip, the patch embedding against a NumPy
-convolution, and the error paths."""
+"""ViT (tfjax/nn/vision.py, tfjax/hf/models/vit.py): logits against transformers'
+ViTForImageClassification from a small random config (no download), export round trip, the patch
+embedding against a NumPy convolution, and the error paths."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_patch_embedding_is_the_strided_convolution():
     for j in range(3):
       window = x[:, i * p:(i + 1) * p, j * p:(j + 1) * p, :]  # [B, P, P, C]
       conv[:, i, j] = np.einsum("bhwc,dchw->bd", window, w_DxCxPxP)
-  from tfjax.hf.vit import patch_rules  # pylint: disable=import-outside-toplevel
+  from tfjax.hf.models.vit import patch_rules  # pylint: disable=import-outside-toplevel
   rule = patch_rules("w", ("k",), ViTConfig(patch_size=p, channels=c))
   kernel = rule.to_tfjax([w_DxCxPxP])[0]
   got = np.asarray(patchify(x, p)) @ kernel
@@ -113,7 +113,7 @@ def test_patch_embedding_is_the_strided_convolution():
 @pytest.mark.slow  # tens of seconds; tests/training/test_task_plugins.py is the quick sibling
 def test_vit_trains_on_config(tmp_path):
   from run_helpers import read_metrics  # pylint: disable=import-outside-toplevel
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   result = train.train_and_evaluate(config_module("vit_synthetic").get_config("test"),
                                     str(tmp_path / "run"))
   evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]

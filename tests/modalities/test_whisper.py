@@ -1,4 +1,4 @@
-"""Whisper (tfjax/nn/audio.py, tfjax/hf/whisper.py): logits and greedy decoding against
+"""Whisper (tfjax/nn/audio.py, tfjax/hf/models/whisper.py): logits and greedy decoding against
 transformers' WhisperForConditionalGeneration from a small random config (no download), the
 sinusoids against transformers', the dropped K bias, export round trip, and training."""
 
@@ -153,7 +153,7 @@ def test_whisper_import_errors(imported, tmp_path):
 @pytest.mark.slow  # tens of seconds; tests/training/test_task_plugins.py is the quick sibling
 def test_whisper_trains_on_config(tmp_path):
   from run_helpers import read_metrics  # pylint: disable=import-outside-toplevel
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(
       "whisper_synthetic", os.path.join(REPO, "configs", "whisper_synthetic.py"))
   module = importlib.util.module_from_spec(spec)

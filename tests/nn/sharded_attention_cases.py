@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tfjax.nn import ops
-from tfjax.training import sharding
+from tfjax.training.parallel import sharding
 
 MESHES = ((8, 1, 1, 1), (2, 2, 2, 1), (1, 1, 8, 1), (2, 1, 1, 4), (1, 2, 2, 2), (1, 1, 1, 8))
 B, T, E = 8, 32, 8

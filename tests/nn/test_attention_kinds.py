@@ -18,8 +18,9 @@ from tfjax.nn import config as config_module
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.sections import Section, flat_key
 from tfjax.nn.softmax_attention import SOFTMAX
-from tfjax.training import experiment, flops, train
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import flops
+from tfjax.training.loop import experiment, train
+from tfjax.training.accounting import params as param_accounting
 
 TOY = "toy_linear"
 

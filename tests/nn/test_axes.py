@@ -1,8 +1,8 @@
 """tfjax/nn/axes.py: the logical axis names are the ones the sharding rules map."""
 
 from tfjax.nn import axes
-from tfjax.training import sharding
-from tfjax.training.defaults import base_config
+from tfjax.training.parallel import sharding
+from tfjax.training.config.defaults import base_config
 
 
 def test_every_logical_axis_has_a_sharding_rule_and_names_are_distinct():

@@ -14,8 +14,8 @@ from np_reference import rand
 from tfjax.nn import attention_kinds
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import bigbird
-from tfjax.training import flops
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import flops
+from tfjax.training.accounting import params as param_accounting
 
 NAME = "bigbird"
 B, R = 4, 1  # block size, random blocks: the shortest length is (6 + 2R) B = 32 tokens
@@ -264,7 +264,7 @@ def test_an_mlm_encoder_with_bigbird_attention_trains(tmp_path):
   """train_and_evaluate on masked-LM text at 32 tokens (block-sparse: 8 blocks > 5 + 2r): the
   loss falls, and MFU counts the kind's FLOPs."""
   import run_helpers  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment, train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment, train  # pylint: disable=import-outside-toplevel
   config = run_helpers.tiny_config(num_steps=12, eval_every=12, log_every=1, checkpoint_every=12)
   path = tmp_path / "corpus.txt"
   rng = np.random.default_rng(0)

@@ -166,7 +166,8 @@ def test_funnel_trains_tiny(tmp_path):
   config.data.seq_len = 16
   config.optimizer.update(lr=1e-2, min_lr=1e-3)
   config.train.update(num_steps=30, batch_size=16, log_every=10, eval_batches=1, eval_every=30)
-  from tfjax.training import runs, train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   train.train_and_evaluate(config, str(tmp_path / "run"))
   evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
   assert evals[0] > 2.5
@@ -182,7 +183,8 @@ def test_funnel_trains_on_config(tmp_path):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   from tfjax.hf import modalities  # pylint: disable=import-outside-toplevel
-  from tfjax.training import runs, train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   result = train.train_and_evaluate(config_module().get_config("test"), str(tmp_path / "run"))
   evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run") if "eval/loss" in r]
   assert evals[-1] < 0.8 * evals[0]
@@ -202,7 +204,7 @@ def test_funnel_trains_on_config(tmp_path):
 
 
 def test_funnel_task_refuses_mismatched_configs():
-  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   config = config_module().get_config("test")
   config.model.mlm_head = False
   with pytest.raises(ValueError, match="set config.model.mlm_head=True"):

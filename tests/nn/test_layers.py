@@ -11,7 +11,7 @@ from np_reference import np_layer, np_norm, rand
 from test_attention import np_attention
 
 from tfjax.nn.layers import LayerStack, TransformerLayer
-from tfjax.training import cpu_fusion
+from tfjax.training.parallel import cpu_fusion
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -169,7 +169,7 @@ def test_transformer_layer_norm_placement_matches_numpy(placement, norm, ffn, cr
 @pytest.mark.parametrize("placement,ffn", [("pre", "gelu"), ("post", "swiglu")])
 def test_transformer_layer_gradients_match_finite_differences(placement, ffn, fusion_policy):
   """Directional derivatives of the layer, with the residual gradients going through the CPU
-  fusion boundary's custom JVP (tfjax.training.cpu_fusion), agree with central differences along random
+  fusion boundary's custom JVP (tfjax.training.parallel.cpu_fusion), agree with central differences along random
   directions."""
   fusion_policy("on")
   cfg = tiny_config(norm_placement=placement, ffn=ffn, num_heads=4, num_kv_heads=2)

@@ -11,8 +11,9 @@ import run_helpers
 from conftest import random_params, tiny_config, to_numpy
 from np_reference import np_mha, rand
 from tfjax.nn.attention import MultiHeadAttention
-from tfjax.training import flops, train
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import flops
+from tfjax.training.loop import train
+from tfjax.training.accounting import params as param_accounting
 
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: tiny shapes

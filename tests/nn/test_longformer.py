@@ -14,8 +14,9 @@ from np_reference import rand
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import longformer
 from tfjax.nn.models import build_model
-from tfjax.training import flops, train
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import flops
+from tfjax.training.loop import train
+from tfjax.training.accounting import params as param_accounting
 
 KIND = dict(attention_kind="longformer", family="encoder", position="learned")
 

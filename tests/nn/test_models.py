@@ -588,7 +588,7 @@ def test_bf16_token_table_gradient_accumulates_in_float32():
   import re  # pylint: disable=import-outside-toplevel
   from tfjax.nn import models as model_lib  # pylint: disable=import-outside-toplevel
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
-  from tfjax.training import defaults  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config import defaults  # pylint: disable=import-outside-toplevel
   config = defaults.base_config().model
   config.update(dtype="bfloat16", vocab_size=300, d_model=32, num_layers=1, num_heads=2, d_ff=64,
                 position="rope")

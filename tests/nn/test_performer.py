@@ -14,8 +14,9 @@ from tfjax.inference import cached_model
 from tfjax.nn.attention import MultiHeadAttention
 from tfjax.nn.kinds import performer
 from tfjax.nn.models import build_model
-from tfjax.training import flops, train
-from tfjax.training import params as param_accounting
+from tfjax.training.accounting import flops
+from tfjax.training.loop import train
+from tfjax.training.accounting import params as param_accounting
 
 
 pytestmark = pytest.mark.usefixtures("fast_compiles")  # conftest.py: tiny shapes

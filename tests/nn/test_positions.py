@@ -261,7 +261,7 @@ def test_the_position_registry_is_the_one_list_every_consumer_reads(fake_kinds):
   from tfjax.hf import registry  # pylint: disable=import-outside-toplevel
   from tfjax.research import length_eval  # pylint: disable=import-outside-toplevel
   from tfjax.inference import decode_window  # pylint: disable=import-outside-toplevel
-  from tfjax.training import params  # pylint: disable=import-outside-toplevel
+  from tfjax.training.accounting import params  # pylint: disable=import-outside-toplevel
   absolute, rotary = (tiny_config(position=k.name) for k in fake_kinds)
   assert positions.has_learned_table(absolute) is False
   assert decode_window.mode(absolute, 16, 1) == "slide"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tfjax.research import grad_norms
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 
 def _layer(rng, scale):
@@ -56,7 +56,8 @@ def _tiny_decoder(scan_layers=False):
 
 def test_norms_of_a_decoder_equal_the_tests_own_gradients():
   import optax  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
   config = _tiny_decoder()
   norms = grad_norms.per_layer_grad_norms(config)

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from tfjax.training import experiment, train
+from tfjax.training.loop import experiment, train
 from tfjax.research import length_eval, sweep
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,7 +77,7 @@ def text_run(tmp_path_factory):
 def _direct_nonoverlap_ppl(model_cfg, params, tokens, num_targets, length):
   """Perplexity of consecutive windows of `length` scored directly with the model."""
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax.training import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.training.optim import losses  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
   apply = jax.jit(build_model(model_cfg).apply)
   total = 0.0
@@ -127,7 +127,7 @@ def test_rope_extensions_rescale_by_the_length_ratio_and_are_the_identity_at_l(t
 
 def test_matches_direct_scoring_and_marks_learned_overflow_na(text_run):
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax.training import losses  # pylint: disable=import-outside-toplevel
+  from tfjax.training.optim import losses  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
   run = sweep.restore_run(text_run)
   _, exp, params = run

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tfjax.research import sweep, sweep_report
-from tfjax.training import train
-from tfjax.training.defaults import base_config
+from tfjax.training.loop import train
+from tfjax.training.config.defaults import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -23,7 +23,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # A sweep config module: a 1-layer decoder on the synthetic copy task, a few steps.
 TINY_SWEEP = '''
 from tfjax.research import sweep
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 def get_config(scale=None):
   config = base_config()

@@ -91,7 +91,7 @@ def test_tfjax_code_commit_names_the_commit_of_a_copied_tree(monkeypatch):
 
 def test_config_fingerprint_names_what_was_trained_only():
   from tfjax.research import sweep  # pylint: disable=import-outside-toplevel
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
   base = base_config()
   same = {"seed": 7, "data.seed": 3, "train.log_every": 1, "train.checkpoint_every": 5}
   changed = {"optimizer.lr": base.optimizer.lr * 2, "optimizer.warmup_steps": 11,
@@ -118,7 +118,7 @@ def test_records_carry_the_config_fingerprint_of_the_done_file():
 
 def test_provenance_names_commit_device_and_config(monkeypatch):
   """What run_point writes into every SWEEP_DONE.json, diverged points included."""
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
   monkeypatch.setenv("TFJAX_CODE_COMMIT", "feed123")
   got = sweep_results.provenance(base_config())
   assert got["commit"] == "feed123" and got["device"].startswith("cpu (")

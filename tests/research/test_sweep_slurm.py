@@ -31,7 +31,7 @@ FAILING = "num_symbols=1"
 SMOKE_SWEEP = '''
 import os, signal
 from tfjax.research import sweep
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 REPORT = dict(plots=[])
 
@@ -50,7 +50,7 @@ def get_sweep(scale=None):
   return [{"seed": 0, "data.seed": 1}, {"seed": 1, "data.seed": 0}, {"data.num_symbols": 1}]
 
 if os.environ.get("SWEEP_TEST_PREEMPT") and os.environ.get("SUBMITIT_EXECUTOR"):
-  from tfjax.training import metrics
+  from tfjax.training.loop import metrics
 
   _write = metrics.MetricsWriter.write
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tfjax.runtime import imports
-from tfjax.training import run_config
+from tfjax.training.config import run_config
 
 
 @pytest.fixture

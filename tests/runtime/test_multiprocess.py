@@ -1,9 +1,10 @@
 """A real multi-process run: 2 processes on 127.0.0.1, 4 CPU devices each, collectives over gloo.
 
-Both processes run the actual CLI (`python -m tfjax.training.main ... --coordinator_address=...
---num_processes=2 --process_id=i`), i.e. jax.distributed.initialize, a mesh spanning both
-processes, per-process data loading with jax.make_array_from_process_local_data, orbax checkpoints
-written by both, metrics written only by process 0. The 5 losses must equal a single-device run's.
+Both processes run the actual CLI (`python -m tfjax.training.entry.main ...
+--coordinator_address=... --num_processes=2 --process_id=i`), i.e. jax.distributed.initialize, a
+mesh spanning both processes, per-process data loading with
+jax.make_array_from_process_local_data, orbax checkpoints written by both, metrics written only
+by process 0. The 5 losses must equal a single-device run's.
 """
 
 import json
@@ -22,7 +23,7 @@ REPO = os.path.dirname(TESTS)
 sys.path.insert(0, TESTS)
 
 from scaleout_helper import FAST_COMPILE  # pylint: disable=wrong-import-position
-from tfjax.training import metrics  # pylint: disable=wrong-import-position
+from tfjax.training.loop import metrics  # pylint: disable=wrong-import-position
 
 
 TIMEOUT_S = 240
@@ -55,7 +56,7 @@ def launch(workdir, mesh, num_processes=2, devices_per_process=4, overrides=()):
   for pid in range(num_processes):
     log = open(os.path.join(workdir, f"process_{pid}.log"), "w")
     procs.append(subprocess.Popen(
-        [sys.executable, "-m", "tfjax.training.main", f"--config={TESTS}/scaleout_config.py",
+        [sys.executable, "-m", "tfjax.training.entry.main", f"--config={TESTS}/scaleout_config.py",
          f"--workdir={workdir}/run", f"--coordinator_address=127.0.0.1:{port}",
          f"--num_processes={num_processes}", f"--process_id={pid}",
          f"--config.mesh.data={mesh[0]}", f"--config.mesh.fsdp={mesh[1]}",
@@ -107,7 +108,7 @@ def single_device_losses():
   import jax  # pylint: disable=import-outside-toplevel
   import scaleout_config  # pylint: disable=import-outside-toplevel
   import scaleout_helper  # pylint: disable=import-outside-toplevel
-  from tfjax.training import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.mesh.update(data=1, fsdp=1, tensor=1)
   mesh = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])

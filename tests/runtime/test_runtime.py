@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax.training import experiment, train
+from tfjax.training.loop import experiment, train
 from run_helpers import REPO, tiny_config
 
 

@@ -1,15 +1,15 @@
-"""tfjax/training/checkpoint.py: what Checkpointer.save refuses to write."""
+"""tfjax/training/checkpointing/checkpoint.py: what Checkpointer.save refuses to write."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax.training import checkpoint
+from tfjax.training.checkpointing import checkpoint
 import gc
 import os
 import sys
 import threading
-from tfjax.training import train
+from tfjax.training.loop import train
 from run_helpers import read_metrics, tiny_config, train_losses
 
 

@@ -1,6 +1,6 @@
-"""tfjax/training/checkpoint_manifest.py and the Checkpointer's use of it: a step with a missing,
-cut-short or corrupted file is never restored; the run falls back to the newest good step, and
-refuses to start from scratch when none is left. Also a save that fails (a full disk)."""
+"""tfjax/training/checkpointing/checkpoint_manifest.py and the Checkpointer's use of it: a step with
+a missing, cut-short or corrupted file is never restored; the run falls back to the newest good
+step, and refuses to start from scratch when none is left. Also a save that fails (a full disk)."""
 
 import errno
 import os
@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax.training import checkpoint, checkpoint_manifest, divergence
+from tfjax.training.checkpointing import checkpoint, checkpoint_manifest
+from tfjax.training.loop import divergence
 
 
 def state(value):

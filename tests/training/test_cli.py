@@ -1,4 +1,4 @@
-"""Every entry point on a user's mistake (tfjax/training/cli.py): one `error:` line naming the
+"""Every entry point on a user's mistake (tfjax/training/entry/cli.py): one `error:` line naming the
 key/value/file, exit status 2, no traceback, and no file created or changed.
 
 Each case runs the real command in a child process (they fail before training, well under a
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 from tfjax.runtime.workdir_lock import WorkdirLock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

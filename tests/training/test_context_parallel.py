@@ -40,7 +40,8 @@ def test_default_run_with_the_sequence_split_over_4_devices_matches_one_device(t
 
 @pytest.mark.parametrize("kind", ["performer"])  # the decoder kinds besides softmax
 def test_a_kind_without_a_context_parallel_form_is_refused_by_name(kind, monkeypatch):
-  from tfjax.training import defaults, experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config import defaults  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   config = defaults.get_config()
   config.model.attention_kind = kind
   config.mesh.update(data=1, context=4, cpu_devices=0)

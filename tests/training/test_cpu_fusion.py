@@ -1,4 +1,5 @@
-"""tfjax/training/cpu_fusion.py: the setup-time CPU fusion policy reaches the jitted step."""
+"""tfjax/training/parallel/cpu_fusion.py: the setup-time CPU fusion policy reaches the jitted
+step."""
 
 
 import jax
@@ -12,7 +13,8 @@ from run_helpers import one_device_placement
 from run_helpers import tiny_config as tiny_run_config
 
 from tfjax.nn.layers import TransformerLayer
-from tfjax.training import cpu_fusion, experiment
+from tfjax.training.loop import experiment
+from tfjax.training.parallel import cpu_fusion
 
 pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("full_precision_matmuls")
 
 def test_train_step_gets_the_cpu_fusion_boundary_the_config_asks_for():
   """train.cpu_fusion reaches the jitted train step: 'on' routes each sublayer's residual-stream
-  cotangent through a cond (tfjax/training/cpu_fusion.py), 'off' leaves none; the loss is the same."""
+  cotangent through a cond (tfjax/training/parallel/cpu_fusion.py), 'off' leaves none; the loss is the same."""
   config = tiny_run_config()
   placement = one_device_placement(config)
   conds, losses = {}, {}

@@ -1,4 +1,5 @@
-"""tfjax/training/defaults.py: the default run and the base config every config starts from."""
+"""tfjax/training/config/defaults.py: the default run and the base config every config starts
+from."""
 
 import importlib.util
 import os
@@ -6,7 +7,7 @@ import os
 import pytest
 
 from tfjax.nn.config import ModelConfig
-from tfjax.training import defaults
+from tfjax.training.config import defaults
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

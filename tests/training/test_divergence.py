@@ -1,5 +1,5 @@
-"""A run whose loss turns NaN/inf (tfjax/training/divergence.py): stop at once or skip, and never
-checkpoint a non-finite state."""
+"""A run whose loss turns NaN/inf (tfjax/training/loop/divergence.py): stop at once or skip, and
+never checkpoint a non-finite state."""
 
 import os
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from run_helpers import read_metrics, tiny_config
-from tfjax.training import checkpoint, divergence, steps, train
+from tfjax.training.checkpointing import checkpoint
+from tfjax.training.loop import divergence, steps, train
 
 
 def exploding_config(**train_overrides):
@@ -25,7 +26,7 @@ def all_finite(tree):
 
 
 def restored_params(workdir, config):
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   del config
   return runs.restore_run(workdir).params
 

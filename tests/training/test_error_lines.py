@@ -1,6 +1,6 @@
 """Every console script of pyproject.toml and `python -m tfjax.hf`, on a bad flag, a bad value and
 a missing file: its whole output (stdout and stderr) is one `error: ...` line, exit status 2, and
-nothing is written (tfjax/training/cli.py; README "Training any config").
+nothing is written (tfjax/training/entry/cli.py; README "Training any config").
 
 tests/training/test_cli.py checks what the error lines say; this file checks that nothing else is
 printed (a log line, a warning, a usage block, a native library's chatter) for every entry point.
@@ -18,7 +18,7 @@ import tomllib
 import pytest
 
 from test_cli import snapshot  # pylint: disable=import-error  (tests/training is on sys.path)
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT = f"--config={REPO}/configs/default.py"

@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import pytest
 
 from tfjax.nn.choices import one_of
-from tfjax.training import checkpoint, divergence, experiment, run_config, runs
-from tfjax.training.defaults import base_config
+from tfjax.training.checkpointing import checkpoint, runs
+from tfjax.training.config import run_config
+from tfjax.training.loop import divergence, experiment
+from tfjax.training.config.defaults import base_config
 
 
 def _text_config(corpus, seq_len):

@@ -1,11 +1,12 @@
-"""tfjax/training/experiment.py: experiment setup and the sharded train state."""
+"""tfjax/training/loop/experiment.py: experiment setup and the sharded train state."""
 
 
 import flax.linen as nn
 import jax
 import numpy as np
 
-from tfjax.training import experiment, tasks
+from tfjax.training import tasks
+from tfjax.training.loop import experiment
 from tfjax.nn.models import build_model
 from run_helpers import one_device_placement, tiny_config
 from conftest import fast_jit

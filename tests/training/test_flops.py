@@ -1,4 +1,5 @@
-"""tfjax/training/flops.py: FLOPs per token (nanoGPT's estimate) against XLA's own count."""
+"""tfjax/training/accounting/flops.py: FLOPs per token (nanoGPT's estimate) against XLA's own
+count."""
 
 
 import jax
@@ -6,7 +7,7 @@ import pytest
 
 from conftest import tiny_config
 from test_params import load_config
-from tfjax.training import flops
+from tfjax.training.accounting import flops
 from tfjax.nn.models import build_model
 
 

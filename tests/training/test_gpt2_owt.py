@@ -16,7 +16,7 @@ sys.path.insert(0, TESTS)
 from run_helpers import REPO, train_losses  # pylint: disable=wrong-import-position
 
 from tfjax.data import prepare as prep  # pylint: disable=wrong-import-position
-from tfjax.training import train  # pylint: disable=wrong-import-position
+from tfjax.training.loop import train  # pylint: disable=wrong-import-position
 
 
 def _get(path):
@@ -31,7 +31,7 @@ def _get(path):
 def _prepared(config, num_devices):
   """experiment.prepare on `num_devices` devices (none needed) with a stand-in for the corpus."""
   from tfjax.aot import shapes  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   return experiment.prepare(config, num_devices=num_devices,
                             dataset=shapes.stand_in_dataset(config)).config
 
@@ -123,7 +123,8 @@ def _module_doc():
 
 
 def test_parameter_count_is_nanogpts():
-  from tfjax.training import experiment, params  # pylint: disable=import-outside-toplevel
+  from tfjax.training.accounting import params  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   cfg = experiment.model_config(_get(os.path.join(REPO, "configs", "gpt2_owt.py")))
   total = sum(params.count_by_category(cfg).values())
   # nanoGPT prints "number of parameters: 123.59M" for this model: it leaves out the position
@@ -168,7 +169,8 @@ def test_smoke_run_learns(tmp_path):
   assert losses[6] < losses[1]
   # config.json holds the numbers resolved for this one device, so the same command resumes it
   # as the same run (no config change to record)
-  from tfjax.training import experiment, runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   with open(tmp_path / "run" / "config.json") as f:
     written = json.load(f)
   assert (written["optimizer"]["grad_accum_steps"], written["train"]["eval_batch_size"]) == (2, 4)

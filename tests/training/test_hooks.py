@@ -1,5 +1,5 @@
-"""tfjax/training/hooks.py and cadence.py: each hook of the training loop on its own, with fakes
-for the run's writer, checkpointer and step runner (no model, no training); and train._loop's
+"""tfjax/training/loop/hooks.py and cadence.py: each hook of the training loop on its own, with
+fakes for the run's writer, checkpointer and step runner (no model, no training); and train._loop's
 order of calls, on fake hooks."""
 
 import concurrent.futures
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 from tfjax.runtime import stop_signals
-from tfjax.training import cadence, hooks, steps, train
-from tfjax.training.divergence import NonfiniteWatch
+from tfjax.training.loop import cadence, hooks, steps, train
+from tfjax.training.loop.divergence import NonfiniteWatch
 
 
 class FakeWriter:

@@ -1,6 +1,6 @@
 """The training loop leaves the devices alone between sync points (logs, evals, checkpoints, the
 end): no device value is read back on other steps, and the next call's batches are placed while
-the current call runs (tfjax/training/train.py, experiment.make_step_runner)."""
+the current call runs (tfjax/training/loop/train.py, experiment.make_step_runner)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ import pytest
 
 from run_helpers import one_device_placement, read_metrics, tiny_config
 from tfjax.data import datasets
-from tfjax.training import experiment, train
+from tfjax.training.loop import experiment, train
 
 # Every way a host turns a jax.Array into a Python or NumPy value.
 _READS = ("__int__", "__float__", "__bool__", "__index__", "__array__", "item", "tolist")
@@ -55,7 +55,8 @@ def test_steps_between_sync_points_read_nothing_back(tmp_path, monkeypatch):
 def test_divergence_found_at_a_log_names_the_first_bad_step(tmp_path):
   """The flags stay on the device for 6 steps; the stop still names the first bad step and no
   checkpoint holds a state after it."""
-  from tfjax.training import checkpoint, divergence  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import checkpoint  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import divergence  # pylint: disable=import-outside-toplevel
   config = tiny_config(num_steps=12, eval_every=100, log_every=6, checkpoint_every=6)
   config.data.test_lengths = (4,)
   config.optimizer.update(lr=1e30, warmup_steps=20, min_lr=0.0)

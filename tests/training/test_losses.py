@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tfjax.training import losses
+from tfjax.training.optim import losses
 
 B, L, V = 2, 5, 7
 

@@ -1,4 +1,4 @@
-"""tfjax/training/main.py: the training command line (console script, bad configs)."""
+"""tfjax/training/entry/main.py: the training command line (console script, bad configs)."""
 
 import json
 import os

@@ -1,18 +1,19 @@
-"""tfjax/training/memory_plan.py: per-device bytes of a sharded training state, by hand."""
+"""tfjax/training/parallel/memory_plan.py: per-device bytes of a sharded training state, by hand."""
 
 import pytest
 
 import scaleout_config
 from test_sharding import _hand_activations
 from tfjax.nn.config import ModelConfig
-from tfjax.training import memory_plan
-from tfjax.training import params as param_accounting
+from tfjax.training.parallel import memory_plan
+from tfjax.training.accounting import params as param_accounting
 
 
 def test_memory_plan_matches_hand_arithmetic():
   config = scaleout_config.get_config()
   cfg = ModelConfig.from_config(config.model)
-  from tfjax.training.optimizer import make_optimizer  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from tfjax.training.optim.optimizer import make_optimizer
   optimizer, _ = make_optimizer(config.optimizer, 5, cfg.d_model)
   n = param_accounting.analytic_count(cfg)
   for mesh, rows, tensor in (((1, 1, 1), 8, 1), ((1, 4, 1), 2, 1), ((2, 1, 2), 4, 2)):

@@ -1,4 +1,4 @@
-"""tfjax/training/metrics.py: metrics.jsonl, TensorBoard events and progress output."""
+"""tfjax/training/loop/metrics.py: metrics.jsonl, TensorBoard events and progress output."""
 
 import json
 import logging
@@ -16,7 +16,7 @@ from run_helpers import REPO
 
 _WRITE_METRICS = """
 import os, sys
-from tfjax.training import metrics
+from tfjax.training.loop import metrics
 writer = metrics.MetricsWriter(sys.argv[1], total_steps=10, progress=False)
 writer.write(1, {"train/loss": 2.5})
 writer.text(1, "sample", "To be")
@@ -49,7 +49,7 @@ def test_tensorboard_writer_does_not_import_torch(tmp_path):
 def test_a_sample_is_one_short_log_line_and_whole_in_metrics_jsonl(tmp_path, caplog):
   """An untrained model's sample can be dozens of blank lines: the log shows line breaks as \\n,
   at most LOG_TEXT_LINES lines, and says where the rest is; metrics.jsonl keeps every character."""
-  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import metrics  # pylint: disable=import-outside-toplevel
   sample = "\nFirst Citizen:\nBefore we proceed" + "\n" * 64 + "end"
   writer = metrics.MetricsWriter(str(tmp_path), total_steps=10, progress=False)
   with caplog.at_level(logging.INFO, logger="tfjax"):
@@ -65,7 +65,7 @@ def test_a_sample_is_one_short_log_line_and_whole_in_metrics_jsonl(tmp_path, cap
 
 
 def test_log_text_caps_lines_and_characters():
-  from tfjax.training.metrics import log_text  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop.metrics import log_text  # pylint: disable=import-outside-toplevel
   assert log_text("To be, or not") == "To be, or not"  # one line: as it is
   assert log_text("a\r\nb", max_lines=2) == "a\\r\\nb"
   assert log_text("\n" * 3, max_lines=2) == ("\\n [... 2 more lines; the whole text is in "
@@ -76,7 +76,7 @@ def test_log_text_caps_lines_and_characters():
 
 _PROGRESS = """
 import logging, sys
-from tfjax.training import metrics
+from tfjax.training.loop import metrics
 metrics.setup_logging()
 if sys.argv[2] == "tty":
   sys.stderr.isatty = lambda: True
@@ -134,7 +134,7 @@ def tensorboard_history(workdir):
 
 
 def test_a_resume_supersedes_the_killed_segment_in_metrics_and_tensorboard(tmp_path):
-  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import metrics  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path)
   first = metrics.MetricsWriter(workdir, total_steps=8, progress=False)
   for step in range(1, 7):  # the checkpoint was at step 4; then a kill -9 after step 6 ...
@@ -217,7 +217,7 @@ def _rows(path):
 
 _BAR_AND_LOG = """
 import logging, sys
-from tfjax.training import metrics
+from tfjax.training.loop import metrics
 metrics.setup_logging()
 log = logging.getLogger("tfjax.test")
 writer = metrics.MetricsWriter(sys.argv[1], total_steps=10)  # stderr is a terminal: a bar

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tfjax.training import optimizer as opt
+from tfjax.training.optim import optimizer as opt
 
 
 def config(**overrides):

@@ -20,7 +20,7 @@ REPO = run_helpers.REPO
 EXAMPLES = os.path.join(REPO, "examples")
 # A 1-layer decoder on the synthetic copy task (run_helpers.tiny_config): compiles in seconds.
 TINY_CONFIG = '''
-from tfjax.training.defaults import base_config
+from tfjax.training.config.defaults import base_config
 
 def get_config(arg=None):
   config = base_config()

@@ -1,5 +1,5 @@
-"""tfjax/training/packed.py: K seeds in one program train as their K separate runs would (losses,
-eval, records, final checkpoints), diverge per seed, and resume exactly."""
+"""tfjax/training/loop/packed.py: K seeds in one program train as their K separate runs would
+(losses, eval, records, final checkpoints), diverge per seed, and resume exactly."""
 
 import json
 import os
@@ -10,8 +10,9 @@ import pytest
 
 from tfjax.data import datasets
 from tfjax.nn.models import build_model
-from tfjax.training import cpu_fusion, divergence, experiment, packed, steps, train
-from tfjax.training.sharding import BatchPlacement
+from tfjax.training.loop import divergence, experiment, packed, steps, train
+from tfjax.training.parallel import cpu_fusion
+from tfjax.training.parallel.sharding import BatchPlacement
 from run_helpers import read_metrics, tiny_config, train_losses
 
 STEPS = 16  # past the resume test's stop at step 7, with two evals each
@@ -132,8 +133,8 @@ def test_packed_group_killed_mid_run_resumes_exactly(tmp_path):
 def test_packed_step_keeps_the_cpu_fusion_boundary():
   """Under vmap a cond on a batched predicate becomes a select of both branches, which XLA fuses
   across; the packed step branches on an unbatched predicate instead, so it has the one-seed
-  step's conds (tfjax/training/cpu_fusion.py), its compiled program keeps them (XLA cannot fold
-  the predicate), and it has none with the policy off."""
+  step's conds (tfjax/training/parallel/cpu_fusion.py), its compiled program keeps them (XLA cannot
+  fold the predicate), and it has none with the policy off."""
   config = _decoder(0)
   placement = BatchPlacement.for_config(config)
   counts = {}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, unboxed
-from tfjax.training import params as tfparams
+from tfjax.training.accounting import params as tfparams
 from tfjax.nn.config import ModelConfig
 from tfjax.nn.models import build_model
 

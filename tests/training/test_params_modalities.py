@@ -12,7 +12,8 @@ import sys
 import jax
 import pytest
 
-from tfjax.training import params as tfparams, tasks
+from tfjax.training import tasks
+from tfjax.training.accounting import params as tfparams
 from tfjax.training.tasks import own_model
 
 transformers = pytest.importorskip("transformers")
@@ -62,8 +63,8 @@ def hf_count(name) -> int:
         max_target_positions=m.max_target_positions, pad_token_id=0, bos_token_id=1,
         decoder_start_token_id=m.decoder_start_id, eos_token_id=m.eos_id,
         begin_suppress_tokens=None, suppress_tokens=None))  # token ids within the vocabulary
-    # Two documented differences (tfjax/hf/whisper.py): HF stores the encoder's sinusoid table
-    # as a parameter (tfjax computes it), and HF's k_proj has no bias (tfjax's key has one).
+    # Two documented differences (tfjax/hf/models/whisper.py): HF stores the encoder's sinusoid
+    # table as a parameter (tfjax computes it), and HF's k_proj has no bias (tfjax's key has one).
     sinusoids = model.model.encoder.embed_positions.weight.numel()
     k_biases = sum(mod.k_proj.out_features for mod in model.modules()
                    if isinstance(mod, transformers.models.whisper.modeling_whisper

@@ -11,8 +11,8 @@ import pytest
 
 from run_helpers import tiny_config
 from tfjax.nn.config import resolve_auto
-from tfjax.training import experiment, train
-from tfjax.training.defaults import base_config
+from tfjax.training.loop import experiment, train
+from tfjax.training.config.defaults import base_config
 
 
 @pytest.mark.parametrize("platform, dtype, impl", [

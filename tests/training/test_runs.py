@@ -1,4 +1,5 @@
-"""tfjax/training/runs.py: reading a run back (config, step, params) on another device count."""
+"""tfjax/training/checkpointing/runs.py: reading a run back (config, step, params) on another device
+count."""
 
 import json
 import os
@@ -9,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax.training import runs, train
+from tfjax.training.checkpointing import runs
+from tfjax.training.loop import train
 from run_helpers import REPO, train_losses
 
 
@@ -30,7 +32,7 @@ def test_run_saved_on_two_cpu_devices_restores_and_resumes_on_one(tmp_path):
   assert "mesh {'data': 2, 'fsdp': 1, 'tensor': 1, 'context': 1} over 2 cpu devices" in run.stderr + run.stdout
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["mesh"]["cpu_devices"] == 2
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+  from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
   run = runs.restore_run(workdir)  # this process: 1 device
   config, step, params = run.config, run.step, run.params
   assert step == 4 and jax.device_count() == 1
@@ -63,7 +65,7 @@ def test_config_changes_lists_each_changed_setting_and_the_history_records_it(tm
 def test_a_resume_with_changed_settings_records_them_and_a_model_change_is_refused(
     tmp_path, caplog):
   from run_helpers import tiny_config  # pylint: disable=import-outside-toplevel
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / "run")
   train.train_and_evaluate(tiny_config(num_steps=2, checkpoint_every=2, eval_every=2), workdir)
   changed = tiny_config(num_steps=3, checkpoint_every=2, eval_every=2)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tfjax.training import params as param_accounting
-from tfjax.training import sharding
+from tfjax.training.accounting import params as param_accounting
+from tfjax.training.parallel import sharding
 from tfjax.nn.config import ModelConfig
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,7 +84,7 @@ def test_the_context_axis_splits_every_activations_length():
 
 
 def test_batch_that_does_not_split_over_the_mesh_is_a_clear_error(monkeypatch):
-  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   config = scaleout_config.get_config()
   config.train.batch_size = 12
   config.mesh.update(data=8, fsdp=1, tensor=1)
@@ -188,7 +188,8 @@ def check_checkpoint_from_one_mesh_resumes_on_another(eight_devices):
 
 # ---- Memory planning ---------------------------------------------------------------------------
 def _hand_activations(cfg, rows, seq, tensor):
-  """The documented formula (tfjax/training/params.py) for a decoder, remat none, xla attention."""
+  """The documented formula (tfjax/training/accounting/params.py) for a decoder, remat none, xla
+  attention."""
   d, h, kv, dh, f, v = cfg.d_model, cfg.attention.num_heads, cfg.attention.kv_heads, \
       cfg.dim_per_head, cfg.feed_forward.d_ff, cfg.vocab_size
   tokens = rows * seq
@@ -250,7 +251,8 @@ def test_configure_cpu_devices_splits_the_host_before_jax_starts(preset):
   # A fresh process: the flag only works before JAX opens its CPU backend. A user's own
   # device-count flag wins over the config.
   code = ("import sys; sys.path[:0] = ['tests', 'tests/training']; from test_sharding import _cpu_devices_config;"
-          "from tfjax.training import sharding; sharding.configure_cpu_devices(_cpu_devices_config(2));"
+          "from tfjax.training.parallel import sharding;"
+          "sharding.configure_cpu_devices(_cpu_devices_config(2));"
           "import jax; print(jax.device_count())")
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=preset)
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -1,4 +1,4 @@
-"""tfjax/training/steps.py: the train step math (multi-step calls, gradient accumulation)."""
+"""tfjax/training/loop/steps.py: the train step math (multi-step calls, gradient accumulation)."""
 
 import functools
 
@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import cpu_fusion, experiment, sharding, steps
+from tfjax.training.loop import experiment, steps
+from tfjax.training.parallel import cpu_fusion, sharding
 from tfjax.nn.models import build_model
 from run_helpers import one_device_placement, tiny_config
 from conftest import fast_jit  # these tests compare values: unoptimized programs compile faster

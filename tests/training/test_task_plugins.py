@@ -15,7 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax.training import experiment, runs, tasks
+from tfjax.training import tasks
+from tfjax.training.checkpointing import runs
+from tfjax.training.loop import experiment
 from tfjax.training.tasks import own_model
 from run_helpers import read_metrics, train_losses
 import task_plugins_helper as helper

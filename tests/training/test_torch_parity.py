@@ -73,7 +73,7 @@ def one_torch_thread():
 def tiny_recipe(tmp_path, **train):
   """The GPU recipe config (dropout 0.2 everywhere) shrunk to test size, on a word corpus."""
   import importlib.util  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location(
       "shakespeare_char", os.path.join(ROOT, "configs", "shakespeare_char.py"))
   module = importlib.util.module_from_spec(spec)

@@ -1,5 +1,5 @@
-"""tfjax/training/train.py: the training loop end to end (outputs, exact resume, steps per call,
-every task, signals)."""
+"""tfjax/training/loop/train.py: the training loop end to end (outputs, exact resume, steps per
+call, every task, signals)."""
 
 import os
 import signal
@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from tfjax.training import experiment, flops, train
+from tfjax.training.accounting import flops
+from tfjax.training.loop import experiment, train
 from run_helpers import REPO, read_metrics, tiny_config, train_losses
 
 

@@ -1,4 +1,4 @@
-"""tfjax/training/trees.py: one name per pytree leaf, whatever the container."""
+"""tfjax/training/checkpointing/trees.py: one name per pytree leaf, whatever the container."""
 
 import dataclasses
 
@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tfjax.training.trees import path_names
+from tfjax.training.checkpointing.trees import path_names
 
 
 @dataclasses.dataclass

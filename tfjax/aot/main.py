@@ -26,7 +26,7 @@ import time
 
 from absl import flags
 
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 _CONFIG = cli.define_config_file("config", None, "Config file, e.g. configs/NAME.py[:ARG] "
                                  "(required).")

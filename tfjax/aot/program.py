@@ -2,7 +2,7 @@
 or one KV-cache decode step, with the shardings training uses, for any registered task
 (tfjax/training/tasks/: the task builds the model, feeds the batch and says its FLOPs).
 
-The train and eval steps are exactly those of tfjax/training/experiment.py (`jit_train_step`,
+The train and eval steps are exactly those of tfjax/training/loop/experiment.py (`jit_train_step`,
 `jit_eval_step`) on `make_mesh(config.mesh, devices=<the target's devices>)`; only their inputs
 are ShapeDtypeStructs, so nothing is allocated, and the batch shapes come without reading the
 corpus (tfjax/aot/shapes.py). The CPU-only workarounds (cpu_fusion) are
@@ -22,7 +22,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from tfjax.aot import shapes
 from tfjax.inference import cached_model
-from tfjax.training import experiment, flops, sharding, tasks
+from tfjax.training import tasks
+from tfjax.training.accounting import flops
+from tfjax.training.loop import experiment
+from tfjax.training.parallel import sharding
 
 WHATS = ("train", "eval", "decode")
 # The module (tfjax.nn.kernels re-exports its function under the same name).
@@ -48,7 +51,8 @@ def build(config, devices: list, what: str = "train") -> Program:
   """The `what` program of `config` laid over `devices` (any platform: nothing runs)."""
   config = config.copy_and_resolve_references()
   config.mesh.cpu_devices = 0  # the target's devices, not the host's
-  config.train.cpu_fusion = "off"  # a CPU-only fusion workaround (tfjax/training/cpu_fusion.py)
+  # A CPU-only fusion workaround (tfjax/training/parallel/cpu_fusion.py).
+  config.train.cpu_fusion = "off"
   # Shapes only: the corpus is not read (tfjax/aot/shapes.py). Model 'auto' values resolve for
   # the target's platform, not this host's CPU.
   exp = experiment.prepare(config, num_devices=len(devices), platform=devices[0].platform,

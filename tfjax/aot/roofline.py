@@ -25,8 +25,8 @@ import numpy as np
 
 def analytic_flops(program, num_devices: int) -> float | None:
   """FLOPs per device of one call of `program`: the task's count (Task.train_flops_per_row;
-  text tasks: tfjax/training/flops.py, 6N plus attention per trained token, a third of that per
-  forward-only token); None where the task has none."""
+  text tasks: tfjax/training/accounting/flops.py, 6N plus attention per trained token, a third
+  of that per forward-only token); None where the task has none."""
   return None if program.flops is None else program.flops / num_devices
 
 

@@ -76,7 +76,8 @@ def parse_args(argv):
 
 
 def _fail(message: str):
-  # tfjax.training.cli's convention (one `error:` line, exit 2); tfjax.data sits below training.
+  # tfjax.training.entry.cli's convention (one `error:` line, exit 2); tfjax.data sits below
+  # training.
   print("error: " + " ".join(str(message).split()), file=sys.stderr)
   sys.exit(prepare_lib.USAGE_ERROR)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 
 from tfjax.runtime import imports
-from tfjax.training import cli, runs
+from tfjax.training.checkpointing import runs
+from tfjax.training.entry import cli
 
 
 def parse_args(argv):
@@ -77,6 +78,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  from tfjax.training.metrics import setup_logging  # pylint: disable=g-import-not-at-top
+  from tfjax.training.loop.metrics import setup_logging  # pylint: disable=g-import-not-at-top
   setup_logging()
   sys.exit(main())

@@ -22,7 +22,8 @@ from flax import traverse_util
 from tfjax.hf import importer, reader, registry, shards
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
-from tfjax.training import runs, tasks
+from tfjax.training import tasks
+from tfjax.training.checkpointing import runs
 from tfjax.data import tokenizers
 
 # ModelConfig keys that change how a model runs or is initialized, not what it computes.

@@ -28,10 +28,11 @@ from flax import traverse_util
 from tfjax.hf import reader, registry
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import DTYPES, ModelConfig
-from tfjax.training import checkpoint, runs, sharding
+from tfjax.training.checkpointing import checkpoint, runs
+from tfjax.training.parallel import sharding
 from tfjax.data import tokenizers
-from tfjax.training import params as param_accounting
-from tfjax.training.defaults import base_config
+from tfjax.training.accounting import params as param_accounting
+from tfjax.training.config.defaults import base_config
 
 _log = logging.getLogger(__name__)
 

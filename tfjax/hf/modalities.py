@@ -14,7 +14,7 @@ ViTForImageClassification, ...) and keeps the stored tensors the model derives (
 sinusoids), so that `export(..., hf_class=, prefix=, kept=)` writes the same tensors bit for bit;
 `python -m tfjax.hf import|export` makes run directories of them (tfjax/hf/task_runs.py).
 
-Each family module (tfjax/hf/vit.py, clip.py, clip_vision.py, whisper.py, funnel.py) gives
+Each family module (tfjax/hf/models/vit.py, clip.py, clip_vision.py, whisper.py, funnel.py) gives
 MODEL_TYPE, CONFIG, CLASSES ({transformers class: tensor-name prefix}), head(names) -> (class,
 prefix) (an UnsupportedError naming a head tfjax lacks), hf_class(cfg) (export's default class),
 IGNORED, config_from_hf(fields, names), config_to_hf(cfg), rules(cfg, prefix), droppable(cfg,
@@ -36,7 +36,8 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import clip, clip_vision, funnel, reader, shards, vit, whisper
+from tfjax.hf import reader, shards
+from tfjax.hf.models import clip, clip_vision, funnel, vit, whisper
 from tfjax.hf.mapping import Fields, UnsupportedError
 
 FAMILIES = {m.MODEL_TYPE: m for m in (vit, clip, clip_vision, whisper, funnel)}

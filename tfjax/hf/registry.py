@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from tfjax.hf import (bart, bert, falcon, gemma3, gpt2, gpt_neox, llama, opt, phi, phi3, roberta,
-                     t5)
-from tfjax.hf import longformer
-from tfjax.hf import bigbird
 from tfjax.hf.mapping import UnsupportedError
+from tfjax.hf.models import (bart, bert, bigbird, falcon, gemma3, gpt2, gpt_neox, llama, longformer,
+                             opt, phi, phi3, roberta, t5)
 from tfjax.nn.config import ModelConfig
 
 

@@ -34,8 +34,8 @@ from tfjax.hf import exporter as text_exporter
 from tfjax.hf import modalities, reader
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.runtime import files
-from tfjax.training import checkpoint, runs
-from tfjax.training.defaults import base_config
+from tfjax.training.checkpointing import checkpoint, runs
+from tfjax.training.config.defaults import base_config
 from tfjax.training.tasks.own_model import section
 
 IMPORT_FILE = "import.json"        # in RUN/hf/
@@ -137,8 +137,9 @@ def _source_fields(workdir: str, cfg) -> dict:
 
 def export_run(run, hf_dir: str, *, model_type=None, dtype=None,
                max_shard_size="5GB") -> dict:
-  """Writes the restored run `run` (tfjax.training.runs.RestoredRun of an own-model task) as a
-  Hugging Face directory: the class it was imported as, else `model_type`'s default class."""
+  """Writes the restored run `run` (tfjax.training.checkpointing.runs.RestoredRun of an own-model
+  task) as a Hugging Face directory: the class it was imported as, else `model_type`'s default
+  class."""
   if dtype not in (None, "float32"):
     raise ValueError(f"--dtype={dtype}: ViT / CLIP / Whisper / Funnel export as float32")
   task = run.config.task

@@ -8,5 +8,5 @@
   sampling.py        a training run's greedy sample of train.sample_prompt
   generate.py        prompts as text, continuations as text (tfjax-generate's library)
 
-The `tfjax-generate` command (it restores a run) is tfjax/training/generate_main.py.
+The `tfjax-generate` command (it restores a run) is tfjax/training/entry/generate_main.py.
 """

@@ -1,5 +1,5 @@
 """A restored run's prompts as text and continuations as text: the library of `tfjax-generate`
-(whose command line, which restores the run, is tfjax/training/generate_main.py).
+(whose command line, which restores the run, is tfjax/training/entry/generate_main.py).
 
 Text datasets encode a prompt with the run's tokenizer (read from the workdir, so a run imported
 from Hugging Face, which has no corpus, generates too: `python -m tfjax.hf import`, docs/hf.md;

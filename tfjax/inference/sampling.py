@@ -19,7 +19,7 @@ class GreedySampler:
   runs rarely; decode.generate's fast_compile). Use as a context manager: on exit it waits for the
   thread (none outlives the run).
 
-  `experiment` is the run's tfjax.training.experiment.Experiment (its config, dataset and
+  `experiment` is the run's tfjax.training.loop.experiment.Experiment (its config, dataset and
   model_config are read) and `placement` its sharding.BatchPlacement (`replicated()`); both are
   passed in, so generation stays below the training system that calls it.
   """

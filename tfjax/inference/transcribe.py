@@ -19,7 +19,7 @@ import numpy as np
 from tfjax.data import tokenizers
 from tfjax.inference import whisper_decode
 from tfjax.nn import audio
-from tfjax.training import runs
+from tfjax.training.checkpointing import runs
 
 GENERATION_FILE = "generation_config.json"
 

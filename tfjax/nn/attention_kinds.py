@@ -5,8 +5,8 @@ output projection: given the projected, position-encoded queries, keys and value
 query sees and what the position kind adds to the scores, it returns the heads' outputs. One
 module registers one kind (`register_attention_kind`), and everything else asks the registry:
 config validation (tfjax/nn/attention.py's AttentionConfig), the block, decoding, FLOPs per token
-(tfjax/training/flops.py) and parameter counts (tfjax/training/params.py). Softmax attention with
-its implementations (tfjax/nn/softmax_attention.py) is the default kind.
+(tfjax/training/accounting/flops.py) and parameter counts (tfjax/training/accounting/params.py).
+Softmax attention with its implementations (tfjax/nn/softmax_attention.py) is the default kind.
 
 Hugging Face conversion (tfjax/hf) maps softmax attention, Longformer's and BigBird's (their
 architectures' modules set the kind's keys); exporting a run of a kind the target architecture

@@ -1,7 +1,7 @@
 """Logical axis names and shape letters: defined here once, used everywhere.
 
-Logical axis names label each array dimension for sharding: `tfjax.training.sharding` maps them
-to mesh axes. Blocks use these constants, never the strings, so that a typo is a NameError
+Logical axis names label each array dimension for sharding: `tfjax.training.parallel.sharding` maps
+them to mesh axes. Blocks use these constants, never the strings, so that a typo is a NameError
 instead of an unknown name that the rules silently leave replicated.
 
 Shape letters: an array's name ends in its shape, one letter per dimension (`x_BxLxD`), with the

@@ -3,9 +3,9 @@ slopes. `none` is NoPE.
 
 The registry of position kinds (`POSITION_KINDS`) is the one list of `model.position` values:
 config validation, decoding past max_len (tfjax/inference/decode_window.py), parameter counts
-(tfjax/training/params.py) and length evaluation (tfjax/research/length_eval.py) ask a kind's
-`PositionKind` instead of listing names, and the model applies a kind through its hooks (add to
-the embeddings, rotate q and k, add to the attention logits), never by its name.
+(tfjax/training/accounting/params.py) and length evaluation (tfjax/research/length_eval.py) ask a
+kind's `PositionKind` instead of listing names, and the model applies a kind through its hooks (add
+to the embeddings, rotate q and k, add to the attention logits), never by its name.
 `PositionConfig` is the positions' config section.
 
 Shape letters as in tfjax/nn/axes.py (A: rotation angles per position).

@@ -4,7 +4,7 @@ inside `shard_map`, so a sharded batch, sharded heads and a sharded sequence all
 Why: XLA's SPMD partitioner cannot split a custom kernel (a Mosaic or Triton call; chunked's scan
 with data-dependent tile skipping partitions no better), so on a mesh each device is handed its own
 block explicitly. The layout is the run's logical-axis rules (flax's `logical_axis_rules`, the ones
-tfjax/training/sharding.py activates), read when tracing:
+tfjax/training/parallel/sharding.py activates), read when tracing:
   q     [batch, length, heads,    head_dim]
   k, v  [batch, length, kv_heads, head_dim]
   batch     over the mesh axes of 'batch' (data x fsdp by default): every device its own rows;

@@ -7,7 +7,7 @@
 
 The patch embedding is the paper's stride-P convolution written as a reshape and a Dense layer:
 the same linear map, its kernel the conv weight [D, C, P, P] transposed to [P, P, C, D] and
-flattened (tfjax/hf/vit.py). Shape letters as in tfjax/nn/axes.py; N = patches, K = P*P*C.
+flattened (tfjax/hf/models/vit.py). Shape letters as in tfjax/nn/axes.py; N = patches, K = P*P*C.
 """
 
 from __future__ import annotations

@@ -62,7 +62,9 @@ def init_gradients(config):
   """(model config, gradient tree) of the mean loss on the first training batch at the state
   training starts from; dropout off (no dropout rng is passed)."""
   import jax  # pylint: disable=import-outside-toplevel
-  from tfjax.training import experiment, sharding, tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.training import tasks  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   from tfjax.nn.models import build_model  # pylint: disable=import-outside-toplevel
 
   exp = experiment.prepare(config)

@@ -139,7 +139,7 @@ def perplexity_vs_length(workdir: str, multiples: Sequence[int] = (1, 2, 4, 8),
     raise ValueError(f"stride_fraction must be in (0, 1], got {stride_fraction}")
   if run is None:
     # jax only when needed
-    from tfjax.training import runs  # pylint: disable=import-outside-toplevel
+    from tfjax.training.checkpointing import runs  # pylint: disable=import-outside-toplevel
     restored = runs.restore_run(workdir)  # has the experiment's model_config and dataset
     config, exp, params = restored.config, restored, restored.params
   else:

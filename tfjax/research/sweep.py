@@ -312,7 +312,7 @@ def log_path(workdir: str) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------
 def _default_train(config, workdir):
   # jax only when training
-  from tfjax.training import train  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
   return train.train_and_evaluate(config, workdir)
 
 
@@ -345,7 +345,7 @@ def run_point(sweep: Sweep, point: Point, root: str,
     try:
       final = train_fn(config, workdir)
     except Exception as e:  # pylint: disable=broad-except
-      from tfjax.training import divergence  # pylint: disable=import-outside-toplevel
+      from tfjax.training.loop import divergence  # pylint: disable=import-outside-toplevel
       if not isinstance(e, divergence.Diverged):
         raise
       write_json(os.path.join(workdir, DONE_FILE), {
@@ -413,7 +413,7 @@ def _configure_cpu_devices(config) -> None:
   """Applies config.mesh.cpu_devices of the points this process trains before JAX starts, as the
   train command does: once JAX runs, the device count is fixed (a point would then warn that
   it asks for more CPU devices than JAX has, and train slower)."""
-  from tfjax.training import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
   sharding.configure_cpu_devices(config)
 
 
@@ -434,8 +434,10 @@ def seeds_last(points: Sequence[Point]) -> list[Point]:
 # Finished runs
 # ---------------------------------------------------------------------------------------------
 def restore_run(workdir: str):
-  """(config, experiment, params) of a finished point (see tfjax.training.runs.restore_run)."""
-  from tfjax.training import runs  # pylint: disable=import-outside-toplevel  (jax only when needed)
+  """(config, experiment, params) of a finished point (see
+  tfjax.training.checkpointing.runs.restore_run)."""
+  # pylint: disable-next=import-outside-toplevel  (jax only when needed)
+  from tfjax.training.checkpointing import runs
   run = runs.restore_run(workdir)  # has the experiment's model_config and dataset
   return run.config, run, run.params
 

@@ -121,7 +121,7 @@ def _child_main(argv: Sequence[str]) -> int:
   parser.add_argument("--compilation_cache", default=None)
   parser.add_argument("--import", dest="imports", action="append", default=[])
   args = parser.parse_args(argv)
-  from tfjax.training import metrics  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import metrics  # pylint: disable=import-outside-toplevel
   metrics.setup_logging()
   imports.load(args.imports)  # before the sweep config names their kinds
   sweep = sweep_lib.load_sweep(args.config, args.scale)

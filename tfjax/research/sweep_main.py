@@ -19,8 +19,8 @@ after failures) it writes WORKDIR/results.csv (one row per point), results_summa
 results.md (mean ± std over seeds per variant) and PNG plots. Exit status 1 if any point failed.
 See tfjax/research/sweep.py for the config-module interface; --import=MODULE[,...] imports code
 outside tfjax (a kind a point uses) first, in the children and jobs too. A bad flag or sweep
-config ends in one `error:` line, exit 2 (tfjax/training/cli.py); a point that diverged is a
-result, not a failure (tfjax/training/divergence.py).
+config ends in one `error:` line, exit 2 (tfjax/training/entry/cli.py); a point that diverged is a
+result, not a failure (tfjax/training/loop/divergence.py).
 """
 
 import os
@@ -29,7 +29,7 @@ import sys
 from absl import flags
 
 from tfjax.research import sweep_children, sweep_slurm
-from tfjax.training import cli
+from tfjax.training.entry import cli
 
 # --import=MODULE[,...]: imported now, before the sweep config names their kinds; children and
 # jobs import them again (sweep_children, sweep_slurm), and every point's config.json records them.

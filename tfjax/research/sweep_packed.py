@@ -1,5 +1,5 @@
 """A sweep's seeds packed: the points of one variant (equal overrides but for SEED_KEYS) train
-together as one program (tfjax/training/packed.py), `--pack_seeds=K` (or `auto`) of
+together as one program (tfjax/training/loop/packed.py), `--pack_seeds=K` (or `auto`) of
 experiments/sweep.py.
 
 Groups are formed from the points still to run: finished points (SWEEP_DONE.json, packed or not)
@@ -9,8 +9,8 @@ members), so a group stopped or killed mid-run resumes exactly when the same com
 Every member then gets the records a separate run of it writes (its workdir, metrics.jsonl,
 final checkpoint, SWEEP_DONE.json through sweep.run_point, with `seconds` its share of the group's
 time and `packed` naming the group), so reports and results files treat it like any point.
-`auto` sizes K from the memory plan (tfjax/training/memory_plan.py): as many of the variant's
-seeds as fit in half the device's memory (the host's available memory on CPU).
+`auto` sizes K from the memory plan (tfjax/training/parallel/memory_plan.py): as many of the
+variant's seeds as fit in half the device's memory (the host's available memory on CPU).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def per_seed_bytes(config) -> int:
   # pylint: disable=import-outside-toplevel  (jax only when packing)
   import flax.linen as nn
   import jax
-  from tfjax.training import experiment, memory_plan, sharding, tasks
+  from tfjax.training import tasks
+  from tfjax.training.loop import experiment
+  from tfjax.training.parallel import memory_plan, sharding
   from tfjax.training.tasks import own_model
   exp = experiment.prepare(config)
   config = exp.config  # optimizer.grad_accum_steps -1 resolved
@@ -149,7 +151,7 @@ def run_packed(sweep: Sweep, root: str, points: Sequence[Point], pack, *,
 def run_group(sweep: Sweep, root: str, members: Sequence[Point],
               stop_after_step: Optional[int] = None) -> dict[str, str]:
   """Trains `members` (unfinished points of one variant) as one packed group; {name: status}."""
-  from tfjax.training import packed  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import packed  # pylint: disable=import-outside-toplevel
   names = [p.name for p in members]
   workdirs = [os.path.join(root, n) for n in names]
   _log.info("packed group of %d: %s", len(members), " | ".join(names))

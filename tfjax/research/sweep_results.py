@@ -40,14 +40,14 @@ def _flat(tree, prefix="") -> dict:
 
 def config_fingerprint(config) -> str:
   """12 hex digits naming what a point trained: a hash of every value of its resolved config
-  that differs from base_config()'s (tfjax/training/defaults.py), seeds and bookkeeping keys
+  that differs from base_config()'s (tfjax/training/config/defaults.py), seeds and bookkeeping keys
   left out. A results row carries it ("config"); tfjax/research/sweep_doc.py uses a row only
   while the current config of its point has the same fingerprint, so a changed learning rate,
   warmup, depth or arm setting turns the committed results into "awaits a rerun". A key added
   to base_config with its default changes no fingerprint; a changed default is not seen (the
   row's commit names the code)."""
   import hashlib  # pylint: disable=import-outside-toplevel
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
   base = _flat(base_config().to_dict())
   ours = {k: v for k, v in _flat(config.to_dict()).items()
           if not any(k == x or (x.endswith(".") and k.startswith(x)) for x in _NOT_FINGERPRINTED)

@@ -36,7 +36,7 @@ def section_scale(section: dict) -> dict:
   """{'params': (lo, hi), 'steps': (lo, hi), 'tokens': (lo, hi), 'seeds': (lo, hi), 'arms': n}
   over the arms of a section's committed rows (None without rows)."""
   from tfjax.nn.config import ModelConfig  # pylint: disable=import-outside-toplevel
-  from tfjax.training import params  # pylint: disable=import-outside-toplevel
+  from tfjax.training.accounting import params  # pylint: disable=import-outside-toplevel
   module, scale, rows = section["module"], section["scale"], section["rows"]
   if not rows:
     return None

@@ -13,14 +13,14 @@ Each job runs `PointJob`, which calls sweep.run_point with the point's config, e
 Preemption and time limits. SLURM sends SIGUSR2 `signal_delay_s` before the time limit (submitit
 asks for it with --signal), SIGUSR1 where a site or --slurm.sbatch=signal=USR1@T asks for that, and
 SIGTERM when it preempts or cancels a job. Inside the training loop each of these sets the loop's
-stop flag (tfjax.training.train.STOP_SIGNALS): it checkpoints at the next step boundary and returns.
-After SIGUSR1 / SIGUSR2 PointJob hands the job to submitit's checkpoint-and-requeue handler (the one
-submitit installs for SIGUSR2), which pickles `PointJob.checkpoint()` (the same point: its state
-is the checkpoint on disk) and requeues the job (`scontrol requeue`; the local executor restarts
-it); the requeued job resumes from the checkpoint. A SIGUSR1 / SIGUSR2 outside the loop (startup,
-evaluation) goes to that handler at once: the job restarts from the newest checkpoint. After
-SIGTERM (or SIGINT) the job only checkpoints and ends: `scancel` must stop it, and SLURM requeues
-a job it preempts by itself where the cluster is configured so (PreemptMode=REQUEUE). After
+stop flag (tfjax.training.loop.train.STOP_SIGNALS): it checkpoints at the next step boundary and
+returns. After SIGUSR1 / SIGUSR2 PointJob hands the job to submitit's checkpoint-and-requeue handler
+(the one submitit installs for SIGUSR2), which pickles `PointJob.checkpoint()` (the same point: its
+state is the checkpoint on disk) and requeues the job (`scontrol requeue`; the local executor
+restarts it); the requeued job resumes from the checkpoint. A SIGUSR1 / SIGUSR2 outside the loop
+(startup, evaluation) goes to that handler at once: the job restarts from the newest checkpoint.
+After SIGTERM (or SIGINT) the job only checkpoints and ends: `scancel` must stop it, and SLURM
+requeues a job it preempts by itself where the cluster is configured so (PreemptMode=REQUEUE). After
 `max_requeues` time-outs submitit stops requeueing. A point stopped without a requeue resumes
 from its checkpoint when the sweep runs again.
 
@@ -198,7 +198,7 @@ class PointJob:
   def __call__(self) -> str:
     # pylint: disable=import-outside-toplevel  (jax only inside the job)
     from tfjax.runtime import compile_cache, distributed
-    from tfjax.training import metrics
+    from tfjax.training.loop import metrics
     metrics.setup_logging()
     distributed.initialize()  # multi-task SLURM jobs: coordinator etc. from SLURM's environment
     imports.load(getattr(self, "import_modules", ()))  # (a job pickled before the attribute)
@@ -212,7 +212,7 @@ class PointJob:
       for sig, handler in previous.items():
         signal.signal(sig, handler)
     if status == "interrupted":
-      from tfjax.training import train  # pylint: disable=import-outside-toplevel
+      from tfjax.training.loop import train  # pylint: disable=import-outside-toplevel
       stopped_by = train.stop_signal()
       if stopped_by in (signal.SIGTERM, signal.SIGINT):  # scancel, preemption, Ctrl-C: not ours
         _log.warning("point %s checkpointed after %s; the job ends (a preempted job is requeued "

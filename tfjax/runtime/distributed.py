@@ -3,8 +3,8 @@
 Every process of a multi-host run executes the same program; `initialize` must run before anything
 touches a JAX device. Where the settings come from, first match wins:
 
-  1. explicit arguments (tfjax.training.main's --coordinator_address, --num_processes, --process_id,
-     --local_device_ids flags);
+  1. explicit arguments (tfjax.training.entry.main's --coordinator_address, --num_processes,
+     --process_id, --local_device_ids flags);
   2. the environment: JAX_COORDINATOR_ADDRESS (read by JAX itself), JAX_NUM_PROCESSES,
      JAX_PROCESS_ID, JAX_LOCAL_DEVICE_IDS;
   3. a cluster JAX detects by itself (SLURM `srun`, Open MPI `mpirun`, Cloud TPU, ...): plain

@@ -8,9 +8,9 @@ parse the config, so a kind registered there is a known model.attention_kind and
 config keys (`--config.model.sigmoid_bias=...`).
 
 What a process imported this way is recorded: `loaded()` is the default of config.imports
-(tfjax/training/defaults.py), so it lands in every run's config.json, and whatever reads a run
-back imports it again first (tfjax/training/run_config.py): a resume, `tfjax-generate` on the run
-directory, `config.init_from`, export, and a sweep's child processes (which get `--import`).
+(tfjax/training/config/defaults.py), so it lands in every run's config.json, and whatever reads a
+run back imports it again first (tfjax/training/config/run_config.py): a resume, `tfjax-generate` on
+the run directory, `config.init_from`, export, and a sweep's child processes (which get `--import`).
 A file path is recorded as an absolute path, so the run reads back from any directory.
 
 A module that cannot be imported is a user's mistake: ImportFailed (a ValueError, so each entry

@@ -3,8 +3,8 @@
 None of them changes a value a run computes; they change when programs compile, how far the host
 runs ahead of the devices, and what Python keeps around. docs/benchmarks/cpu_training.md has the
 measurements behind each one.
-(The CPU fusion boundary of the backward pass is tfjax/training/cpu_fusion.py; splitting
-the CPU into several XLA devices is tfjax.training.sharding.configure_cpu_devices.)
+(The CPU fusion boundary of the backward pass is tfjax/training/parallel/cpu_fusion.py; splitting
+the CPU into several XLA devices is tfjax.training.parallel.sharding.configure_cpu_devices.)
 """
 
 from __future__ import annotations

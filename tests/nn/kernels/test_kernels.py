@@ -367,8 +367,9 @@ def test_chunked_16k_forward_backward_fits_in_2gb():
 
 def tiny_model_losses(impl, steps=20):
   """Training losses of a tiny causal LM (ALiBi, GQA) with model.attention_impl=impl."""
-  from tfjax.training import experiment, sharding  # pylint: disable=import-outside-toplevel
-  from tfjax.training.defaults import base_config  # pylint: disable=import-outside-toplevel
+  from tfjax.training.loop import experiment  # pylint: disable=import-outside-toplevel
+  from tfjax.training.parallel import sharding  # pylint: disable=import-outside-toplevel
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
 
   config = base_config()
   config.data.update(name="copy", form="decoder", train_lengths=(2, 6), test_lengths=(6,),

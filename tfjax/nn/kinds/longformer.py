@@ -1,6 +1,6 @@
 """Longformer attention (Beltagy et al. 2020), `model.attention_kind='longformer'`: a symmetric
 sliding window around every token plus global tokens, as transformers' LongformerSelfAttention
-computes it (tfjax/hf/longformer.py maps its checkpoints; docs/attention/longformer.md).
+computes it (tfjax/hf/models/longformer.py maps its checkpoints; docs/attention/longformer.md).
 
 Tokens 0..G-1 of every row are global (G = model.longformer_global_tokens: the [CLS] token of a
 classifier, a question's tokens for QA), the others local. With the one-sided window

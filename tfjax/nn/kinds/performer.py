@@ -46,7 +46,7 @@ module's path (per layer; with scan_layers=True the layers are one scanned modul
 share one W), the same in training, eval and under jit: once per process, eagerly and outside
 any mesh (a constant of the compiled step, also inside the CPU data-parallel shard_map).
 'step' redraws W on every training forward pass (config.deterministic=False) from the training
-step's 'dropout' rng stream (the one rng tfjax/training/steps.py passes; make_rng folds in the
+step's 'dropout' rng stream (the one rng tfjax/training/loop/steps.py passes; make_rng folds in the
 layer's path and nn.scan splits it per layer), and uses the 'fixed' W in eval: the paper's
 periodic redraw at period 1.
 

@@ -52,7 +52,7 @@ class CLIPTask(OwnModelTask):
       return CLIPConfig.from_dict(values)
     except TypeError as e:
       raise ValueError(f"config.model does not fit config.task='clip' ({e}); start the config "
-                       "from tfjax.training.defaults.base_config('clip'), e.g. "
+                       "from tfjax.training.config.defaults.base_config('clip'), e.g. "
                        "configs/clip_synthetic.py") from None
 
   def data_section(self) -> dict:

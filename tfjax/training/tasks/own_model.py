@@ -56,7 +56,7 @@ class OwnModelTask(Task):
     except TypeError as e:  # a field of another model (e.g. a text config given task=vit)
       raise ValueError(
           f"config.model does not fit config.task={self.name!r} ({e}); start the config from "
-          f"tfjax.training.defaults.base_config({self.name!r}), e.g. "
+          f"tfjax.training.config.defaults.base_config({self.name!r}), e.g. "
           f"configs/{self.family}_synthetic.py") from None
 
 

@@ -3,7 +3,7 @@
 A task says what a run trains: which model it builds, how a batch feeds that model, what is
 scored (summed statistics, never means: tfjax/training/tasks/text.py), where its data comes from
 and what its parameters' logical axes are (the model's own, tfjax/nn/axes.py). One module
-registers one task family (`register_task`), and the loop (tfjax/training/train.py), the setup
+registers one task family (`register_task`), and the loop (tfjax/training/loop/train.py), the setup
 (experiment.py), packed seeds, tfjax-params and tfjax-aot ask the registry, so every feature of
 the loop works for every task.
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tfjax.training import losses
+from tfjax.training.optim import losses
 from tfjax.training.tasks.registry import Task, register_task
 
 
@@ -89,8 +89,10 @@ class TextTask(Task):
                              label_smoothing)
 
   def train_flops_per_row(self, model_cfg, batch) -> float:
-    """tfjax/training/flops.py's count (6N plus attention per token) times the row length."""
-    from tfjax.training import flops  # pylint: disable=import-outside-toplevel  (imports models)
+    """tfjax/training/accounting/flops.py's count (6N plus attention per token) times the row
+    length."""
+    # Deferred: flops imports the models.
+    from tfjax.training.accounting import flops  # pylint: disable=import-outside-toplevel
     seq_len = self.row_lengths(batch)[0]
     return flops.flops_per_token(model_cfg, seq_len) * seq_len
 

@@ -58,11 +58,12 @@ class ViTTask(OwnModelTask):
 
 def vit_train_flops_per_row(cfg: ViTConfig) -> float:
   """Training FLOPs of one image: 6 per weight per position it multiplies (forward 2, backward
-  4), plus the encoder's attention scores and values, as tfjax/training/flops.py counts a text
-  encoder. The patch projection runs on the N patches, the norms and layers on N + 1 tokens
+  4), plus the encoder's attention scores and values, as tfjax/training/accounting/flops.py counts a
+  text encoder. The patch projection runs on the N patches, the norms and layers on N + 1 tokens
   ([CLS] first), the pooler and classifier on [CLS] alone; [CLS] and the position table are
   added, not multiplied."""
-  from tfjax.training import flops  # pylint: disable=import-outside-toplevel  (imports models)
+  # Deferred: flops imports the models.
+  from tfjax.training.accounting import flops  # pylint: disable=import-outside-toplevel
   blocks, d = cfg.blocks(), cfg.d_model
   patches, tokens = cfg.num_patches, cfg.num_patches + 1
   # blocks() has a 1-row token table that flops.py would count as a tied output layer; a ViT
