@@ -96,8 +96,8 @@ def test_every_model_key_in_the_readme_and_configs_parses():
   """`model.<key>` in README.md, configs/*.py and configs/ablations/*.py, and the backticked keys
   of the README's architecture switches, are all config.model keys; each set from the command
   line's typed placeholders builds."""
-  configs = glob.glob(os.path.join(ROOT, "configs", "*.py")) + glob.glob(
-      os.path.join(ROOT, "configs", "ablations", "*.py"))
+  configs = [p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")) + glob.glob(
+      os.path.join(ROOT, "configs", "ablations", "*.py")) if not _own_model_config(p)]
   readme = os.path.join(ROOT, "README.md")
   used = _keys_used_in(configs + [readme], r"(?<![\w/])model\.([a-z][a-z0-9_]*)\b(?!\()")  # not .update(
   with open(readme, encoding="utf-8") as f:
@@ -113,6 +113,30 @@ def test_every_model_key_in_the_readme_and_configs_parses():
   cfg.rope_local_base = None
   built = ModelConfig.from_config(cfg)
   assert (built.positions.kind, built.attention.window) == ("alibi", 8)
+
+
+def _own_model_config(path) -> str | None:
+  """The task of a config whose model is its task's own (ViT, CLIP, Whisper, Funnel: their
+  config.model keys are the task's, tfjax/training/tasks/), else None."""
+  with open(path, encoding="utf-8") as f:
+    found = re.search(r'base_config\("(vit|clip|whisper|funnel)', f.read())
+  return found and found.group(1)
+
+
+def test_own_model_configs_set_only_their_tasks_model_keys():
+  """configs/{vit,clip,whisper,funnel}_*.py: every `model.<key>` they set is a key of their
+  task's config.model (base_config(task)), nested sections (CLIP's towers) included."""
+  from tfjax.training.config.defaults import base_config  # pylint: disable=import-outside-toplevel
+  paths = [p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")) if _own_model_config(p)]
+  assert len(paths) >= 4
+  for path in paths:
+    task = _own_model_config(path)
+    task = "funnel_classification" if task == "funnel" and "classify" in path else task
+    model = base_config(task).model.to_dict()
+    keys = set(model) | {f"{k}.{sub}" for k, v in model.items() if isinstance(v, dict)
+                         for sub in v}
+    used = _keys_used_in([path], r"(?<![\w/])model\.([a-z][a-z0-9_.]*[a-z0-9_])\b(?!\()")
+    assert sorted(k for k in used if k not in keys) == [], path
 
 
 @pytest.mark.parametrize("name", ["default", "gpt2_small", "gpt2_owt", "bert_base", "llama2_7b",

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 from flax import traverse_util
 
-from tfjax.hf import importer, reader, registry, shards
+from tfjax.hf import importer, mapping, reader, registry, shards
 from tfjax.hf.mapping import Fields, UnsupportedError
 from tfjax.nn.config import ModelConfig
 from tfjax.training import tasks
@@ -31,8 +31,7 @@ EXECUTION_KEYS = ("dropout", "attention_dropout", "init", "init_std", "position_
                   "scaled_residual_init",
                   "scan_layers", "remat", "attention_impl", "dtype", "deterministic", "decode")
 # Config fields export copies from the imported source (token ids and bookkeeping).
-KEPT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
-               "forced_bos_token_id", "forced_eos_token_id", "sep_token_id")
+KEPT_FIELDS = mapping.KEPT_FIELDS
 
 
 def architecture_config(cfg: ModelConfig) -> dict:

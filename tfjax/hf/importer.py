@@ -26,7 +26,8 @@ import numpy as np
 from flax import traverse_util
 
 from tfjax.hf import reader, registry
-from tfjax.hf.mapping import Fields, UnsupportedError
+# special_ids lived here; importer.special_ids still names it.
+from tfjax.hf.mapping import Fields, UnsupportedError, special_ids  # noqa: F401
 from tfjax.nn.config import DTYPES, ModelConfig
 from tfjax.training.checkpointing import checkpoint, runs
 from tfjax.training.parallel import sharding
@@ -47,15 +48,6 @@ def model_config_from_hf(ckpt: reader.HFCheckpoint, dtype: str = "float32"):
   values = arch.config_from_hf(arch.model_type, fields, ckpt.names)
   fields.finish()
   return arch, ModelConfig.from_flat({**values, "dtype": dtype}).validated()
-
-
-def special_ids(config: dict, generation: dict) -> dict:
-  """Token ids the tokenizer wrapper keeps (generation_config.json wins over config.json)."""
-  def first(key):
-    value = generation.get(key, config.get(key))
-    return value[0] if isinstance(value, list) and value else value
-  return {"bos_id": first("bos_token_id"), "eos_id": first("eos_token_id"),
-          "pad_id": first("pad_token_id"), "decoder_start_id": first("decoder_start_token_id")}
 
 
 def run_config(model_cfg: ModelConfig, task: str):

@@ -177,3 +177,18 @@ class Fields:
       raise UnsupportedError(
           f"{self.arch} config.json has field(s) the tfjax importer does not understand: {shown}. "
           "They may change the model, so the import stops rather than guess.")
+
+
+# Config fields an export copies from the imported source (token ids and bookkeeping); the text
+# exporter's and the task runs' (tfjax/hf/task_runs.py) alike.
+KEPT_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
+               "forced_bos_token_id", "forced_eos_token_id", "sep_token_id")
+
+
+def special_ids(config: dict, generation: dict) -> dict:
+  """Token ids the tokenizer wrapper keeps (generation_config.json wins over config.json)."""
+  def first(key):
+    value = generation.get(key, config.get(key))
+    return value[0] if isinstance(value, list) and value else value
+  return {"bos_id": first("bos_token_id"), "eos_id": first("eos_token_id"),
+          "pad_id": first("pad_token_id"), "decoder_start_id": first("decoder_start_token_id")}

@@ -30,8 +30,7 @@ import jax
 import numpy as np
 
 from tfjax.data import tokenizers
-from tfjax.hf import exporter as text_exporter
-from tfjax.hf import modalities, reader
+from tfjax.hf import mapping, modalities, reader
 from tfjax.hf.mapping import UnsupportedError
 from tfjax.runtime import files
 from tfjax.training.checkpointing import checkpoint, runs
@@ -45,7 +44,7 @@ SIDE_FILES = reader.METADATA_FILES[1:] + (
     "preprocessor_config.json", "vocab.json", "merges.txt", "added_tokens.json",
     "normalizer.json")
 # config.json fields an export takes from the source (token ids, names of the labels).
-KEPT_FIELDS = text_exporter.KEPT_FIELDS + ("id2label", "label2id")
+KEPT_FIELDS = mapping.KEPT_FIELDS + ("id2label", "label2id")
 # The family of each task, for a run trained from scratch (no hf/import.json).
 TASK_MODEL_TYPE = {"vit": "vit", "clip": "clip", "whisper": "whisper", "funnel": "funnel",
                    "funnel_classification": "funnel"}
@@ -95,10 +94,8 @@ def import_run(hf_dir: str, workdir: str, *, dtype: str = "float32"):
   if os.path.exists(tokenizer_path):
     generation_path = os.path.join(hf_dir, "generation_config.json")
     generation = reader.read_json(generation_path) if os.path.exists(generation_path) else {}
-    # pylint: disable-next=import-outside-toplevel  (importer imports this module)
-    from tfjax.hf.importer import special_ids
     tokenizers.HFTokenizer.from_file(tokenizer_path,
-                                     special_ids(loaded.source, generation)).save(workdir)
+                                     mapping.special_ids(loaded.source, generation)).save(workdir)
   params = jax.tree.map(jax.numpy.asarray, loaded.params)
   writer = checkpoint.Checkpointer(workdir, use_ocdbt=False)
   try:

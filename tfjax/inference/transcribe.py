@@ -19,13 +19,13 @@ import numpy as np
 from tfjax.data import tokenizers
 from tfjax.inference import whisper_decode
 from tfjax.nn import audio
-from tfjax.training.checkpointing import runs
 
 GENERATION_FILE = "generation_config.json"
 
 
-def generation_config(workdir: str) -> dict:
-  path = os.path.join(workdir, runs.ORIGIN_DIR, GENERATION_FILE)
+def generation_config(origin_dir: str) -> dict:
+  """The generation config the import kept in the run's origin folder (RUN/hf/), or {}."""
+  path = os.path.join(origin_dir, GENERATION_FILE)
   if not os.path.exists(path):
     return {}
   from tfjax.runtime import files  # pylint: disable=import-outside-toplevel
@@ -63,12 +63,12 @@ def _score(cfg, params, x, tokens_BxN, start: int, ends) -> np.ndarray:
   return np.array([picked[b, start - 1:ends[b]].sum() for b in range(len(ends))])
 
 
-def transcribe_for_run(run, args) -> list:
+def transcribe_for_run(run, args, origin_dir: str) -> list:
   """One dict (step, ids, score, text) per input of args.audio / args.features."""
   cfg, params = run.model_config, run.params
   if args.strategy not in ("greedy", "beam"):
     raise ValueError(f"--strategy={args.strategy}: a Whisper run decodes with greedy or beam")
-  generation = generation_config(run.workdir)
+  generation = generation_config(origin_dir)
   x = load_features(args, cfg)
   if args.prompt_ids is not None:
     ids = [int(t) for t in args.prompt_ids.replace(",", " ").split()]

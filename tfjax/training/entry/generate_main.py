@@ -74,7 +74,7 @@ def generate_from_run(args) -> list[dict]:
   (`generate_for_run`), or transcribes (a Whisper run: `transcribe_for_run`)."""
   run = runs.restore_run(args.workdir)
   if run.config.task == "whisper":
-    return transcribe_for_run(run, args)
+    return transcribe_for_run(run, args, os.path.join(run.workdir, runs.ORIGIN_DIR))
   for flag in ("audio", "features", "language", "whisper_task"):
     if getattr(args, flag, None) is not None:
       raise ValueError(f"--{flag} is for Whisper runs; {args.workdir} trains task "
