@@ -30,6 +30,8 @@ _SECTION = flags.DEFINE_string("section", None, "The plan's section to run (e.g.
 _WORKDIR = flags.DEFINE_string("workdir", "", "Where the points train (default "
                                "runs/confirm/<plan id>/<section>).")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once (experiments/sweep.py).")
+_PACK = flags.DEFINE_string("pack_seeds", "", "Passed to experiments/sweep.py: the planned seeds of "
+                            "an arm trained as one program (K, or 'auto'; '' each alone).")
 _EXPORT_ONLY = flags.DEFINE_bool("export_only", False, "Write the finished points of --workdir "
                                  "to the results file; train nothing.")
 
@@ -72,6 +74,8 @@ def main(argv):
     args.append("--report_only")
   else:
     args.append("--only=" + ",".join(remaining))
+    if _PACK.value:
+      args.append(f"--pack_seeds={_PACK.value}")
   with tempfile.TemporaryDirectory() as tmp:
     jsonl = os.path.join(tmp, "results.jsonl")
     code = subprocess.call(args + [f"--results_jsonl={jsonl}"])
