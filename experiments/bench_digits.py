@@ -16,7 +16,6 @@ OUT/bench_digits.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -58,18 +57,8 @@ def vit_accuracy(workdir: str) -> dict:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--prepared", required=True, help="tfjax-prepare's output (8px L digits)")
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--config", default="configs/vit_digits.py")
-  parser.add_argument("--seed", type=int, default=0, help="config.seed (init) and data.seed")
-  parser.add_argument("--out", default="bench_results")
-  parser.add_argument("overrides", nargs="*", help="more --config.KEY=VALUE, without --config.")
-  args = parser.parse_args(argv)
-  overrides = [f"data.path={args.prepared}", f"seed={args.seed}", f"data.seed={args.seed}",
-               *args.overrides]
-  was_there = media_bench.reused(args.workdir)
-  seconds = media_bench.train(args.config, args.workdir, overrides)
+  args, was_there, seconds = media_bench.parse_and_train(
+      argv, __doc__.split("\n")[0], "tfjax-prepare's output (8px L digits)", "configs/vit_digits.py")
   vit = vit_accuracy(args.workdir)
   rows = media_bench.metrics(args.workdir)
   from tfjax.training.tasks.prepared_rows import open_prepared

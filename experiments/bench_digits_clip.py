@@ -16,7 +16,6 @@ untrained floor is the same run's step-0 evaluation (eval/zero_shot_accuracy at 
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -54,18 +53,8 @@ def zero_shot(workdir: str) -> dict:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--prepared", required=True, help="tfjax-prepare's output (8px L digits)")
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--config", default="configs/clip_digits.py")
-  parser.add_argument("--seed", type=int, default=0, help="config.seed (init) and data.seed")
-  parser.add_argument("--out", default="bench_results")
-  parser.add_argument("overrides", nargs="*", help="more --config.KEY=VALUE, without --config.")
-  args = parser.parse_args(argv)
-  overrides = [f"data.path={args.prepared}", f"seed={args.seed}", f"data.seed={args.seed}",
-               *args.overrides]
-  was_there = media_bench.reused(args.workdir)
-  seconds = media_bench.train(args.config, args.workdir, overrides)
+  args, was_there, seconds = media_bench.parse_and_train(
+      argv, __doc__.split("\n")[0], "tfjax-prepare's output (8px L digits)", "configs/clip_digits.py")
   trained = zero_shot(args.workdir)
   rows = media_bench.metrics(args.workdir)
   loop_curve = media_bench.curve(rows, "eval/zero_shot_accuracy")

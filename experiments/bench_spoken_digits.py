@@ -21,7 +21,6 @@ against the transcripts with tfjax.inference.wer. Writes OUT/bench_spoken_digits
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -54,18 +53,8 @@ def greedy_wer(workdir: str, batch: int = 40) -> dict:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--prepared", required=True, help="tfjax-prepare's output (audio, char)")
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--config", default="configs/whisper_spoken_digits.py")
-  parser.add_argument("--seed", type=int, default=0, help="config.seed (init) and data.seed")
-  parser.add_argument("--out", default="bench_results")
-  parser.add_argument("overrides", nargs="*", help="more --config.KEY=VALUE, without --config.")
-  args = parser.parse_args(argv)
-  overrides = [f"data.path={args.prepared}", f"seed={args.seed}", f"data.seed={args.seed}",
-               *args.overrides]
-  was_there = media_bench.reused(args.workdir)
-  seconds = media_bench.train(args.config, args.workdir, overrides)
+  args, was_there, seconds = media_bench.parse_and_train(
+      argv, __doc__.split("\n")[0], "tfjax-prepare's output (audio, char)", "configs/whisper_spoken_digits.py")
   score = greedy_wer(args.workdir)
   rows = media_bench.metrics(args.workdir)
   result = {"command": "python experiments/bench_spoken_digits.py " + " ".join(

@@ -63,3 +63,21 @@ def write(out: str, name: str, result: dict, table: list[str]) -> None:
   with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
     f.write("\n".join(lines + table) + "\n")
   print("\n".join(lines + table))
+
+
+def parse_and_train(argv, description: str, prepared_help: str, config: str):
+  """The real-data benchmarks' shared command line (--prepared, --workdir, --config, --seed,
+  --out, KEY=VALUE overrides) and their training run: (args, reused, train seconds)."""
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--prepared", required=True, help=prepared_help)
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--config", default=config)
+  parser.add_argument("--seed", type=int, default=0, help="config.seed (init) and data.seed")
+  parser.add_argument("--out", default="bench_results")
+  parser.add_argument("overrides", nargs="*", help="more --config.KEY=VALUE, without --config.")
+  args = parser.parse_args(argv)
+  overrides = [f"data.path={args.prepared}", f"seed={args.seed}", f"data.seed={args.seed}",
+               *args.overrides]
+  was_there = reused(args.workdir)
+  return args, was_there, train(args.config, args.workdir, overrides)

@@ -144,16 +144,22 @@ def _git(repo, *args):
   subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
 
 
-def test_the_runner_refuses_an_uncommitted_plan_and_another_plans_results(tmp_path):
-  """experiments/confirm.py: an edited, uncommitted plan is refused before anything runs; once
-  committed, an existing results file of another plan version is not overwritten."""
+def _plan_repo(tmp_path):
+  """A git repository holding the configs and experiments with the plan committed: (root, the
+  plan's path)."""
   repo = tmp_path / "repo"
   for rel in ("configs/ablations", "experiments"):
     shutil.copytree(os.path.join(REPO, rel), repo / rel)
   _git(repo, "init", "-q")
   _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
   _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "plan")
-  plan_path = repo / "configs/ablations/confirm/replication_1.py"
+  return repo, repo / "configs/ablations/confirm/replication_1.py"
+
+
+def test_the_runner_refuses_an_uncommitted_plan_and_another_plans_results(tmp_path):
+  """experiments/confirm.py: an edited, uncommitted plan is refused before anything runs; once
+  committed, an existing results file of another plan version is not overwritten."""
+  repo, plan_path = _plan_repo(tmp_path)
   plan_path.write_text(plan_path.read_text() + "\n# edited after the commit\n")
   cmd = [sys.executable, str(repo / "experiments/confirm.py"), f"--plan={plan_path}",
          "--section=norm_init", f"--workdir={tmp_path / 'runs'}"]
@@ -174,13 +180,7 @@ def test_the_runner_refuses_an_uncommitted_plan_and_another_plans_results(tmp_pa
 def test_the_runner_runs_only_the_points_the_committed_results_lack(tmp_path):
   """A section whose every planned point has a row of this plan is not run again; with one row
   missing, --export_only from an empty workdir finds nothing to add and leaves the file as is."""
-  repo = tmp_path / "repo"
-  for rel in ("configs/ablations", "experiments"):
-    shutil.copytree(os.path.join(REPO, rel), repo / rel)
-  _git(repo, "init", "-q")
-  _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
-  _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "plan")
-  plan_path = repo / "configs/ablations/confirm/replication_1.py"
+  repo, plan_path = _plan_repo(tmp_path)
   module = sweep.load_module(str(plan_path))
   recs = _rows_for(module, "norm_init", _grad_norms)
   for rec, point in zip(recs, sweep.load_sweep(str(plan_path), "norm_init").points):
