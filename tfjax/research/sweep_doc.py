@@ -28,13 +28,17 @@ import sys
 from typing import Optional
 
 from tfjax.research import sweep as sweep_lib
-from tfjax.research import (confirm, qualifiers, robustness, sweep_plots, sweep_results,
-                            sweep_scale, sweep_tables, verdicts)
+from tfjax.research import (qualifiers, robustness, sweep_plots, sweep_results, sweep_scale,
+                            sweep_tables, verdicts)
+from tfjax.research.sweep_tables import arm_label as _arm_label
+from tfjax.research.sweep_tables import arms_by_device as _arms_by_device, wall_time_text
+from tfjax.research.aot_table import aot_block  # noqa: F401  (the doc's `aot` block)
+from tfjax.research.confirm_doc import (  # noqa: F401  (the doc's `confirm` block)
+    _confirm_headline, confirm_block, confirmations)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC, README = "docs/ablations.md", "README.md"
 RESULTS_DIR, FIGURES_DIR = "docs/ablations/results", "docs/figures"
-AOT_FILE = os.path.join(RESULTS_DIR, "aot_full.jsonl")
 SCALES = ("full", "medium", "smoke")  # the largest scale with results is the one reported
 PENDING = "pending rerun"
 
@@ -150,11 +154,6 @@ def _aggregates(section: dict, judged: list) -> list:
     out.append({**agg, "aggregate": True, "caveats": [], "robustness": "-", "trained": None,
                 "result": {"word": word, "why": why, "delta": None}})
   return out
-
-
-def _arm_label(items) -> str:
-  """'norm_placement=post, lr=0.003': an arm's (config key, value) pairs by the keys' last part."""
-  return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in items)
 
 
 def _trained_seeds(rows: list, claim: dict, result: dict) -> Optional[str]:
@@ -275,7 +274,7 @@ def section_block(section: dict) -> str:
            f"commit {', '.join(f'`{c}`' for c in commits)}; the points' training and evaluation "
            f"took {seconds / 60:.1f} min in all{where} (the sum of the runtimes the points "
            "recorded: a point resumed from a checkpoint records its last attempt only); "
-           + _wall_time(rows), ""]
+           + wall_time_text(rows), ""]
   if len(devices) > 1:
     lines += [_arms_by_device(rows), ""]
   if section["stale"]:
@@ -312,32 +311,6 @@ def section_block(section: dict) -> str:
   return "\n".join(lines)
 
 
-def _arms_by_device(rows: list) -> str:
-  """Where a section's points ran on more than one device, which arms ran where: only arms of
-  one device compare without the devices' numerics in the difference."""
-  where: dict = {}
-  for r in rows:
-    arm = _arm_label((k, v) for k, v in r["overrides"].items()
-                     if k not in sweep_lib.SEED_KEYS) or "baseline"
-    where.setdefault(r.get("device") or "device not recorded", {}).setdefault(arm, set()).add(
-        r["overrides"].get("seed"))
-  parts = [f"{device}: " + "; ".join(f"{arm} (seeds {', '.join(map(str, sorted(seeds)))})"
-                                    for arm, seeds in arms.items())
-           for device, arms in sorted(where.items())]
-  return ("**Arms by device** (compare arms of one device; between devices the difference "
-          "includes their numerics): " + ". ".join(parts) + ".")
-
-
-def _wall_time(rows: list) -> str:
-  wall = sweep_results.wall_seconds(rows)
-  if wall is None:
-    return ("wall time not recorded (points finished before results recorded when they "
-            "ended).")
-  ends = sorted(r["finished"] for r in rows)
-  return (f"wall time {wall / 60:.1f} min (the time at least one point was running, "
-          f"{ends[0][:10]} to {ends[-1][:10]}).")
-
-
 def _rankings(section: dict, summary: list, metrics: list, spec: dict) -> list[dict]:
   """The MRR over every setting (the figure's), labelled as such, then the MRR over the
   settings the section's rank claims were judged on (the verdicts' precondition and controls
@@ -359,94 +332,6 @@ def _rankings(section: dict, summary: list, metrics: list, spec: dict) -> list[d
                 "the tasks the verdicts rank (the seed-mean ranking; the verdicts compare "
                 "per-seed MRR)"})
   return out
-
-
-def _kernel_sum(rec: dict) -> str:
-  """The kernel-sum estimate (tfjax/aot/kernel_model.py; GPU targets, recorded since it exists)."""
-  seconds = rec.get("est_step_kernel_sum_s")
-  return "-" if seconds is None else f"{seconds * 1e3:.2f} ms"
-
-
-def aot_block(repo: str) -> str:
-  """The full-scale configs compiled ahead of time (docs/ablations/results/aot_full.jsonl, one
-  `python -m tfjax.aot` JSON line each, with its command and commit)."""
-  path = os.path.join(repo, AOT_FILE)
-  if not os.path.exists(path):
-    return "No full-scale config has been compiled ahead of time yet."
-  lines = ["| config | target | fits | memory per device | roofline step time (lower bound) | "
-           "kernel-sum step time (estimate) | compiler FLOPs per step | command, commit |",
-           "|---|---|---|---|---|---|---|---|"]
-  with open(path, encoding="utf-8") as f:
-    for rec in map(json.loads, f):
-      lines.append(
-          f"| `{rec['config']}` | {rec['target']} | {'yes' if rec['fits'] else 'no'} | "
-          f"{rec['bytes_per_device'] / 2 ** 30:.2f} of {rec['hbm_bytes'] / 2 ** 30:.1f} GiB | "
-          f"{rec['est_step_s'] * 1e3:.2f} ms (MFU bound {rec['mfu_bound']:.0%}) | "
-          f"{_kernel_sum(rec)} | {rec['xla_flops_per_step']:.3g} | `{rec['command']}`, "
-          f"`{rec['commit']}`, jax {rec['jax']} |")
-  return "\n".join(lines)
-
-
-def confirmations(sections: list[dict], repo: str) -> list[dict]:
-  """Every planned claim of the committed confirmation plans (configs/ablations/confirm/*.py):
-  {'plan', 'commit', 'section', 'claim', 'before' (the exploratory word), 'word', 'evidence',
-  'outcome': 'confirmed' | 'not confirmed (...)' | 'untestable here' | 'pending...' | 'not
-  read'}. The confirmatory word is computed from the planned seeds alone, and only once every
-  planned point of its section has a result (tfjax/research/confirm.py)."""
-  exploratory = {(s["name"], c.get("id")): c for s in sections for c in s["judged"]}
-  out = []
-  for path in sorted(glob.glob(os.path.join(repo, "configs", "ablations", "confirm", "*.py"))):
-    module = sweep_lib.load_module(path)
-    for name, spec in module.PLAN["sections"].items():
-      judged = confirm.judge(module, name, repo)
-      commit = ", ".join(f"`{c}`" for c in judged["commit"] or ()) or "not run"
-      results = {c["id"]: c.get("result") for c in judged["claims"]}
-      for claim_id in spec["claims"]:
-        before = exploratory.get((name, claim_id))
-        before_word = before["result"]["word"] if before else "-"
-        result = results.get(claim_id)
-        if judged["status"] == "pending":
-          word = "pending"
-          outcome = "pending: nothing is read before every planned point has a result"
-          evidence = f"{judged['done']} of {judged['planned']} planned points finished"
-        elif judged["status"] != "read":
-          word, evidence, outcome = judged["status"], judged["why"], "not read"
-        else:
-          word, evidence = result["word"], verdicts.format_ours(result)
-          evidence += f" ({result['why']})" if result["why"] else ""
-          # The exploratory word is what is confirmed or not; a different word is reported as
-          # not confirmed even where the planned seeds read the claim more strongly.
-          stronger = (" (the claim itself reads reproduced on the planned seeds)"
-                      if word == "reproduced" else "")
-          outcome = ("untestable here" if word == "untestable here" else "confirmed"
-                     if word == before_word else
-                     f"not confirmed ({before_word} -> {word}){stronger}")
-        out.append({"plan": module.PLAN["id"], "commit": commit, "section": name,
-                    "claim": before["claim"] if before else claim_id, "before": before_word,
-                    "word": word, "evidence": evidence, "outcome": outcome})
-  return out
-
-
-def confirm_block(planned: list[dict]) -> str:
-  """The confirmations' table: exploratory and confirmatory words side by side."""
-  if not planned:
-    return "No confirmation plan is committed."
-  lines = ["| plan (commit) | section | claim | exploratory | confirmatory (fresh seeds) | "
-           "confirmatory evidence | outcome |", "|---|---|---|---|---|---|---|"]
-  lines += [f"| {c['plan']} ({c['commit']}) | {c['section']} | {c['claim']} | {c['before']} | "
-            f"{c['word']} | {c['evidence']} | {c['outcome']} |" for c in planned]
-  return "\n".join(lines)
-
-
-def _confirm_headline(planned: list[dict]) -> list[str]:
-  lines = []
-  for plan in dict.fromkeys(c["plan"] for c in planned):
-    outcomes = [c["outcome"].split(" (")[0].split(":")[0] for c in planned if c["plan"] == plan]
-    counts = ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
-    lines.append(f"- **confirmation `{plan}`** (pre-registered, fresh seeds): {len(outcomes)} "
-                 f"planned claims: {counts} ([docs/ablations.md](docs/ablations.md"
-                 "#confirmation-on-fresh-seeds-pre-registered))")
-  return lines
 
 
 def headline_block(sections: list[dict], planned: list[dict] = ()) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 
 from tfjax.research import mrr as mrr_lib
 from tfjax.research import sweep as sweep_lib
+from tfjax.research import sweep_results
 
 FAMILY = re.compile(r"^(.*)@(\d+)$")
 DEFAULT_METRICS = ("eval/loss", "eval/perplexity", "eval/exact_match", "diverged")
@@ -291,3 +292,32 @@ def select(rows: Sequence[dict], spec: dict) -> list[dict]:
   return list(rows)
 
 
+def arm_label(items) -> str:
+  """'norm_placement=post, lr=0.003': an arm's (config key, value) pairs by the keys' last part."""
+  return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in items)
+
+
+def arms_by_device(rows: list) -> str:
+  """Where a section's points ran on more than one device, which arms ran where: only arms of
+  one device compare without the devices' numerics in the difference."""
+  where: dict = {}
+  for r in rows:
+    arm = arm_label((k, v) for k, v in r["overrides"].items()
+                     if k not in sweep_lib.SEED_KEYS) or "baseline"
+    where.setdefault(r.get("device") or "device not recorded", {}).setdefault(arm, set()).add(
+        r["overrides"].get("seed"))
+  parts = [f"{device}: " + "; ".join(f"{arm} (seeds {', '.join(map(str, sorted(seeds)))})"
+                                    for arm, seeds in arms.items())
+           for device, arms in sorted(where.items())]
+  return ("**Arms by device** (compare arms of one device; between devices the difference "
+          "includes their numerics): " + ". ".join(parts) + ".")
+
+
+def wall_time_text(rows: list) -> str:
+  wall = sweep_results.wall_seconds(rows)
+  if wall is None:
+    return ("wall time not recorded (points finished before results recorded when they "
+            "ended).")
+  ends = sorted(r["finished"] for r in rows)
+  return (f"wall time {wall / 60:.1f} min (the time at least one point was running, "
+          f"{ends[0][:10]} to {ends[-1][:10]}).")
