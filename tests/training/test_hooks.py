@@ -184,7 +184,8 @@ def test_log_writes_the_calls_metrics_then_skipped_steps_then_throughput():
 def test_evaluate_at_start_at_its_steps_then_the_sample(monkeypatch):
   calls = []
 
-  def fake_evaluate(eval_step, params, eval_batches, trained_lengths):
+  def fake_evaluate(eval_step, params, eval_batches, trained_lengths, ratios=()):
+    del ratios  # the task's extra ratio metrics (none here)
     calls.append((eval_step, params, eval_batches, trained_lengths))
     return {"eval/loss": float(len(calls))}
   monkeypatch.setattr(steps, "evaluate", fake_evaluate)
