@@ -102,7 +102,7 @@ def read_manifest(directory: str, kind: str = "text") -> dict:
     raise ValueError(f"{directory} holds prepared {found} examples, not {kind}: "
                      + ("token shards come from tfjax-prepare of text files; train on it with a "
                         "task that reads {found} data" if kind == "text" else
-                        f"prepare a {kind} folder with "
+                        f"prepare an {kind} folder with "
                         f"--input={kind.replace('image', 'images')}:DIR")
                      .format(found=found))
   return manifest
