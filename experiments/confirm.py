@@ -50,15 +50,17 @@ def main(argv):
     cli.fail(str(e))
   repo = module._plan.repo  # pylint: disable=protected-access
   out = confirm.results_path(repo, plan["id"], _SECTION.value)
+  old_records = []  # the committed rows, read once
   if os.path.exists(out):
-    foreign = [r for r in confirm.load_rows(out)
+    with open(out, encoding="utf-8") as f:
+      old_records = [json.loads(line) for line in f]
+    foreign = [r for r in old_records
                if (r.get("plan") or {}).get("hash") != confirm.plan_hash(plan)]
     if foreign:
       cli.fail(f"{out} holds {len(foreign)} rows of another version of plan {plan['id']}; it "
                "is not overwritten: a changed plan is a new plan (new id, new file)")
   workdir = _WORKDIR.value or os.path.join("runs", "confirm", plan["id"], _SECTION.value)
-  kept = confirm.load_rows(out) if os.path.exists(out) else []
-  have = {r["name"] for r in kept}
+  have = {r["point"] for r in old_records}
   planned = sweep_lib.load_sweep(f"{_PLAN.value}", _SECTION.value).points
   remaining = [p.name for p in planned if p.name not in have]
   args = [sys.executable, os.path.join(repo, "experiments", "sweep.py"),
@@ -86,10 +88,6 @@ def main(argv):
   if not new:  # nothing finished: an existing file stays as it is
     cli.fail(f"no planned point finished (sweep exit {code}); see its output above")
   order = {p.name: i for i, p in enumerate(planned)}
-  old_records = []
-  if kept:
-    with open(out, encoding="utf-8") as f:
-      old_records = [json.loads(line) for line in f]
   records = sorted(old_records + confirm.stamp(new, plan, commit),
                    key=lambda r: order.get(r["point"], len(order)))
   sweep_results.write(out, records)
